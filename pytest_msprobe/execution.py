@@ -1,0 +1,343 @@
+"""Running one recorded call on the device under test and on the CPU bench.
+
+The bench follows msprobe's precision rules (fp16/bf16 -> fp32, fp32 -> fp64, mixed -> fp32,
+HF32 for fp32 convolutions); the device runs the API in its recorded dtype, under autocast when
+the dump shows an AMP region. Both sides get their own copies of the inputs, so in-place and
+`out=` calls never leak from one side into the other.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .inputs import DeviceArg, InputError
+
+RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class NotCheckable(Exception):
+    """The call cannot be checked here; the message is the skip reason."""
+
+
+@dataclass(frozen=True)
+class Device:
+    kind: str  # "cpu" | "cuda" | "npu"
+    index: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+    def synchronize(self) -> None:
+        if self.kind == "cuda":
+            torch.cuda.synchronize()
+        elif self.kind == "npu":
+            torch.npu.synchronize()  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=1)
+def npu_import_error() -> str | None:
+    """Import torch_npu once; without CANN it raises, which must become a skip reason."""
+    try:
+        importlib.import_module("torch_npu")
+    except BaseException as exc:  # ImportError, OSError from missing CANN libraries, SystemExit, ...
+        return f"{type(exc).__name__}: {exc}".strip()
+    return None
+
+
+def select_device(requested: str, index: int | None = None) -> Device:
+    """auto: npu if torch_npu imports, else cuda, else cpu. Explicit choices must be usable."""
+    if requested == "auto":
+        if npu_import_error() is None:
+            return Device("npu", index or 0)
+        if torch.cuda.is_available():
+            return Device("cuda", index or 0)
+        return Device("cpu")
+    if requested == "npu":
+        error = npu_import_error()
+        if error is not None:
+            raise NotCheckable(f"--msprobe-device npu: torch_npu cannot be imported ({error})")
+        return Device("npu", index or 0)
+    if requested == "cuda":
+        if not torch.cuda.is_available():
+            raise NotCheckable("--msprobe-device cuda: torch.cuda.is_available() is False on this machine")
+        return Device("cuda", index or 0)
+    if requested == "cpu":
+        return Device("cpu")
+    raise NotCheckable(f"unknown --msprobe-device {requested!r}")
+
+
+# ----------------------------------------------------------------------------- API resolution
+
+
+@dataclass
+class Resolved:
+    device_fn: Callable[..., Any]
+    bench_fn: Callable[..., Any]
+    label: str
+    reference_vs_reference: bool = False
+
+
+def _getattr_path(root: Any, dotted: str) -> Any:
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any]) -> Resolved:
+    reason = specs.get("unsupported_types", {}).get(api_type)
+    if reason:
+        raise NotCheckable(f"{api_type}.{api_name}: {reason}")
+    try:
+        if api_type == "Functional":
+            fn = _getattr_path(torch.nn.functional, api_name)
+            return Resolved(fn, fn, f"torch.nn.functional.{api_name}")
+        if api_type == "Torch":
+            fn = _getattr_path(torch, api_name)
+            return Resolved(fn, fn, f"torch.{api_name}")
+        if api_type == "Tensor":
+            fn = getattr(torch.Tensor, api_name)
+            if api_name == "__getitem__":
+                fn = _getitem
+            elif api_name == "__eq__":
+                fn = _eq
+            return Resolved(fn, fn, f"torch.Tensor.{api_name}")
+    except AttributeError:
+        raise NotCheckable(
+            f"{api_type}.{api_name}: no such API in torch {torch.__version__} (dumped with another version?)"
+        ) from None
+    if api_type == "NPU":
+        return _resolve_npu(api_name, device, specs)
+    raise NotCheckable(f"API type {api_type!r} of {api_type}.{api_name} is not executable")
+
+
+def _resolve_npu(api_name: str, device: Device, specs: dict[str, Any]) -> Resolved:
+    import bench_functions
+
+    name = specs.get("aliases", {}).get(api_name, api_name)
+    bench = bench_functions.get(name)
+    if bench is None:
+        raise NotCheckable(f"NPU.{api_name}: no bench function for {name} in bench_functions/")
+    if device.kind == "npu":
+        import torch_npu
+
+        try:
+            fn = _getattr_path(torch_npu, api_name)
+        except AttributeError:
+            raise NotCheckable(f"NPU.{api_name}: torch_npu has no {api_name}") from None
+        return Resolved(fn, bench, f"torch_npu.{api_name}")
+    return Resolved(bench, bench, f"bench_functions.{name} on {device.kind}", reference_vs_reference=True)
+
+
+def _getitem(self: torch.Tensor, index: Any) -> Any:
+    """msprobe's indexing rules for tensor indices, applied identically on both sides."""
+    if isinstance(index, torch.Tensor):
+        if index.dtype == torch.uint8:
+            index = index.bool()
+        if index.dtype == torch.bool:
+            if index.shape == self.shape:
+                return torch.masked_select(self, index)
+            return self[index.nonzero(as_tuple=True)]
+        if index.dim() <= 1:
+            return self[index.tolist()]
+        return torch.stack([_getitem(self, row) for row in index])
+    return self[index]
+
+
+def _eq(self: torch.Tensor, other: Any) -> Any:
+    return False if other is None else torch.Tensor.__eq__(self, other)
+
+
+# ----------------------------------------------------------------------------- argument sets
+
+
+def tensors_of(value: Any) -> list[torch.Tensor]:
+    """Tensor leaves in argument order (lists, tuples and dict values)."""
+    out: list[torch.Tensor] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    walk(value)
+    return out
+
+
+def map_structure(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, list):
+        return [map_structure(fn, v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(map_structure(fn, v) for v in value)
+    if isinstance(value, dict):
+        return {k: map_structure(fn, v) for k, v in value.items()}
+    return fn(value)
+
+
+@dataclass
+class Plan:
+    """How the two sides treat dtypes for one call."""
+
+    raise_to: torch.dtype | None
+    autocast: torch.dtype | None
+    hf32: bool
+
+
+def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtype: torch.dtype | None,
+                   specs: dict[str, Any]) -> Plan:
+    rules = specs["precision"]
+    raise_map = {getattr(torch, k.split(".")[1]): getattr(torch, v.split(".")[1]) for k, v in rules["raise_map"].items()}
+    dtypes = {t.dtype for t in tensors_of(args) + tensors_of(kwargs) if t.dtype in raise_map}
+    autocast_dtype: torch.dtype | None = None
+    is_autocast = False
+    raise_to: torch.dtype | None = None
+    if len(dtypes) == 1:
+        (only,) = dtypes
+        raise_to, autocast_dtype = raise_map[only], only
+    elif len(dtypes) >= 2:
+        raise_to = getattr(torch, rules["mixed_raise_to"].split(".")[1])
+        low = sorted((d for d in dtypes if d != torch.float32), key=str)
+        autocast_dtype, is_autocast = (low[0] if low else None), True
+    if api_name in rules.get("not_raise", []):
+        raise_to = None
+    if not is_autocast and output_dtype is not None:
+        is_autocast = autocast_dtype != output_dtype
+        autocast_dtype = output_dtype
+    # Autocast only means something for a 16-bit target; msprobe's fp32 autocast is a no-op.
+    autocast = autocast_dtype if is_autocast and autocast_dtype in (torch.float16, torch.bfloat16) else None
+    return Plan(raise_to, autocast, api_name in rules.get("hf32", []))
+
+
+def hf32_round(t: torch.Tensor) -> torch.Tensor:
+    """Round fp32 to HF32 (1 + 8 + 11 bits, round half up at mantissa bit 11) as Ascend cubes do."""
+    bits = t.contiguous().view(torch.int32)
+    bits = ((bits >> 11) + 1) >> 1 << 12
+    return bits.view(torch.float32).reshape(t.shape)
+
+
+@dataclass
+class Side:
+    """One side's arguments plus the leaves whose gradients we collect."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    grad_leaves: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+
+
+def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for: Callable[[torch.Tensor], torch.dtype],
+              requires_grad: set[int], want_grad: bool, bench: bool) -> Side:
+    """Fresh copies of every tensor, cast and moved; grad-requiring inputs become non-leaf clones."""
+    side = Side([], {})
+    counter = [0]
+
+    def convert(v: Any, in_kwargs: bool, key: str | None = None) -> Any:
+        if isinstance(v, DeviceArg):
+            return "cpu" if bench else device
+        if not isinstance(v, torch.Tensor):
+            return v
+        position = counter[0]
+        counter[0] += 1
+        t = v.detach().to(device=device, dtype=dtype_for(v), copy=True)
+        if want_grad and id(v) in requires_grad and key != "out" and t.dtype.is_floating_point:
+            leaf = t.requires_grad_(True)
+            side.grad_leaves.append((position, leaf))
+            return leaf.clone()  # non-leaf, so in-place APIs work under autograd
+        return t
+
+    side.args = [map_structure(lambda x: convert(x, False), a) for a in args]
+    for key, value in kwargs.items():
+        if key == "device" and isinstance(value, DeviceArg) and bench:
+            continue  # the bench always runs on CPU
+        side.kwargs[key] = map_structure(lambda x, k=key: convert(x, True, k), value)
+    return side
+
+
+def output_leaves(value: Any) -> list[Any]:
+    """Flatten an API result: tensors and Python scalars in order (namedtuples as tuples)."""
+    out: list[Any] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        else:
+            out.append(v)
+
+    walk(value)
+    return out
+
+
+def first_output_dtype(encoded_output: Any) -> torch.dtype | None:
+    """The AMP hint: dtype of the first recorded float output (namedtuples included)."""
+    from .dump import iter_leaves
+
+    for leaf in iter_leaves(encoded_output):
+        if isinstance(leaf, dict) and isinstance(leaf.get("dtype"), str):
+            name = leaf["dtype"]
+            if name in ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"):
+                return getattr(torch, name.split(".")[1])
+            return None
+    return None
+
+
+def run_side(fn: Callable[..., Any], side: Side, *, autocast: torch.dtype | None, device_type: str,
+             grad: bool) -> Any:
+    context = torch.enable_grad() if grad else torch.no_grad()
+    with context:
+        if autocast is not None:
+            with torch.autocast(device_type=device_type, dtype=autocast):
+                return fn(*side.args, **side.kwargs)
+        return fn(*side.args, **side.kwargs)
+
+
+def to_cpu(value: Any) -> Any:
+    return map_structure(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, value)
+
+
+def pair_cotangents(outputs: list[Any], cotangents: list[Any], grad_index: int | None) -> list[tuple[int, Any]]:
+    """Which forward outputs the recorded backward inputs belong to."""
+    differentiable = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if grad_index is not None:
+        cot = cotangents[grad_index] if len(cotangents) == len(outputs) else (cotangents[0] if cotangents else None)
+        return [(grad_index, cot)] if cot is not None and grad_index in differentiable else []
+    if len(outputs) == 1:
+        return [(0, cotangents[0])] if cotangents and cotangents[0] is not None and differentiable else []
+    if len(cotangents) == len(outputs):
+        return [(i, c) for i, c in enumerate(cotangents) if c is not None and i in differentiable]
+    raise NotCheckable(
+        f"{len(outputs)} outputs but {len(cotangents)} recorded gradients and no grad_index in api_specs/apis.yaml"
+    )
+
+
+def backward(outputs: list[Any], pairs: list[tuple[int, Any]], device: str) -> None:
+    tensors, grads = [], []
+    for index, cot in pairs:
+        out = outputs[index]
+        tensors.append(out)
+        grads.append(cot.detach().to(device=device, dtype=out.dtype).reshape(out.shape))
+    torch.autograd.backward(tensors, grads)
+
+
+def is_finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+__all__ = [
+    "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Side", "backward", "first_output_dtype",
+    "hf32_round", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
+    "resolve", "run_side", "select_device", "tensors_of", "to_cpu",
+]

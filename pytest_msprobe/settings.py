@@ -1,0 +1,35 @@
+"""Resolved command-line/ini settings, shared by the hooks and the items (torch-free)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+DEFAULT_SEED = 1234
+DEVICES = ("auto", "npu", "cuda", "cpu")
+DATA_MODES = ("auto", "random", "real")
+STANDARDS = ("original",)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What a single check needs to know; identical in every worker."""
+
+    device: str = "auto"
+    device_index: int | None = None
+    run_seed: int = DEFAULT_SEED
+    data_mode: str = "auto"  # auto: real tensors when the dump has them, else random from statistics
+    max_tensor_bytes: int | None = None
+
+
+@dataclass
+class Settings:
+    check_options: CheckOptions
+    standard: str = "original"
+    warning_as_error: bool = False
+    out_dir: Path = Path("msprobe_results")
+    api_info: list[Path] = field(default_factory=list)
+
+
+SETTINGS_KEY = pytest.StashKey[Settings]()

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+# Dump fixtures under tests/ are data, not something to collect when running our own suite.
+collect_ignore_glob = ["data/*"]
+
+
+@pytest.fixture
+def write_dump(tmp_path: Path):
+    """Write a dump.json (optionally with tensor files) into tmp_path and return its path."""
+
+    def write(data: dict[str, Any], *, task: str = "statistics", framework: str | None = "pytorch",
+              folder: str = "dump", raw: str | None = None, **header: Any) -> Path:
+        d = tmp_path / folder
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / "dump.json"
+        if raw is not None:
+            path.write_text(raw)
+            return path
+        doc: dict[str, Any] = {"task": task, "level": "L1", "dump_data_dir": None}
+        if framework is not None:
+            doc["framework"] = framework
+        doc.update(header)
+        doc["data"] = data
+        path.write_text(json.dumps(doc, indent=1))
+        return path
+
+    return write
