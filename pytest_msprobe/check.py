@@ -123,6 +123,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     record["timings"]["inputs_s"] = time.perf_counter() - started
 
     timings = record["timings"]
+    torch.manual_seed(record["seed"])  # random APIs inside the call (dropout) replay identically per item
     out_d = _timed(timings, "device_s", "device", lambda: run_side(
         resolved.device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad), device)
     out_b = _timed(timings, "bench_s", "bench", lambda: run_side(

@@ -50,6 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
     parser.addini("msprobe_out", "default for --msprobe-out", default="msprobe_results")
+    parser.addini("msprobe_continue_on_collection_errors", type="bool", default=True,
+                  help="a broken dump.json is reported as a collection error while the other dumps still run")
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -93,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config.args.extend(paths)
         else:  # only the dumps, not testpaths or the current directory
             config.args[:] = paths
+    if config.getini("msprobe_continue_on_collection_errors"):
+        config.option.continue_on_collection_errors = True
     config.pluginmanager.register(ResultCollector(config), "msprobe-results")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "msprobe-xdist")

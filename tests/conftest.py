@@ -6,6 +6,11 @@ from typing import Any
 
 import pytest
 
+# pytester's in-process runs drop modules first imported inside them; torch must never be
+# re-imported in one process (its C extension crashes), so import it once up front.
+import torch  # noqa: F401
+import pytest_msprobe.check  # noqa: F401
+
 
 # Dump fixtures under tests/ are data, not something to collect when running our own suite.
 collect_ignore_glob = ["data/*"]

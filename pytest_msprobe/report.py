@@ -1,0 +1,309 @@
+"""Result records -> msprobe-compatible CSV files, a JSONL archive and pytest failure text.
+
+Every pytest item produces one plain-dict *record* (JSON-serialisable, so it can ride on the test
+report from xdist workers to the controller). The controller calls :func:`write_results` once at
+session end; writing everything at once from one process avoids the unlocked concurrent appends
+msprobe's multi_run_ut does (REFERENCE-msprobe.md §5.7).
+
+Record layout (see also the plugin)::
+
+    {"nodeid", "dump", "api", "direction": "forward"|"backward",
+     "status": "pass"|"Warning"|"error"|"SKIP", "message", "seed", "device", "standard", "duration_s",
+     "outputs": [{"name", "status", "message", "bench_dtype", "device_dtype", "shape",
+                  "metrics": {METRIC_KEYS -> float|int|None}, "worst": {...}|None}, ...]}
+
+The CSV layouts follow msprobe's run_ut files byte for byte where it matters to its own tools
+(headers, status literals, blank " " cells, "{:.14f}" floats, tuple-repr shapes; §5.2, A.12) so
+`msprobe api_precision_compare` can read our details CSV. This module must not import torch: the
+controller may run without it and the report code has to stay cheap to import.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .metrics import METRIC_KEYS
+
+__all__ = [
+    "DETAILS_HEADER", "RESULT_HEADER", "STATUSES", "timestamp", "api_results", "details_rows",
+    "write_results", "read_jsonl", "format_failure", "summary_counts",
+]
+
+# msprobe's literal strings (A.12 status_literals); a blank cell is a single space, not "".
+PASS, WARNING, ERROR, SKIP, BLANK = "pass", "Warning", "error", "SKIP", " "
+STATUSES: tuple[str, ...] = (PASS, WARNING, ERROR, SKIP)
+
+RESULT_HEADER: tuple[str, ...] = ("API name", "Forward Test Success", "Backward Test Success", "Message")
+
+# 23 columns of accuracy_checking_details_*.csv; columns 4..20 are METRIC_KEYS in the same order.
+DETAILS_HEADER: tuple[str, ...] = (
+    "API Name", "Bench Dtype", "DEVICE Dtype", "Shape",
+    "余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标", "二进制一致错误率", "误差均衡性",
+    "均方根误差", "小值域错误占比", "相对误差最大值", "相对误差平均值", "inf/nan错误率", "相对误差错误率",
+    "绝对误差错误率", "ULP误差最大值", "ULP误差平均值", "ULP误差大于阈值占比",
+    "Status", "Message",
+)
+assert len(DETAILS_HEADER) == 6 + len(METRIC_KEYS), "details header and METRIC_KEYS drifted apart"
+
+RESULT_PREFIX = "accuracy_checking_result_"
+DETAILS_PREFIX = "accuracy_checking_details_"
+JSONL_PREFIX = "msprobe_records_"
+CSV_ENCODING = "utf-8-sig"   # msprobe writes a BOM; its readers (pandas, csv) expect either
+
+
+def timestamp() -> str:
+    """Local time as msprobe stamps its output files (14 digits, so its resume regex accepts them)."""
+    return time.strftime("%Y%m%d%H%M%S")
+
+
+# ----------------------------------------------------------------------------------------------
+# result CSV (one row per API)
+
+
+def api_results(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, str | None]]:
+    """Fold forward/backward items back into msprobe's one-row-per-API result table.
+
+    msprobe runs both directions of an API in one go; we run them as separate pytest items, so the
+    row is rebuilt here: first-seen API order, " " for a direction without a record, and a 4th
+    (message) cell only when a direction is SKIP, as msprobe writes 3- or 4-cell rows (§5.2).
+    The item status is already the aggregate over its outputs (§4.5), so it is copied verbatim.
+    """
+    by_api: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for rec in records:
+        by_api.setdefault(str(rec["api"]), {}).setdefault(str(rec["direction"]), rec)
+    rows: list[tuple[str, str, str, str | None]] = []
+    for api, directions in by_api.items():
+        fwd = directions.get("forward")
+        bwd = directions.get("backward")
+        fwd_status = _status(fwd)
+        bwd_status = _status(bwd)
+        message: str | None = None
+        if fwd_status == SKIP or bwd_status == SKIP:
+            skipped = fwd if fwd_status == SKIP else bwd
+            message = _record_message(skipped)
+        rows.append((api, fwd_status, bwd_status, message))
+    return rows
+
+
+def _status(rec: Mapping[str, Any] | None) -> str:
+    if rec is None:
+        return BLANK
+    return str(rec.get("status") or BLANK)
+
+
+def _record_message(rec: Mapping[str, Any] | None) -> str:
+    """Item message, else the first output's message (msprobe takes the first details row's)."""
+    if rec is None:
+        return ""
+    message = rec.get("message") or ""
+    if not message:
+        for out in rec.get("outputs") or ():
+            if out.get("message"):
+                return str(out["message"])
+    return str(message)
+
+
+# ----------------------------------------------------------------------------------------------
+# details CSV (one row per compared output)
+
+
+def _cell(value: Any, precision: int) -> str:
+    """msprobe's cell rule: Python floats as fixed-point with `precision` digits, None blank."""
+    if value is None:
+        return BLANK
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return "{:.{}f}".format(value, precision)   # nan/inf stay "nan"/"inf" like msprobe
+    return str(value)
+
+
+def _shape_cell(shape: Sequence[int] | None) -> str:
+    if shape is None:
+        return BLANK
+    return str(tuple(int(s) for s in shape))         # "(4, 32)", "(4,)", "()"
+
+
+def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> list[list[str]]:
+    """One 23-cell row per output, msprobe's details layout.
+
+    An item that compared nothing (skipped, crashed before comparing) still gets one row named
+    `{api}.{direction}.output.0` carrying its status and message, as msprobe writes for skipped
+    APIs, so every item is visible in the CSV and api_precision_compare SKIPs it (blank dtype).
+    """
+    rows: list[list[str]] = []
+    for rec in records:
+        outputs = rec.get("outputs") or ()
+        if not outputs:
+            row = [f"{rec['api']}.{rec['direction']}.output.0"] + [BLANK] * (len(DETAILS_HEADER) - 3)
+            row += [_status(rec), str(rec.get("message") or "")]
+            rows.append(row)
+            continue
+        for out in outputs:
+            metrics = out.get("metrics") or {}
+            row = [
+                str(out["name"]),
+                _cell(out.get("bench_dtype"), precision),
+                _cell(out.get("device_dtype"), precision),
+                _shape_cell(out.get("shape")),
+            ]
+            row += [_cell(metrics.get(key), precision) for key in METRIC_KEYS]
+            row += [str(out.get("status") or BLANK), str(out.get("message") or "")]
+            rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# files
+
+
+def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
+                   precision: int = 14) -> dict[str, Path]:
+    """Write the result CSV, details CSV (msprobe names, one shared timestamp) and a JSONL archive.
+
+    The JSONL keeps everything the CSVs flatten away (seed, worst element, durations) so later
+    tooling can re-render or re-judge a run without re-executing it. Records are written in the
+    order given; the caller decides that order (e.g. collection order).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ts = ts or timestamp()
+    paths = {
+        "result": out_dir / f"{RESULT_PREFIX}{ts}.csv",
+        "details": out_dir / f"{DETAILS_PREFIX}{ts}.csv",
+        "jsonl": out_dir / f"{JSONL_PREFIX}{ts}.jsonl",
+    }
+    with open(paths["result"], "w", encoding=CSV_ENCODING, newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(RESULT_HEADER)
+        for api, fwd, bwd, message in api_results(records):
+            writer.writerow([api, fwd, bwd] if message is None else [api, fwd, bwd, message])
+    with open(paths["details"], "w", encoding=CSV_ENCODING, newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(DETAILS_HEADER)
+        writer.writerows(details_rows(records, precision=precision))
+    with open(paths["jsonl"], "w", encoding="utf-8", newline="\n") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False, allow_nan=True))
+            f.write("\n")
+    return paths
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Load a records archive. A run killed mid-write leaves a partial last line; that one is
+    dropped instead of failing the whole file. Corruption anywhere else is a real error."""
+    lines = Path(path).read_bytes().split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records: list[dict] = []
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            records.append(json.loads(raw.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if lineno == len(lines):
+                break
+            raise ValueError(f"{path}:{lineno}: corrupt record line: {exc}") from exc
+    return records
+
+
+# ----------------------------------------------------------------------------------------------
+# terminal text
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and math.isnan(value):
+            return "nan"
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _short_name(name: str, direction: str) -> str:
+    """'Functional.linear.0.forward.output.0' -> 'output.0' (the API is already in the header)."""
+    marker = f".{direction}."
+    cut = name.rfind(marker)
+    return name[cut + len(marker):] if cut >= 0 else name
+
+
+def _short_dtype(dtype: Any) -> str:
+    if dtype is None:
+        return "-"
+    text = str(dtype)
+    return text[len("torch."):] if text.startswith("torch.") else text
+
+
+def _index(index: Any) -> str:
+    if index is None:
+        return "-"
+    if isinstance(index, (list, tuple)):
+        return "[" + ", ".join(str(i) for i in index) + "]"
+    return f"[{index}]"
+
+
+_FAILURE_COLUMNS = ("output", "shape", "device", "bench", "status", "cosine", "max_abs_err",
+                    "max_rel_err", "worst_idx", "worst_device", "worst_bench")
+
+
+def format_failure(record: Mapping[str, Any], rerun: str) -> str:
+    """Plain-text table for pytest's longrepr: one aligned line per output with the numbers a user
+    needs to judge the failure, then the item message, the seed and a copy-paste rerun command."""
+    direction = str(record.get("direction", ""))
+    lines = [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
+             f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')})"]
+    table: list[tuple[str, ...]] = []
+    for out in record.get("outputs") or ():
+        metrics = out.get("metrics") or {}
+        worst = out.get("worst") or {}
+        shape = out.get("shape")
+        table.append((
+            _short_name(str(out.get("name", "")), direction),
+            "-" if shape is None else str(tuple(shape)),
+            _short_dtype(out.get("device_dtype")),
+            _short_dtype(out.get("bench_dtype")),
+            str(out.get("status") or "-"),
+            _num(metrics.get("cosine")),
+            _num(metrics.get("max_abs_err")),
+            _num(metrics.get("max_rel_err")),
+            _index(worst.get("index")) if worst else "-",
+            _num(worst.get("device")) if worst else "-",
+            _num(worst.get("bench")) if worst else "-",
+        ))
+    if table:
+        widths = [max(len(row[i]) for row in [_FAILURE_COLUMNS, *table]) for i in range(len(_FAILURE_COLUMNS))]
+        for row in [_FAILURE_COLUMNS, *table]:
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        for out in record.get("outputs") or ():
+            if out.get("message") and out.get("status") not in (PASS, None):
+                short = _short_name(str(out.get("name", "")), direction)
+                lines.append(f"{short}: {_indent(str(out['message']))}")
+    message = str(record.get("message") or "")
+    if message:
+        lines.append(f"message: {_indent(message)}")
+    lines.append(f"seed: {record.get('seed')}")
+    lines.append(f"rerun: {rerun}")
+    return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return text.strip("\n").replace("\n", "\n    ")
+
+
+def summary_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Item counts per msprobe status; the four literals always present (zero-filled, fixed order)
+    so the terminal summary line has a stable shape. Unknown statuses are counted too."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for rec in records:
+        status = str(rec.get("status") or BLANK)
+        counts[status] = counts.get(status, 0) + 1
+    return counts

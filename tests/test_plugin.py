@@ -1,0 +1,245 @@
+"""End to end through pytester: collection, node ids, verdicts, reports, bad input, xdist."""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import EXAMPLES, SHARED_DUMPS, shared_dump_dirs, tensor
+
+TENSOR_EXAMPLE = EXAMPLES / "mlp_fp32_tensor" / "step0" / "rank0"
+BF16_EXAMPLE = EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0"
+
+
+def copy_dump(pytester: pytest.Pytester, source: Path, name: str) -> Path:
+    target = pytester.path / name
+    shutil.copytree(source, target)
+    return target / "dump.json"
+
+
+def make_dump(pytester: pytest.Pytester, data: dict[str, Any], name: str = "d", task: str = "statistics") -> Path:
+    folder = pytester.path / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "dump.json"
+    path.write_text(json.dumps({"task": task, "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                                "data": data}))
+    return path
+
+
+def records(pytester: pytest.Pytester, out: str = "msprobe_results") -> list[dict[str, Any]]:
+    files = list((pytester.path / out).glob("msprobe_records_*.jsonl"))
+    assert len(files) == 1, files
+    return [json.loads(line) for line in files[0].read_text().splitlines()]
+
+
+def by_api(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {f"{r['api']}.{r['direction']}": r for r in recs}
+
+
+def unary(api: str, dtype: str = "torch.float32", shape: list[int] | None = None, **kw: Any) -> dict[str, Any]:
+    out = tensor(dtype, shape)
+    return {"input_args": [tensor(dtype, shape, **kw)], "input_kwargs": {}, "output": [out]}
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def test_one_item_per_entry_with_stable_ids(pytester: pytest.Pytester) -> None:
+    dump = copy_dump(pytester, TENSOR_EXAMPLE, "step0")
+    first = pytester.runpytest("--collect-only", "-q", "--msprobe-api-info", str(dump))
+    second = pytester.runpytest("--collect-only", "-q", str(dump), "--msprobe-seed", "99", "--msprobe-device", "cpu")
+    ids = [line for line in first.outlines if "::" in line]
+    entries = json.loads(dump.read_text())["data"]
+    assert ids == [f"step0/dump.json::{name}" for name in entries]
+    assert ids == [line for line in second.outlines if "::" in line]  # no seed/device in node ids
+
+
+def test_directory_argument_collects_dump_json_but_testpaths_do_not(pytester: pytest.Pytester) -> None:
+    copy_dump(pytester, TENSOR_EXAMPLE, "dumps/step0/rank0")
+    copy_dump(pytester, BF16_EXAMPLE, "dumps/step0/rank1")
+    result = pytester.runpytest("--collect-only", "-q", "dumps")
+    result.stdout.fnmatch_lines(["*36 tests collected*"])
+    pytester.makeini("[pytest]\ntestpaths = dumps\n")
+    result = pytester.runpytest("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_markers_select_type_direction_dtype(pytester: pytest.Pytester) -> None:
+    dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
+    result = pytester.runpytest("--collect-only", "-q", str(dump), "-m", "Functional and backward and bfloat16",
+                                "--strict-markers")
+    ids = [line for line in result.outlines if "::" in line]
+    assert ids and all("Functional." in i and i.endswith(".backward") for i in ids)
+    assert len(ids) == 6
+    result = pytester.runpytest("--collect-only", "-q", str(dump), "-k", "linear and forward")
+    assert [line.split("::")[1] for line in result.outlines if "::" in line] == [
+        "Functional.linear.0.forward", "Functional.linear.1.forward"]
+
+
+def test_broken_dump_is_a_collection_error_and_others_still_run(pytester: pytest.Pytester) -> None:
+    good = make_dump(pytester, {"Functional.relu.0.forward": unary("relu")}, "good")
+    bad = pytester.path / "bad" / "dump.json"
+    bad.parent.mkdir()
+    bad.write_text('{"task": "statistics", "data": {"Functional.relu.0.forward": {"input_args": [')
+    result = pytester.runpytest(str(good), str(bad))
+    result.stdout.fnmatch_lines(["*bad/dump.json: not valid JSON at line 1*truncated*"])
+    result.assert_outcomes(passed=1, errors=1)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def test_real_tensor_dump_runs_and_writes_msprobe_files(pytester: pytest.Pytester) -> None:
+    dump = copy_dump(pytester, TENSOR_EXAMPLE, "mlp")
+    result = pytester.runpytest("--msprobe-api-info", str(dump), "--msprobe-device", "cpu", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    recs = by_api(records(pytester))
+    assert len(recs) == 18
+    assert all(r["data"] == "real" for r in recs.values() if r["status"] != "SKIP")
+    linear = recs["Functional.linear.0.forward"]
+    assert linear["status"] == "pass" and linear["outputs"][0]["metrics"]["cosine"] > 0.9999999
+    # a backward item compares the gradients of every input that requires grad (weight and bias here)
+    grads = recs["Functional.linear.0.backward"]["outputs"]
+    assert [o["name"] for o in grads] == ["Functional.linear.0.backward.output.1", "Functional.linear.0.backward.output.2"]
+    assert [o["shape"] for o in grads] == [[32, 16], [32]]
+    out = pytester.path / "msprobe_results"
+    (result_csv,) = out.glob("accuracy_checking_result_*.csv")
+    (details_csv,) = out.glob("accuracy_checking_details_*.csv")
+    assert result_csv.read_bytes().startswith(b"\xef\xbb\xbf")  # utf-8-sig like msprobe
+    rows = list(csv.reader(result_csv.open(encoding="utf-8-sig")))
+    assert rows[0] == ["API name", "Forward Test Success", "Backward Test Success", "Message"]
+    assert ["Functional.linear.0", "pass", "pass"] in rows
+    details = list(csv.reader(details_csv.open(encoding="utf-8-sig")))
+    assert details[0][4] == "余弦相似度" and len(details[0]) == 23
+    result.stdout.fnmatch_lines(["*msprobe: seed 1234, device cpu*", "*== msprobe ==*", "*accuracy_checking_result_*"])
+
+
+def test_item_reruns_alone_with_the_same_numbers(pytester: pytest.Pytester) -> None:
+    dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
+    pytester.runpytest(str(dump), "--msprobe-out", "full")
+    full = by_api(records(pytester, "full"))
+    pytester.runpytest(str(dump), "--msprobe-out", "one", "-k", "gelu and forward")
+    (alone,) = records(pytester, "one")
+    assert alone["seed"] == full["Functional.gelu.0.forward"]["seed"]
+    assert alone["outputs"] == full["Functional.gelu.0.forward"]["outputs"]
+    pytester.runpytest(str(dump), "--msprobe-out", "other", "-k", "gelu and forward", "--msprobe-seed", "5")
+    (other,) = records(pytester, "other")
+    assert other["outputs"][0]["metrics"] != alone["outputs"][0]["metrics"]
+
+
+def test_bf16_warning_is_visible_and_can_fail(pytester: pytest.Pytester) -> None:
+    data = {"Tensor.add.0.forward": {"input_args": [tensor("torch.bfloat16", [64, 64], mx=8.0, mn=1.0)] * 2,
+                                     "input_kwargs": {}, "output": [tensor("torch.bfloat16", [64, 64])]}}
+    dump = make_dump(pytester, data)
+    result = pytester.runpytest(str(dump), "-v")
+    result.stdout.fnmatch_lines(["*Tensor.add.0.forward WARNED*", "*1 warned*"])
+    assert result.ret == 0
+    result = pytester.runpytest(str(dump), "--msprobe-warning-as-error")
+    result.assert_outcomes(failed=1)
+
+
+def test_planted_bug_fails_with_readable_report(pytester: pytest.Pytester) -> None:
+    # The device runs gelu in fp32, the bench in fp64: corrupt only the fp32 result.
+    pytester.makeconftest("""
+        import torch
+        import torch.nn.functional as F
+        _gelu = F.gelu
+        def gelu(x, *a, **k):
+            y = _gelu(x, *a, **k)
+            return y * 1.05 if y.dtype == torch.float32 else y
+        F.gelu = gelu
+        def pytest_unconfigure():
+            F.gelu = _gelu
+    """)
+    dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", shape=[32, 32], mx=3.0, mn=0.5)})
+    result = pytester.runpytest(str(dump))
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    for expected in ("output.0", "(32, 32)", "seed:", "rerun: pytest", "Functional.gelu.0.forward", "--msprobe-seed"):
+        assert expected in text
+    (rec,) = records(pytester)
+    assert rec["status"] == "error"
+
+
+def test_exception_is_a_failure_with_traceback_never_a_pass(pytester: pytest.Pytester) -> None:
+    data = {"Functional.linear.0.forward": {
+        "input_args": [tensor(shape=[4, 8]), tensor(shape=[3, 5])], "input_kwargs": {}, "output": []}}
+    result = pytester.runpytest(str(make_dump(pytester, data)))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*RuntimeError*", "*device run raised RuntimeError*"])
+
+
+def test_bad_entries_skip_with_specific_reasons(pytester: pytest.Pytester) -> None:
+    data = {
+        "Functional.no_such_api.0.forward": unary("x"),
+        "Distributed.all_reduce.0.forward": unary("x"),
+        "VF.lstm.0.forward": unary("x"),
+        "Aten.add.Tensor.0.forward": unary("x"),
+        "Torch.randn.0.forward": {"input_args": [{"type": "int", "value": 3}], "input_kwargs": {}, "output": []},
+        "Functional.relu.0.forward": unary("relu", shape=[1 << 20, 1 << 20]),
+        "Functional.silu.0.forward": {"input_args": [{}], "input_kwargs": {}, "output": []},
+        "Functional.gelu.0.forward": unary("gelu", mx=None, mn=None),
+        "Torch.tanh.0.forward": {"input_args": [tensor(data_name="../../etc/passwd")], "input_kwargs": {}},
+        "Torch.sigmoid.0.forward": {"input_args": [tensor(data_name="gone.pt")], "input_kwargs": {}},
+        "Functional.elu.0.backward": {"input": [tensor()], "output": [tensor()]},
+        "Tensor.to.0.forward": unary("to"),
+        "NPU.npu_no_bench.0.forward": unary("x"),
+        "Functional.softplus.0.forward": unary("softplus"),
+    }
+    dump = make_dump(pytester, data, task="tensor")
+    (dump.parent / "dump_tensor_data").mkdir()
+    result = pytester.runpytest(str(dump), "-rs")
+    result.assert_outcomes(passed=1, skipped=13)
+    for reason in ("no such API in torch", "process group", "torch._VF", "overload names", "random-number API",
+                   "GiB", "recorded as {}", "are not numbers", "outside the dump folder", "gone.pt is missing",
+                   "no forward entry", "uninitialised memory", "no bench function for npu_no_bench"):
+        assert reason in result.stdout.str(), reason
+
+
+def test_npu_ops_run_bench_functions_and_say_so(pytester: pytest.Pytester) -> None:
+    data = {"NPU.npu_rms_norm.0.forward": {
+        "input_args": [tensor("torch.float32", [4, 64], mx=2.0, mn=-2.0), tensor("torch.float32", [64], mx=1.5, mn=0.5)],
+        "input_kwargs": {}, "output": [tensor("torch.float32", [4, 64]), tensor("torch.float32", [4, 1])]}}
+    result = pytester.runpytest(str(make_dump(pytester, data)), "--msprobe-device", "cpu")
+    result.assert_outcomes(passed=1)
+    (rec,) = records(pytester)
+    assert "reference-vs-reference" in " ".join(rec["notes"]) and rec["impl"].startswith("bench_functions.")
+    assert len(rec["outputs"]) == 2
+
+
+def test_npu_device_without_torch_npu_skips_clearly(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(make_dump(pytester, {"Functional.relu.0.forward": unary("relu")})),
+                                "--msprobe-device", "npu", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*--msprobe-device npu: torch_npu cannot be imported*"])
+
+
+def test_xdist_gives_the_same_records_and_one_set_of_files(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
+    pytester.runpytest(str(dump), "--msprobe-out", "serial")
+    result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "-n", "2", "-p", "xdist")
+    assert result.ret in (0, 1), result.stdout.str()
+    serial, parallel = records(pytester, "serial"), records(pytester, "parallel")
+    strip = ("timings",)
+    assert [{k: v for k, v in r.items() if k not in strip} for r in serial] == \
+        [{k: v for k, v in r.items() if k not in strip} for r in parallel]
+    assert len(list((pytester.path / "parallel").glob("*.csv"))) == 2
+
+
+@pytest.mark.skipif(not SHARED_DUMPS.is_dir(), reason="../shared/dumps is not beside this checkout")
+@pytest.mark.parametrize("folder", shared_dump_dirs("pt"), ids=lambda p: p.name)
+def test_shared_pytorch_dumps_run_without_crash_type_errors(pytester: pytest.Pytester, folder: Path) -> None:
+    dump = copy_dump(pytester, folder, folder.name)
+    result = pytester.runpytest(str(dump), "--msprobe-device", "cpu")
+    entries = json.loads(dump.read_text())["data"]
+    recs = records(pytester)
+    assert sorted(f"{r['api']}.{r['direction']}" for r in recs) == sorted(entries)
+    assert not [r for r in recs if r.get("traceback")], result.stdout.str()
+    if "fp32" in folder.name:  # correct CPU kernels are never 'error' on fp32 dumps
+        assert not [r["api"] for r in recs if r["status"] == "error"], result.stdout.str()
