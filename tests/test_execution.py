@@ -1,0 +1,159 @@
+"""Execution rules: bench upcast, autocast hint, HF32, indexing special cases, out=/in-place, devices."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_msprobe.check import check_entry
+from pytest_msprobe.dump import load_dump
+from pytest_msprobe.execution import (
+    NotCheckable, _getitem, hf32_round, pair_cotangents, plan_precision, select_device,
+)
+from pytest_msprobe.settings import CheckOptions
+from pytest_msprobe.specs import load_specs
+from tests.helpers import tensor
+
+SPECS = load_specs()
+f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
+
+
+@pytest.mark.parametrize(
+    "dtypes, output, expected_raise, expected_autocast",
+    [
+        ([f16, f16], f16, f32, None),
+        ([bf16], bf16, f32, None),
+        ([f32, f32], f32, f64, None),
+        ([f64], f64, None, None),   # nothing raisable: fp64 stays fp64
+        ([f16, f32], f16, f32, f16),  # mixed -> everything fp32, device under autocast(fp16)
+        ([f32], bf16, f64, bf16),     # AMP region: fp32 inputs, bf16 output recorded
+        ([], f32, None, None),        # msprobe's fp32 autocast for int-only inputs is a no-op: dropped
+    ],
+)
+def test_precision_plan(dtypes, output, expected_raise, expected_autocast) -> None:
+    args = [torch.zeros(2, dtype=d) for d in dtypes] + [torch.zeros(2, dtype=torch.int64)]
+    plan = plan_precision("add", args, {}, output, SPECS)
+    assert plan.raise_to == expected_raise and plan.autocast == expected_autocast
+
+
+def test_type_conversion_apis_are_not_raised_and_convs_use_hf32() -> None:
+    assert plan_precision("type_as", [torch.zeros(1, dtype=f16)], {}, f16, SPECS).raise_to is None
+    assert plan_precision("conv2d", [torch.zeros(1)], {}, f32, SPECS).hf32
+
+
+def test_hf32_rounds_half_up_at_mantissa_bit_11() -> None:
+    x = torch.tensor([1 + 2**-12, 1 + 2**-13, 1.0, -(1 + 2**-12)], dtype=f32)
+    assert hf32_round(x).tolist() == [1 + 2**-11, 1.0, 1.0, -(1 + 2**-11)]
+
+
+def test_getitem_special_cases_match_plain_indexing() -> None:
+    x = torch.arange(24.0).reshape(4, 6)
+    mask = x > 10
+    assert torch.equal(_getitem(x, mask), x[mask])
+    assert torch.equal(_getitem(x, mask.to(torch.uint8)), x[mask])
+    rows = torch.tensor([True, False, True, False])
+    assert torch.equal(_getitem(x, rows), x[rows])
+    idx = torch.tensor([[0, 2], [3, 1]])
+    assert torch.equal(_getitem(x, idx), x[idx])
+    assert torch.equal(_getitem(x, torch.tensor(2)), x[2])
+    assert torch.equal(_getitem(x, (slice(0, 2), Ellipsis)), x[0:2, ...])
+
+
+def test_cotangent_pairing() -> None:
+    a = torch.zeros(2, requires_grad=True) * 1
+    idx = torch.zeros(2, dtype=torch.int64)
+    g = torch.ones(2)
+    assert pair_cotangents([a], [g], None) == [(0, g)]
+    assert pair_cotangents([a, idx], [g, None], 0) == [(0, g)]
+    assert pair_cotangents([a, idx], [g], 0) == [(0, g)]
+    with pytest.raises(NotCheckable, match="grad_index"):
+        pair_cotangents([a, a], [g], None)
+
+
+def test_device_selection_is_clear() -> None:
+    assert select_device("cpu").name == "cpu"
+    assert select_device("auto").kind in ("npu", "cuda", "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(NotCheckable, match="cuda"):
+            select_device("cuda")
+
+
+def test_plugin_import_and_collection_do_not_import_torch(tmp_path) -> None:
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps({"data": {"Functional.relu.0.forward": {"input_args": [tensor()]}}}))
+    code = ("import sys, pytest; import pytest_msprobe.plugin; assert 'torch' not in sys.modules; "
+            f"pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', {str(dump)!r}]); "
+            "assert 'torch' not in sys.modules, 'collection imported torch'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, capture_output=True)
+
+
+def run(write_dump, data: dict[str, Any], name: str, **options: Any) -> dict[str, Any]:
+    dump = load_dump(write_dump(data))
+    return check_entry(dump, name, CheckOptions(device="cpu", **options), SPECS)
+
+
+def test_out_kwarg_and_inplace_run_on_clones(write_dump) -> None:
+    data = {
+        "Torch.add.0.forward": {"input_args": [tensor(), tensor()],
+                                "input_kwargs": {"out": tensor()}, "output": [tensor()]},
+        "Torch.add.0.backward": {"input": [tensor()], "output": [tensor()]},
+        "Tensor.mul_.0.forward": {"input_args": [tensor(requires_grad=True), tensor()], "input_kwargs": {},
+                                  "output": [tensor()]},
+        "Tensor.mul_.0.backward": {"input": [tensor()], "output": [tensor()]},
+    }
+    assert run(write_dump, data, "Torch.add.0.forward")["status"] == "pass"
+    bwd = run(write_dump, data, "Torch.add.0.backward")
+    assert bwd["status"] == "SKIP" and "out=" in bwd["message"]
+    rec = run(write_dump, data, "Tensor.mul_.0.backward")
+    assert rec["status"] == "pass" and [o["name"] for o in rec["outputs"]] == ["Tensor.mul_.0.backward.output.0"]
+
+
+def test_device_and_dtype_kwargs(write_dump) -> None:
+    data = {"Torch.ones.0.forward": {
+        "input_args": [{"type": "int", "value": 4}, {"type": "int", "value": 16}],
+        "input_kwargs": {"dtype": {"type": "torch.dtype", "value": "torch.float16"},
+                         "device": {"type": "torch.device", "value": "npu:0"}},
+        "output": [tensor("torch.float16", [4, 16])]}}
+    rec = run(write_dump, data, "Torch.ones.0.forward")
+    assert rec["status"] == "pass" and rec["outputs"][0]["device_dtype"] == "torch.float16"
+
+
+def test_amp_region_runs_device_under_autocast(write_dump) -> None:
+    data = {"Functional.linear.0.forward": {
+        "input_args": [tensor(shape=[8, 16]), tensor(shape=[4, 16])], "input_kwargs": {},
+        "output": [tensor("torch.bfloat16", [8, 4])]}}
+    rec = run(write_dump, data, "Functional.linear.0.forward")
+    out = rec["outputs"][0]
+    assert out["device_dtype"] == "torch.bfloat16" and out["bench_dtype"] == "torch.float64"
+
+
+def test_multi_output_backward_uses_grad_index(write_dump) -> None:
+    data = {"Torch.topk.0.forward": {"input_args": [tensor(shape=[4, 32], requires_grad=True),
+                                                    {"type": "int", "value": 3}], "input_kwargs": {},
+                                     "output": {"values": tensor(shape=[4, 3]),
+                                                "indices": tensor("torch.int64", [4, 3], mx=31, mn=0)}},
+            "Torch.topk.0.backward": {"input": [tensor(shape=[4, 3]), None], "output": [tensor(shape=[4, 32])]}}
+    fwd = run(write_dump, data, "Torch.topk.0.forward")
+    assert [o["status"] for o in fwd["outputs"]] == ["pass", "pass"]
+    bwd = run(write_dump, data, "Torch.topk.0.backward")
+    assert bwd["status"] == "pass" and bwd["outputs"][0]["shape"] == [4, 32]
+
+
+def test_cross_entropy_targets_are_valid_classes(write_dump) -> None:
+    data = {"Functional.cross_entropy.0.forward": {
+        "input_args": [tensor(shape=[16, 5]), tensor("torch.int32", [16], mx=4, mn=-100)],
+        "input_kwargs": {}, "output": [tensor(shape=[])]}}
+    assert run(write_dump, data, "Functional.cross_entropy.0.forward")["status"] == "pass"
+
+
+def test_seeded_random_api_inside_call_is_reproducible(write_dump) -> None:
+    data = {"Functional.dropout.0.forward": {"input_args": [tensor(shape=[64, 64], mx=2.0, mn=1.0),
+                                                            {"type": "float", "value": 0.5}], "input_kwargs": {},
+                                             "output": [tensor(shape=[64, 64])]}}
+    first = run(write_dump, data, "Functional.dropout.0.forward")
+    assert first == run(write_dump, data, "Functional.dropout.0.forward") | {"timings": first["timings"]}
+    assert first["status"] == "pass" and "fraction of zeros" in first["notes"][-1]
