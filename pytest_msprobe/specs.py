@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,21 @@ from api_specs import SPEC_DIR
 
 class SpecError(Exception):
     """A spec file that cannot be used; the message names the file and key."""
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _check_numbers(node: Any, where: str) -> None:
+    """YAML 1.1 reads `1e-16` (no dot) as a string; a threshold must never silently be one."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_numbers(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_numbers(value, f"{where}[{i}]")
+    elif isinstance(node, str) and _NUMBER.match(node):
+        raise SpecError(f"{where}: {node!r} was read as a string; write floats with a dot (1.0e-16)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,6 +43,7 @@ def load_specs(spec_dir: str = str(SPEC_DIR)) -> dict[str, Any]:
         if not isinstance(content, dict):
             raise SpecError(f"{path}: top level must be a mapping, got {type(content).__name__}")
         for key, value in content.items():
+            _check_numbers(value, f"{path}: {key}")
             if key in merged:
                 raise SpecError(f"{path}: key {key!r} is already defined in {origin[key]}")
             merged[key] = value
