@@ -10,6 +10,10 @@ from typing import Any, Callable
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 
+class BenchUnsupported(Exception):
+    """The reference cannot reproduce this call (e.g. dropout with keep_prob < 1); the item skips."""
+
+
 def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: make `fn` the reference of the torch_npu op `name`."""
 
