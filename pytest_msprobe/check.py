@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import standards
+from . import judge, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
     RAISABLE, Device, NotCheckable, backward, first_output_dtype, hf32_round, make_side, output_leaves,
@@ -20,7 +20,7 @@ from .execution import (
 from .inputs import BuildContext, InputError, build, parse_dtype
 from .seeds import item_seed
 from .settings import CheckOptions
-from .specs import in_list
+from .specs import api_settings, in_list
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
@@ -64,6 +64,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     for group in ("always_skip", "random_apis"):
         if in_list(specs, api, group):
             raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
+    user = api_settings(specs, api)
+    if user.get("skip"):
+        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
     forward = _entry(dump, name.full_name, "forward")
     backward_entry = _entry(dump, name.full_name, "backward") if name.direction == "backward" else None
     want_grad = backward_entry is not None
@@ -123,24 +126,28 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     record["timings"]["inputs_s"] = time.perf_counter() - started
 
     timings = record["timings"]
+    reference = _reference_side(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad)
     torch.manual_seed(record["seed"])  # random APIs inside the call (dropout) replay identically per item
     out_d = _timed(timings, "device_s", "device", lambda: run_side(
         resolved.device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad), device)
     out_b = _timed(timings, "bench_s", "bench", lambda: run_side(
         resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad), None)
-    leaves_d, leaves_b = output_leaves(out_d), output_leaves(out_b)
-    selected = specs.get("forward_output_index", {}).get(api)
-    if selected is not None:
-        leaves_d = [leaves_d[i] for i in selected if i < len(leaves_d)]
-        leaves_b = [leaves_b[i] for i in selected if i < len(leaves_b)]
+    leaves_d, leaves_b = _selected(output_leaves(out_d), api, specs), _selected(output_leaves(out_b), api, specs)
+    leaves_r: list[Any] | None = None
+    if reference is not None:
+        ref_side, ref_fn, ref_autocast, ref_device, label = reference
+        record["reference"] = label
+        out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
+            ref_fn, ref_side, autocast=ref_autocast, device_type=ref_device.kind, grad=want_grad), ref_device)
+        leaves_r = _selected(output_leaves(out_r), api, specs)
 
     started = time.perf_counter()
     if backward_entry is None:
-        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, api, specs)
+        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, api, specs, options)
     else:
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
-        grad_index = specs.get("backward", {}).get("grad_index", {}).get(api)
+        grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
         pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
         pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
         if not pairs_b or len(pairs_b) != len(pairs_d):
@@ -148,15 +155,54 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
         _timed(timings, "device_backward_s", "device backward",
                lambda: backward(leaves_d, pairs_d, device.name), device)
+        grads_r = None
+        if reference is not None and leaves_r is not None:
+            ref_side, ref_device = reference[0], reference[3]
+            pairs_r = pair_cotangents(leaves_r, cotangents, grad_index)
+            _timed(timings, "reference_backward_s", "reference backward",
+                   lambda: backward(leaves_r, pairs_r, ref_device.name), ref_device)
+            grads_r = [leaf.grad for _, leaf in ref_side.grad_leaves]
         grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
         grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
         positions = [pos for pos, _ in dev_side.grad_leaves]
-        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, api, specs, positions)
+        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, api, specs, options,
+                 positions)
     timings["compare_s"] = time.perf_counter() - started
-    record["status"] = standards.aggregate(row["status"] for row in record["outputs"])
+    record["layer1_status"] = standards.aggregate(row["status"] for row in record["outputs"])
+    record["status"] = standards.aggregate(row["verdict"] or row["status"] for row in record["outputs"])
     if record["status"] == "SKIP" and not record["message"]:
         record["message"] = "; ".join(row["message"] for row in record["outputs"] if row["message"]) or \
             "nothing was compared"
+
+
+def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
+    """Only the outputs api_specs says are comparable (e.g. attention_out of npu_fusion_attention)."""
+    selected = specs.get("forward_output_index", {}).get(api)
+    return leaves if selected is None else [leaves[i] for i in selected if i < len(leaves)]
+
+
+def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
+                    args: list[Any], kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool) -> Any:
+    """The third run the chosen standard compares against, or None.
+
+    With --msprobe-reference the API runs on that device in the recorded dtype (three-way check).
+    Otherwise `strict` learns what a correct kernel loses from the API on CPU computing in fp32
+    (fp64 for fp64) with the result rounded to the device dtype.
+    """
+    if options.reference_device:
+        ref_device = select_device(options.reference_device)
+        ref = resolve(name.api_type, name.api_name, ref_device, specs)
+        side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
+                         requires_grad=requires_grad, want_grad=want_grad, bench=False)
+        return side, ref.device_fn, plan.autocast, ref_device, f"{ref.label} on {ref_device.name}"
+    if options.standard == "strict":
+        def compute_dtype(t: torch.Tensor) -> torch.dtype:
+            return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+        side = make_side(args, kwargs, device="cpu", dtype_for=compute_dtype,
+                         requires_grad=requires_grad, want_grad=want_grad, bench=True)
+        return side, resolved.bench_fn, None, Device("cpu"), "cpu, computing in fp32 (fp64 for fp64), rounded"
+    return None
 
 
 def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Device | None) -> Any:
@@ -211,8 +257,8 @@ def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
     return ("scalar", x, None)
 
 
-def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], api: str,
-             specs: dict[str, Any], positions: list[int] | None = None) -> None:
+def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], ref: list[Any] | None,
+             api: str, specs: dict[str, Any], options: CheckOptions, positions: list[int] | None = None) -> None:
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
         d = next((x for x in device if isinstance(x, torch.Tensor)), None)
@@ -221,13 +267,43 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         status, message = standards.dropout_verdict(_to_numpy(b)[1], _to_numpy(d)[1], specs)
         record["outputs"].append({
             "name": f"{prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
-            "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None,
+            "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
         })
         record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
         return
-    rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy)
+    metric_standard = "msprobe26" if options.standard == "msprobe26" else "msprobe"
+    rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy,
+                                       standard=metric_standard)
+    if ref is not None:
+        ref = [_round_like(r, d) for r, d in zip(ref, device)]
+    ref_rows = None
+    if ref is not None and options.standard in ("msprobe", "msprobe26"):
+        ref_rows = standards.compare_structure(prefix, bench, ref, api_name=api, specs=specs, converter=_to_numpy,
+                                               standard=metric_standard)
     for i, row in enumerate(rows):
-        data = row.to_dict()
         if positions is not None and i < len(positions):
-            data["name"] = f"{prefix}.{positions[i]}"
-        record["outputs"].append(data)
+            row.name = f"{prefix}.{positions[i]}"
+        paired = i < len(bench) and len(rows) == len(bench)
+        judge.decide(row, options.standard, api_name=api, specs=specs,
+                     ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
+                     arrays=(_float_arrays(bench[i], device[i], ref[i] if ref is not None else None) if paired else None),
+                     reference_results=options.reference_results)
+        record["outputs"].append(row.to_dict())
+
+
+def _round_like(ref: Any, device: Any) -> Any:
+    """A reference computed in a wider dtype is rounded to the device output's dtype."""
+    if isinstance(ref, torch.Tensor) and isinstance(device, torch.Tensor) and ref.dtype != device.dtype \
+            and ref.is_floating_point() and device.is_floating_point():
+        return ref.detach().to(device.dtype)
+    return ref
+
+
+def _float_arrays(bench: Any, device: Any, ref: Any) -> tuple[Any, Any, Any] | None:
+    """float64 copies of a float tensor triple for the strict standard (None when it does not apply)."""
+    if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
+        return None
+    if bench.shape != device.shape or (ref is not None and (not isinstance(ref, torch.Tensor) or ref.shape != device.shape)):
+        return None
+    as64 = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
+    return as64(bench), as64(device), (as64(ref) if ref is not None else None)

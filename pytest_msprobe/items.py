@@ -13,6 +13,7 @@ import pytest
 
 from .dump import Dump, DumpError, iter_leaves, load_dump, parse_entry_name
 from .settings import SETTINGS_KEY
+from .summary import junit_properties
 
 RECORD_KEY = pytest.StashKey[dict]()
 KNOWN_TYPES = ("Functional", "Tensor", "Torch", "NPU", "Aten", "VF", "Distributed", "MindSpeed", "Triton",
@@ -90,12 +91,14 @@ class ApiItem(pytest.Item):
         settings = self.config.stash[SETTINGS_KEY]
         dump = load_dump(self.path)
         try:
-            record = check_entry(dump, self.name, settings.check_options, load_specs())
+            record = check_entry(dump, self.name, settings.check_options,
+                                 load_specs(user_file=settings.check_options.specs_file))
         except ValueError as exc:  # unparseable entry name
             record = {"api": self.name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
         record.update(nodeid=self.nodeid, dump=self.path.as_posix() if not self._relpath() else self._relpath(),
                       order=self.order, standard=settings.standard, rerun=self.rerun_command())
         self.stash[RECORD_KEY] = record
+        self.user_properties += junit_properties(record)  # JUnit <property> elements, also under xdist
         status = record["status"]
         if status == "SKIP":
             pytest.skip(record["message"])
@@ -109,8 +112,14 @@ class ApiItem(pytest.Item):
         settings = self.config.stash[SETTINGS_KEY]
         args = ["pytest", f"{self.path}::{self.name}", "--msprobe-seed", str(settings.check_options.run_seed),
                 "--msprobe-device", settings.check_options.device]
-        if settings.check_options.data_mode != "auto":
-            args += ["--msprobe-data-mode", settings.check_options.data_mode]
+        opts = settings.check_options
+        args += ["--msprobe-standard", opts.standard]
+        for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
+                            ("--msprobe-reference", opts.reference_device),
+                            ("--msprobe-reference-results", opts.reference_results),
+                            ("--msprobe-specs", opts.specs_file)):
+            if value:
+                args += [flag, value]
         return shlex.join(args)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:

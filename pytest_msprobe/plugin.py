@@ -6,15 +6,16 @@ and collecting a dump stay cheap.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 from pathlib import Path
 from typing import Any, Generator
 
 import pytest
 
+from . import baseline, devices, guard, journal, shard, summary
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import DATA_MODES, DEFAULT_SEED, DEVICES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings
+from .shard import parse_shard
 
 DUMP_BASENAME = "dump.json"
 
@@ -41,15 +42,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"run seed for random inputs (default {DEFAULT_SEED}; 'random' picks one and prints it)")
     group.addoption("--msprobe-data-mode", choices=DATA_MODES, default="auto",
                     help="auto: saved tensors when the dump has them, else random from statistics")
-    group.addoption("--msprobe-standard", choices=STANDARDS, default="original",
-                    help="precision standard (original: msprobe's cosine / max-abs / dual-ratio rules)")
+    group.addoption("--msprobe-standard", choices=STANDARDS, default=None,
+                    help="judgement: msprobe (8.x new standard, default), original (msprobe's Layer 1 only), "
+                         "msprobe26 (benchmark for every float output), strict (pytest-msprobe's; see README)")
+    group.addoption("--msprobe-reference", default=None, metavar="DEVICE",
+                    help="run each API on this second device too (cuda, cpu, npu) as the reference of the "
+                         "benchmark/ULP/strict comparisons: the three-way check in one run")
+    group.addoption("--msprobe-reference-results", default=None, metavar="PATH",
+                    help="reference metrics of an earlier run: msprobe_records_*.jsonl or an msprobe "
+                         "accuracy_checking_details_*.csv (e.g. from a GPU host)")
+    group.addoption("--msprobe-specs", default=None, metavar="FILE",
+                    help="YAML file overriding or extending api_specs/ (thresholds, categories, per-API settings)")
     group.addoption("--msprobe-warning-as-error", action="store_true", default=False,
                     help="fail items whose verdict is msprobe's 'Warning'")
     group.addoption("--msprobe-out", default=None, metavar="DIR",
                     help="folder for the msprobe-compatible CSVs and the JSON lines records (default msprobe_results)")
+    group.addoption("--msprobe-devices", nargs="+", action="extend", default=[], metavar="ID",
+                    help="device ids for xdist workers (e.g. -n 32 --msprobe-devices 0 1 2 3): each worker is "
+                         "pinned to one; without xdist the first is used")
+    group.addoption("--msprobe-workers-per-device", default=None, metavar="N",
+                    help="at most N xdist workers per device (default 8, as msprobe); extra workers are not started")
+    group.addoption("--msprobe-timeout", default=None, metavar="SECONDS",
+                    help="fail an item running longer; a call stuck in native code ends its xdist worker "
+                         "(counted as a crash) or, without xdist, the run")
+    group.addoption("--msprobe-resume", action="store_true", default=False,
+                    help="run only items without a finished result in the journal (--msprobe-out); the "
+                         "journaled results go into the final files")
+    group.addoption("--msprobe-shard", type=parse_shard, default=None, metavar="K/N",
+                    help="run part K of N of every dump (balanced by input size); merge with "
+                         "python -m pytest_msprobe merge")
+    group.addoption("--msprobe-baseline", default=None, metavar="FILE",
+                    help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
+    parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
+    parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
+    parser.addini("msprobe_timeout", "default for --msprobe-timeout (seconds)", default="")
+    parser.addini("msprobe_baseline", "default for --msprobe-baseline", default="")
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
     parser.addini("msprobe_out", "default for --msprobe-out", default="msprobe_results")
+    parser.addini("msprobe_standard", "default for --msprobe-standard", default=STANDARDS[0])
+    parser.addini("msprobe_specs", "default for --msprobe-specs", default="")
     parser.addini("msprobe_continue_on_collection_errors", type="bool", default=True,
                   help="a broken dump.json is reported as a collection error while the other dumps still run")
 
@@ -70,13 +102,34 @@ def _settings(config: pytest.Config) -> Settings:
             seed = _seed(str(seed))
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"ini msprobe_seed: {exc}") from None
-    index = os.environ.get("PYTEST_MSPROBE_DEVICE_INDEX")
+    standard = opt.msprobe_standard or config.getini("msprobe_standard")
+    if standard not in STANDARDS:
+        raise pytest.UsageError(f"ini msprobe_standard: {standard!r} is not one of {', '.join(STANDARDS)}")
+    here = config.invocation_params.dir
+    specs_file = opt.msprobe_specs or config.getini("msprobe_specs") or None
+    if specs_file:
+        specs_file = str(here / specs_file)
+        from .specs import SpecError, load_specs
+
+        try:
+            load_specs(user_file=specs_file)  # reject a bad file before anything runs
+        except SpecError as exc:
+            raise pytest.UsageError(f"--msprobe-specs: {exc}") from None
+    reference_results = opt.msprobe_reference_results
+    if reference_results:
+        reference_results = str(here / reference_results)
+        if not Path(reference_results).is_file():
+            raise pytest.UsageError(f"--msprobe-reference-results: no such file: {reference_results}")
+    if opt.msprobe_reference and opt.msprobe_reference not in DEVICES[1:]:
+        raise pytest.UsageError(f"--msprobe-reference: {opt.msprobe_reference!r} is not one of {', '.join(DEVICES[1:])}")
     options = CheckOptions(device=device, run_seed=int(seed), data_mode=opt.msprobe_data_mode,
-                           device_index=int(index) if index else None)
+                           device_index=devices.device_index(config), standard=standard,
+                           reference_device=opt.msprobe_reference, reference_results=reference_results,
+                           specs_file=specs_file)
     out = Path(opt.msprobe_out or config.getini("msprobe_out"))
     if not out.is_absolute():
-        out = config.invocation_params.dir / out
-    return Settings(check_options=options, standard=opt.msprobe_standard, warning_as_error=opt.msprobe_warning_as_error,
+        out = here / out
+    return Settings(check_options=options, standard=standard, warning_as_error=opt.msprobe_warning_as_error,
                     out_dir=out, api_info=[Path(p) for p in opt.msprobe_api_info])
 
 
@@ -97,6 +150,11 @@ def pytest_configure(config: pytest.Config) -> None:
             config.args[:] = paths
     if config.getini("msprobe_continue_on_collection_errors"):
         config.option.continue_on_collection_errors = True
+    journal.configure(config, settings)  # first: resuming may adopt the journal's run seed
+    devices.configure(config, settings)
+    guard.configure(config, settings.check_options.run_seed)
+    shard.configure(config)
+    baseline.configure(config)
     config.pluginmanager.register(ResultCollector(config), "msprobe-results")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "msprobe-xdist")
@@ -110,11 +168,11 @@ class XdistHooks:
         node.workerinput["msprobe_seed"] = settings.check_options.run_seed
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
-    return (f"msprobe: seed {opts.run_seed}, device {opts.device}, standard {settings.standard}, "
-            f"data {opts.data_mode}, results -> {settings.out_dir}")
+    return [f"msprobe: seed {opts.run_seed}, device {opts.device}, standard {settings.standard}, "
+            f"data {opts.data_mode}, results -> {settings.out_dir}", *summary.header_lines(config)]
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile | None:
@@ -135,8 +193,13 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile |
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    if isinstance(item, ApiItem) and call.when == "call" and RECORD_KEY in item.stash:
-        report.msprobe = item.stash[RECORD_KEY]  # travels to the xdist controller with the report
+    if isinstance(item, ApiItem) and call.when == "call":
+        record = item.stash.get(RECORD_KEY, None)
+        if record is None and (record := guard.record_for_exception(item, call)) is not None:
+            report.user_properties += summary.junit_properties(record)
+        if record is not None:
+            record["entry_key"] = journal.item_key(item)  # what --msprobe-resume matches
+            report.msprobe = record  # travels to the xdist controller with the report
     return report
 
 
@@ -154,29 +217,33 @@ class ResultCollector:
         self.config = config
         self.records: list[dict[str, Any]] = []
         self.written: dict[str, Path] = {}
+        self.journal = config.stash.get(journal.JOURNAL_KEY, None)  # controller only
+        self.resumed = self.known = 0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, "msprobe", None)
-        if record is not None and report.when == "call":
+        if record is not None:  # on call reports, and on xdist's report of a crashed item
             self.records.append(record)
+            self.known += hasattr(report, "wasxfail") and report.skipped
+            if self.journal is not None:
+                self.journal.write(record)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if hasattr(self.config, "workerinput") or not self.records:
+        if self.journal is None:
+            return
+        self.journal.close()
+        resumed = self.journal.resumed_records()
+        if not self.records and not resumed:
             return
         from .report import write_results
 
-        self.records.sort(key=lambda r: (r.get("dump", ""), r.get("order", 0), r.get("direction") != "forward"))
+        self.resumed = len(resumed)
+        self.records = journal.final_records(resumed, self.records)
         self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.written:
             return
-        from .report import summary_counts
-
-        tr = terminalreporter
-        tr.section("msprobe")
-        counts = summary_counts(self.records)
-        tr.write_line("items: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts)))
-        tr.write_line(f"seed: {self.config.stash[SETTINGS_KEY].check_options.run_seed}")
-        for kind, path in self.written.items():
-            tr.write_line(f"{kind}: {path}")
+        terminalreporter.section("msprobe")
+        for line in summary.terminal_lines(self.config, self.records, self.written, self.resumed, self.known):
+            terminalreporter.write_line(line)

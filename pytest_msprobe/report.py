@@ -91,9 +91,10 @@ def api_results(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, st
 
 
 def _status(rec: Mapping[str, Any] | None) -> str:
+    """run_ut's own (Layer-1) status; the selected standard's verdict goes to the compare files."""
     if rec is None:
         return BLANK
-    return str(rec.get("status") or BLANK)
+    return str(rec.get("layer1_status") or rec.get("status") or BLANK)
 
 
 def _record_message(rec: Mapping[str, Any] | None) -> str:
@@ -159,6 +160,78 @@ def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> l
 
 
 # ----------------------------------------------------------------------------------------------
+# api_precision_compare files (msprobe's new standard, §5.3)
+
+COMPARE_RESULT_HEADER: tuple[str, ...] = ("API Name", "Forward Test Success", "Backward Test Success", "Message")
+COMPARE_DETAILS_HEADER: tuple[str, ...] = (
+    "API Name", "小值域错误比值", "小值域判定结果", "均方根误差比值", "均方根误差判定结果",
+    "相对误差最大值比值", "相对误差最大值判定结果", "相对误差平均值比值", "相对误差平均值判定结果", "误差均衡性比值",
+    "误差均衡性判定结果", "inf/nan错误率", "inf/nan判定结果", "相对误差错误率", "相对误差判定结果", "绝对误差错误率",
+    "绝对误差判定结果", "二进制一致错误率", "二进制一致错误率判定结果", "ULP误差平均值", "ULP误差大于阈值占比",
+    "ULP误差大于阈值占比比值", "ULP误差判定结果", "双千指标", "双千指标判定结果", "比对结果", "比对算法", "Message",
+)
+COMPARE_RESULT_PREFIX = "api_precision_compare_result_"
+COMPARE_DETAILS_PREFIX = "api_precision_compare_details_"
+
+
+def _compare_status(statuses: list[str]) -> str:
+    """msprobe's per-direction fold: blank, all-SKIP, error, Warning, pass."""
+    if not statuses:
+        return BLANK
+    if all(s == SKIP for s in statuses):
+        return SKIP
+    for status in (ERROR, WARNING):
+        if status in statuses:
+            return status
+    return PASS
+
+
+def compare_rows(records: Iterable[Mapping[str, Any]], compare_keys: Sequence[str],
+                 precision: int = 14) -> tuple[list[list[str]], list[list[str]]]:
+    """(result rows, details rows) of api_precision_compare for records judged by a msprobe standard.
+
+    An output without new-standard cells (fp64, scalars, no reference) is a SKIP row with the reason,
+    as api_precision_compare SKIPs what it cannot judge.
+    """
+    details: list[list[str]] = []
+    per_api: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for rec in records:
+        for out in rec.get("outputs") or ():
+            cells = out.get("compare")
+            if cells:
+                status = str(out.get("verdict") or out.get("status"))
+                row = [str(out["name"])] + [_cell(cells.get(k), precision) for k in compare_keys]
+                row += [status, str(cells.get("algorithm_name", BLANK)), str(out.get("verdict_message") or "")]
+            else:
+                status = SKIP
+                reason = out.get("verdict_message") or out.get("message") or "not judged by the new standard"
+                row = [str(out["name"])] + [BLANK] * len(compare_keys) + [SKIP, BLANK, str(reason)]
+            details.append(row)
+            per_api.setdefault(str(rec["api"]), {}).setdefault(str(rec["direction"]), []).append((status, row[-1]))
+    results = []
+    for api, directions in per_api.items():
+        fwd = _compare_status([s for s, _ in directions.get("forward", [])])
+        bwd = _compare_status([s for s, _ in directions.get("backward", [])])
+        message = directions["forward"][0][1] if fwd == SKIP else ""
+        results.append([api, fwd, bwd, message])
+    return results, details
+
+
+def write_compare_results(records: list[dict], out_dir: Path, ts: str, compare_keys: Sequence[str],
+                          precision: int = 14) -> dict[str, Path]:
+    results, details = compare_rows(records, compare_keys, precision)
+    paths = {"compare_result": Path(out_dir) / f"{COMPARE_RESULT_PREFIX}{ts}.csv",
+             "compare_details": Path(out_dir) / f"{COMPARE_DETAILS_PREFIX}{ts}.csv"}
+    for key, header, rows in (("compare_result", COMPARE_RESULT_HEADER, results),
+                              ("compare_details", COMPARE_DETAILS_HEADER, details)):
+        with open(paths[key], "w", encoding=CSV_ENCODING, newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(rows)
+    return paths
+
+
+# ----------------------------------------------------------------------------------------------
 # files
 
 
@@ -191,6 +264,11 @@ def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
         for rec in records:
             f.write(json.dumps(rec, ensure_ascii=False, allow_nan=True))
             f.write("\n")
+    if any(rec.get("standard") in ("msprobe", "msprobe26") for rec in records):
+        from .verdicts import COMPARE_KEYS
+
+        judged = [rec for rec in records if rec.get("standard") in ("msprobe", "msprobe26")]
+        paths.update(write_compare_results(judged, out_dir, ts, COMPARE_KEYS, precision))
     return paths
 
 
@@ -251,7 +329,7 @@ def _index(index: Any) -> str:
     return f"[{index}]"
 
 
-_FAILURE_COLUMNS = ("output", "shape", "device", "bench", "status", "cosine", "max_abs_err",
+_FAILURE_COLUMNS = ("output", "shape", "device", "bench", "verdict", "cosine", "max_abs_err",
                     "max_rel_err", "worst_idx", "worst_device", "worst_bench")
 
 
@@ -262,7 +340,8 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
     lines = [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
              f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')})"]
     table: list[tuple[str, ...]] = []
-    for out in record.get("outputs") or ():
+    outputs = sorted(record.get("outputs") or (), key=_severity)  # worst output first
+    for out in outputs:
         metrics = out.get("metrics") or {}
         worst = out.get("worst") or {}
         shape = out.get("shape")
@@ -271,7 +350,7 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
             "-" if shape is None else str(tuple(shape)),
             _short_dtype(out.get("device_dtype")),
             _short_dtype(out.get("bench_dtype")),
-            str(out.get("status") or "-"),
+            str(out.get("verdict") or out.get("status") or "-"),
             _num(metrics.get("cosine")),
             _num(metrics.get("max_abs_err")),
             _num(metrics.get("max_rel_err")),
@@ -283,16 +362,23 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
         widths = [max(len(row[i]) for row in [_FAILURE_COLUMNS, *table]) for i in range(len(_FAILURE_COLUMNS))]
         for row in [_FAILURE_COLUMNS, *table]:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        for out in record.get("outputs") or ():
-            if out.get("message") and out.get("status") not in (PASS, None):
+        for out in outputs:
+            verdict = out.get("verdict") or out.get("status")
+            text = out.get("verdict_message") or out.get("message")
+            if text and verdict not in (PASS, None):
                 short = _short_name(str(out.get("name", "")), direction)
-                lines.append(f"{short}: {_indent(str(out['message']))}")
+                lines.append(f"{short}: {_indent(str(text))}")
     message = str(record.get("message") or "")
     if message:
         lines.append(f"message: {_indent(message)}")
     lines.append(f"seed: {record.get('seed')}")
     lines.append(f"rerun: {rerun}")
     return "\n".join(lines)
+
+
+def _severity(out: Mapping[str, Any]) -> int:
+    order = {ERROR: 0, WARNING: 1, SKIP: 2, PASS: 3}
+    return order.get(str(out.get("verdict") or out.get("status")), 4)
 
 
 def _indent(text: str) -> str:

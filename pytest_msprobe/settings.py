@@ -9,7 +9,7 @@ import pytest
 DEFAULT_SEED = 1234
 DEVICES = ("auto", "npu", "cuda", "cpu")
 DATA_MODES = ("auto", "random", "real")
-STANDARDS = ("original",)
+STANDARDS = ("msprobe", "original", "msprobe26", "strict")  # first is the default
 
 
 @dataclass(frozen=True)
@@ -21,12 +21,16 @@ class CheckOptions:
     run_seed: int = DEFAULT_SEED
     data_mode: str = "auto"  # auto: real tensors when the dump has them, else random from statistics
     max_tensor_bytes: int | None = None
+    standard: str = "msprobe"
+    reference_device: str | None = None  # third device for the benchmark/ULP/strict comparisons
+    reference_results: str | None = None  # an earlier run's details (JSON lines or msprobe CSV)
+    specs_file: str | None = None  # the user's api_specs overrides
 
 
 @dataclass
 class Settings:
     check_options: CheckOptions
-    standard: str = "original"
+    standard: str = "msprobe"
     warning_as_error: bool = False
     out_dir: Path = Path("msprobe_results")
     api_info: list[Path] = field(default_factory=list)

@@ -1,21 +1,29 @@
-"""The api_specs/ YAML files, loaded once per process into one plain mapping."""
+"""The api_specs/ YAML files, loaded once per process into one plain mapping, plus a user's overrides.
+
+A user file (`--msprobe-specs FILE`) may override any shipped number or list, and add per-API
+entries under `apis:` (algorithm, thresholds, skip reason, grad index). It is checked against the
+shipped tree, so a typo or a string where a number belongs is rejected with the file and key.
+"""
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
 from api_specs import SPEC_DIR
 
+ALGORITHMS = ("absolute_threshold", "binary_consistency", "ulp_compare", "thousandth_threshold",
+              "accumulative_error_compare", "benchmark")
+_API_KEYS = {"algorithm": str, "skip": str, "grad_index": int, "thresholds": dict}
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
 
 class SpecError(Exception):
     """A spec file that cannot be used; the message names the file and key."""
-
-
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 def _check_numbers(node: Any, where: str) -> None:
@@ -30,33 +38,123 @@ def _check_numbers(node: Any, where: str) -> None:
         raise SpecError(f"{where}: {node!r} was read as a string; write floats with a dot (1.0e-16)")
 
 
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(content, dict):
+        raise SpecError(f"{path}: top level must be a mapping, got {type(content).__name__}")
+    return content
+
+
 @functools.lru_cache(maxsize=None)
-def load_specs(spec_dir: str = str(SPEC_DIR)) -> dict[str, Any]:
-    """Merge every *.yaml of the spec folder; a top-level key may appear in one file only."""
+def load_specs(spec_dir: str = str(SPEC_DIR), user_file: str | None = None) -> dict[str, Any]:
+    """Merge every *.yaml of the spec folder (a top-level key in one file only), then the user file."""
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for path in sorted(Path(spec_dir).glob("*.yaml")):
-        try:
-            content = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise SpecError(f"{path}: not valid YAML: {exc}") from exc
-        if not isinstance(content, dict):
-            raise SpecError(f"{path}: top level must be a mapping, got {type(content).__name__}")
-        for key, value in content.items():
+        for key, value in _read(path).items():
             _check_numbers(value, f"{path}: {key}")
             if key in merged:
                 raise SpecError(f"{path}: key {key!r} is already defined in {origin[key]}")
             merged[key] = value
             origin[key] = path.name
+    merged.setdefault("apis", {})
+    if user_file:
+        _apply_user(merged, Path(user_file))
     return merged
 
 
-def bare_name(api_name: str, specs: dict[str, Any]) -> str:
+def _apply_user(merged: dict[str, Any], path: Path) -> None:
+    user = _read(path)
+    for key, value in user.items():
+        _check_numbers(value, f"{path}: {key}")
+        if key == "apis":
+            if not isinstance(value, dict):
+                raise SpecError(f"{path}: apis: must map API names to settings")
+            for api, settings in value.items():
+                _check_api(path, api, settings, merged["thresholds"])
+            merged["apis"] = {**merged["apis"], **copy.deepcopy(value)}
+        elif key not in merged:
+            raise SpecError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(merged))})")
+        else:
+            merged[key] = _merge(merged[key], value, f"{path}: {key}")
+
+
+def _check_api(path: Path, api: str, settings: Any, shipped_thresholds: Mapping[str, Any]) -> None:
+    where = f"{path}: apis.{api}"
+    if not isinstance(settings, dict):
+        raise SpecError(f"{where}: must be a mapping of {', '.join(_API_KEYS)}")
+    for key, value in settings.items():
+        if key not in _API_KEYS:
+            raise SpecError(f"{where}: unknown key {key!r} (known: {', '.join(_API_KEYS)})")
+        if not isinstance(value, _API_KEYS[key]) or isinstance(value, bool):
+            raise SpecError(f"{where}.{key}: expected {_API_KEYS[key].__name__}, got {value!r}")
+    if settings.get("algorithm") is not None and settings["algorithm"] not in ALGORITHMS:
+        raise SpecError(f"{where}.algorithm: {settings['algorithm']!r} is not one of {', '.join(ALGORITHMS)}")
+    if "thresholds" in settings:
+        _merge(shipped_thresholds, settings["thresholds"], f"{where}.thresholds")
+
+
+_DTYPE_KEY = re.compile(r"^torch\.[a-z0-9_]+$|^default$")
+
+
+def _merge(base: Any, override: Any, where: str) -> Any:
+    """Deep-merge `override` into a copy of `base`, refusing keys and types the shipped tree lacks."""
+    if isinstance(base, dict):
+        if not isinstance(override, dict):
+            raise SpecError(f"{where}: expected a mapping, got {override!r}")
+        out = dict(base)
+        for key, value in override.items():
+            if key in base:
+                out[key] = _merge(base[key], value, f"{where}.{key}")
+            elif isinstance(key, str) and _DTYPE_KEY.match(key):  # a per-dtype entry may be added anywhere
+                out[key] = value
+            else:
+                raise SpecError(f"{where}: unknown key {key!r}")
+        return out
+    if isinstance(base, bool) or isinstance(override, bool):
+        if type(base) is not type(override):
+            raise SpecError(f"{where}: expected {type(base).__name__}, got {override!r}")
+        return override
+    if isinstance(base, (int, float)):
+        if not isinstance(override, (int, float)):
+            raise SpecError(f"{where}: expected a number, got {override!r}")
+        return override
+    if isinstance(base, list) and not isinstance(override, list):
+        raise SpecError(f"{where}: expected a list, got {override!r}")
+    if isinstance(base, str) and not isinstance(override, str):
+        raise SpecError(f"{where}: expected a string, got {override!r}")
+    return copy.deepcopy(override)
+
+
+def api_settings(specs: Mapping[str, Any], api_name: str) -> Mapping[str, Any]:
+    return specs.get("apis", {}).get(api_name) or {}
+
+
+_MERGED: dict[tuple[int, str], Mapping[str, Any]] = {}
+
+
+def thresholds_for(specs: Mapping[str, Any], api_name: str) -> Mapping[str, Any]:
+    """The thresholds with the API's own overrides (from a user spec file) applied."""
+    override = api_settings(specs, api_name).get("thresholds")
+    if not override:
+        return specs["thresholds"]
+    key = (id(specs), api_name)
+    if key not in _MERGED:
+        _MERGED[key] = _merge(specs["thresholds"], override, f"apis.{api_name}.thresholds")
+    return _MERGED[key]
+
+
+def bare_name(api_name: str, specs: Mapping[str, Any]) -> str:
     """Resolve torch_npu aliases (fast_gelu -> npu_fast_gelu)."""
     return specs.get("aliases", {}).get(api_name, api_name)
 
 
-def in_list(specs: dict[str, Any], api_name: str, *keys: str) -> bool:
+def in_list(specs: Mapping[str, Any], api_name: str, *keys: str) -> bool:
     node: Any = specs
     for key in keys:
         node = node.get(key, {}) if isinstance(node, dict) else {}

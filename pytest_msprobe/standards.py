@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 from . import metrics as M
-from .specs import load_specs
+from .specs import load_specs, thresholds_for
 
 PASS, WARNING, ERROR, SKIP = "pass", "Warning", "error", "SKIP"
 BLANK = " "
@@ -51,6 +51,11 @@ class OutputComparison:
     shape: list[int] | None
     metrics: dict[str, float | None]         # every METRIC_KEYS key; None is a blank cell
     worst: dict | None = None                # element with the largest abs error (float outputs)
+    algorithm: str | None = None             # Layer-2 algorithm whose columns are filled
+    verdict: str | None = None               # status under the selected standard (None: same as status)
+    verdict_message: str = ""
+    compare: dict | None = None              # api_precision_compare cells (ratios and sub-statuses)
+    reference: dict | None = None            # the reference side's metrics / statistics, when there is one
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict (nan/inf stay floats)."""
@@ -75,13 +80,18 @@ def _per_dtype(table: Mapping, dtype: str) -> Any:
 _INDEX: dict[int, tuple[Mapping, dict[str, str]]] = {}
 
 
-def algorithm_for(api_name: str, device_dtype: str, categories: Mapping) -> str:
+def algorithm_for(api_name: str, device_dtype: str, categories: Mapping, standard: str = "msprobe",
+                  override: str | None = None) -> str:
     """8.x category selection: non-float dtype -> binary_consistency; else the first list in
-    `lookup_order` holding the bare API name; else `default` (benchmark). Accepts the categories
-    mapping or a whole specs mapping containing it."""
+    `lookup_order` holding the bare API name; else `default` (benchmark). Under `msprobe26` every float
+    output is benchmark, as 26.x's code does. Accepts the categories mapping or a whole specs mapping."""
     cats = categories["categories"] if "categories" in categories else categories
     if device_dtype not in cats["float_dtypes"]:
         return "binary_consistency"
+    if override:  # a user's spec file put this API in a category
+        return override
+    if standard == "msprobe26":
+        return "benchmark"
     cached = _INDEX.get(id(cats))
     if cached is None or cached[0] is not cats:
         index: dict[str, str] = {}
@@ -103,7 +113,7 @@ def _torch_size(shape: tuple) -> str:
 
 
 def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dtype: str, device_dtype: str,
-                   api_name: str, specs: Mapping | None = None) -> OutputComparison:
+                   api_name: str, specs: Mapping | None = None, standard: str = "msprobe") -> OutputComparison:
     """Layer-1 verdict of one tensor pair plus the Layer-2 columns of its algorithm (§4.1, §4.2)."""
     b, d = np.asarray(bench), np.asarray(device)
     row = _row(name, ERROR, "", bench_dtype, device_dtype, [int(s) for s in d.shape])
@@ -127,13 +137,15 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
         row.message = f"Compare algorithm is not supported for {b.dtype} data. Only judged by Error Rate."
         return row
     with np.errstate(all="ignore"):
-        _compare_float(row, b.reshape(-1), d.reshape(-1), device_dtype, api_name, specs)
+        _compare_float(row, b.reshape(-1), d.reshape(-1), device_dtype, api_name, specs, standard)
     return row
 
 
 def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
-                   api_name: str, specs: Mapping) -> None:
+                   api_name: str, specs: Mapping, standard: str) -> None:
     th, cats = _sections(specs)
+    if specs is not None and "apis" in specs:
+        th = thresholds_for(specs, api_name)
     shape, dev_dtype = tuple(row.shape), d.dtype
     if dev_dtype == np.float16 and b.dtype != np.float16:   # numpy fp16 math is slow; fp32 holds the values
         d = d.astype(np.float32)
@@ -141,7 +153,8 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     err = M.error_arrays(b, d, np.finfo(b.dtype).eps if eps is None else eps)
     messages: list[str] = []
     if device_dtype in cats["layer2_dtypes"]:
-        algo = algorithm_for(api_name, device_dtype, cats)
+        override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
+        algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
         row.metrics.update(_layer2(algo, b, d, dev_dtype, err, device_dtype, th))
     else:
         messages.append(f"The data type {device_dtype} is not supported for new precision standard.")
@@ -244,7 +257,7 @@ def compare_scalar(name: str, bench: Any, device: Any) -> OutputComparison:
 
 
 def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mapping | None,
-                 converter: Callable[[Any], tuple]) -> OutputComparison:
+                 converter: Callable[[Any], tuple], standard: str = "msprobe") -> OutputComparison:
     bkind, bval, bdtype = converter(bench)
     dkind, dval, ddtype = converter(device)
     # msprobe checks isinstance(bench, type(device)) first: a None bench only skips if the device is None too.
@@ -253,23 +266,24 @@ def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mappi
     if bkind == "none":
         return _row(name, SKIP, MSG_BENCH_NONE)
     if bkind == "tensor":
-        return compare_tensor(name, bval, dval, bench_dtype=bdtype, device_dtype=ddtype, api_name=api_name, specs=specs)
+        return compare_tensor(name, bval, dval, bench_dtype=bdtype, device_dtype=ddtype, api_name=api_name,
+                              specs=specs, standard=standard)
     if bkind == "scalar":
         return compare_scalar(name, bval, dval)
     return _row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
 
 
 def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: str, specs: Mapping | None = None,
-                      converter: Callable[[Any], tuple]) -> list[OutputComparison]:
+                      converter: Callable[[Any], tuple], standard: str = "msprobe") -> list[OutputComparison]:
     """msprobe's list rules: more bench than device outputs -> one error row; else the device list is
     truncated and each pair gives a row `{name_prefix}.{i}`. A non-list bench is one pair."""
     if not isinstance(bench, (list, tuple)):
-        return [_compare_one(f"{name_prefix}.0", bench, device, api_name, specs, converter)]
+        return [_compare_one(f"{name_prefix}.0", bench, device, api_name, specs, converter, standard)]
     if not isinstance(device, (list, tuple)):
         device = [device]
     if len(bench) > len(device):
         return [_row(f"{name_prefix}.0", ERROR, MSG_STRUCTURE)]
-    return [_compare_one(f"{name_prefix}.{i}", b, d, api_name, specs, converter)
+    return [_compare_one(f"{name_prefix}.{i}", b, d, api_name, specs, converter, standard)
             for i, (b, d) in enumerate(zip(bench, device))]
 
 

@@ -306,13 +306,14 @@ def test_format_failure_table() -> None:
                worst={"index": [1, 3], "device": 0.5, "bench": 0.50001, "abs_err": 1e-5, "rel_err": 2e-5}),
         output("Functional.linear.0.forward.output.1", "pass", shape=[], cosine=None, max_abs_err=0.0),
     ])
+    rec["outputs"].reverse()  # the worst output is listed first whatever its position
     rerun = "pytest 'd/dump.json::Functional.linear.0.forward' --msprobe-seed=42"
     text = format_failure(rec, rerun)
     assert "\x1b" not in text
     lines = text.splitlines()
     assert lines[0].startswith("Functional.linear.0.forward: error")
     header, row0, row1 = lines[1:4]
-    assert header.split() == ["output", "shape", "device", "bench", "status", "cosine", "max_abs_err",
+    assert header.split() == ["output", "shape", "device", "bench", "verdict", "cosine", "max_abs_err",
                               "max_rel_err", "worst_idx", "worst_device", "worst_bench"]
     assert row0.startswith("output.0 ") and row1.startswith("output.1 ")
     assert "(4, 32)" in row0 and "float16" in row0 and "float32" in row0
@@ -320,7 +321,7 @@ def test_format_failure_table() -> None:
         assert number in row0
     assert "()" in row1 and "float64" in row1
     # aligned: every column starts at the same offset in header and rows
-    for col in ("status", "cosine", "max_rel_err", "worst_idx"):
+    for col in ("verdict", "cosine", "max_rel_err", "worst_idx"):
         start = header.index(col)
         assert row0[start - 1] == " " and row0[start] != " "
         assert row1[start - 1] == " " and row1[start] != " "

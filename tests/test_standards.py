@@ -478,7 +478,8 @@ def test_to_dict_is_json_serialisable():
     row = run([1.0, NAN, 2.0], [1.0, 2.0, 2.0], "torch.float16", "add")
     data = row.to_dict()
     text = json.dumps(data)
-    assert set(data) == {"name", "status", "message", "bench_dtype", "device_dtype", "shape", "metrics", "worst"}
+    assert set(data) == {"name", "status", "message", "bench_dtype", "device_dtype", "shape", "metrics", "worst",
+                         "algorithm", "verdict", "verdict_message", "compare", "reference"}
     assert list(data["metrics"]) == list(METRIC_KEYS) and "NaN" in text
     assert all(v is None or type(v) is float for v in data["metrics"].values())
 

@@ -1,0 +1,74 @@
+"""`python -m pytest_msprobe merge|baseline`: work on finished result folders, without pytest or torch.
+
+merge     combine the records of shard runs (or any runs) into one set of msprobe CSVs and JSON lines
+baseline  write the failing items of finished runs as a --msprobe-baseline file to review
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import baseline
+from .journal import final_records
+from .report import JSONL_PREFIX, read_jsonl, summary_counts, write_results
+
+
+def records_of(source: Path) -> list[dict]:
+    """A records file, or the newest msprobe_records_*.jsonl of a result folder."""
+    if source.is_dir():
+        files = sorted(source.glob(f"{JSONL_PREFIX}*.jsonl"))
+        if not files:
+            raise SystemExit(f"{source}: no {JSONL_PREFIX}*.jsonl here; did that run finish? "
+                             f"(resume it with --msprobe-resume)")
+        source = files[-1]
+    if not source.is_file():
+        raise SystemExit(f"{source}: no such file or folder")
+    return read_jsonl(source)
+
+
+def merge(args: argparse.Namespace) -> int:
+    batches = [records_of(Path(p)) for p in args.results]
+    seen: set[str] = set()
+    for source, batch in zip(args.results, batches):
+        ids = {r.get("nodeid", "") for r in batch}
+        if seen & ids:
+            print(f"warning: {source} repeats {len(seen & ids)} item(s) of an earlier input; the later one is kept",
+                  file=sys.stderr)
+        seen |= ids
+    records = final_records(*batches)
+    paths = write_results(records, Path(args.output))
+    counts = summary_counts(records)
+    print(f"{len(records)} records from {len(batches)} inputs: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def write_baseline(args: argparse.Namespace) -> int:
+    records = final_records(*(records_of(Path(p)) for p in args.results))
+    entries = baseline.failures(records, warning_as_error=args.warning_as_error)
+    Path(args.output).write_text(baseline.dump_yaml(entries), encoding="utf-8")
+    print(f"{len(entries)} failing item(s) written to {args.output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_msprobe", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    m = commands.add_parser("merge", help="combine result folders (e.g. one per shard) into one set of files")
+    m.add_argument("results", nargs="+", help="result folders (--msprobe-out) or msprobe_records_*.jsonl files")
+    m.add_argument("-o", "--output", required=True, help="folder for the merged CSVs and JSON lines")
+    m.set_defaults(run=merge)
+    b = commands.add_parser("baseline", help="write the failing items of finished runs as a baseline file")
+    b.add_argument("results", nargs="+", help="result folders or msprobe_records_*.jsonl files")
+    b.add_argument("-o", "--output", required=True, help="baseline file to write (YAML)")
+    b.add_argument("--warning-as-error", action="store_true", help="also list items whose verdict is Warning")
+    b.set_defaults(run=write_baseline)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

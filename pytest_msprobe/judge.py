@@ -1,0 +1,80 @@
+"""Applying the selected standard (`--msprobe-standard`) to one compared output.
+
+`status` of a row always stays msprobe's Layer-1 verdict (it is the details CSV's Status column);
+`verdict` is what the item's outcome follows under the selected standard.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from . import strict, verdicts
+from .specs import thresholds_for
+from .standards import OutputComparison
+
+FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
+
+
+def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
+           ref_row: OutputComparison | None, arrays: tuple[Any, Any, Any] | None,
+           reference_results: str | None) -> None:
+    if standard == "original" or row.status == "SKIP":
+        row.verdict = row.status
+        return
+    th = thresholds_for(specs, api_name)
+    if standard == "strict":
+        _strict(row, arrays, th)
+        return
+    algorithm = row.algorithm
+    if algorithm is None and row.metrics.get("binary_error_rate") is not None:
+        algorithm = row.algorithm = "binary_consistency"  # int/bool outputs
+    if algorithm is None:  # fp64/complex, scalars, structural errors: the new standard does not cover them
+        row.verdict = row.status
+        if row.device_dtype not in ("torch.float16", "torch.bfloat16", "torch.float32") and row.shape is not None:
+            row.verdict_message = f"the new standard does not cover {row.device_dtype}: original standard applied"
+        return
+    if algorithm in verdicts.SINGLE_RUN:
+        status, message, cells = verdicts.single_run(algorithm, row.metrics, row.device_dtype, th)
+    else:
+        ref_metrics = _reference_metrics(row, algorithm, ref_row, reference_results)
+        if ref_metrics is None:
+            row.verdict = row.status
+            row.verdict_message = (f"{algorithm} needs a reference (--msprobe-reference DEVICE or "
+                                   "--msprobe-reference-results PATH): original standard applied")
+            return
+        status, message, cells = verdicts.with_reference(algorithm, row.metrics, ref_metrics, row.device_dtype,
+                                                         api_name, standard, th)
+        row.reference = dict(ref_metrics)
+    cells["algorithm_name"] = specs["categories"]["algorithm_names"].get(algorithm, algorithm)
+    row.verdict, row.verdict_message, row.compare = status, message, cells
+
+
+def _reference_metrics(row: OutputComparison, algorithm: str, ref_row: OutputComparison | None,
+                       reference_results: str | None) -> Mapping[str, Any] | None:
+    if ref_row is not None and ref_row.algorithm == algorithm:
+        return ref_row.metrics
+    if reference_results:
+        from .reference import lookup
+
+        return lookup(reference_results, row.name, row.device_dtype)
+    return None
+
+
+def _strict(row: OutputComparison, arrays: tuple[Any, Any, Any] | None, th: Mapping[str, Any]) -> None:
+    """Float tensors: strict.strict_compare; everything else keeps its exact Layer-1 comparison."""
+    if arrays is None or not strict.supported(row.device_dtype) or row.shape is None:
+        row.verdict = row.status
+        if row.status != "error" and row.device_dtype not in FLOAT_DTYPES:
+            row.verdict_message = "compared exactly"
+        return
+    bench, device, ref = arrays
+    if ref is None:  # no reference run: the ideal kernel (bench correctly rounded) is the reference
+        ref = strict.round_to(bench, row.device_dtype)
+    result = strict.strict_compare(bench, device, ref, row.device_dtype, _rules(th["strict"], row.device_dtype))
+    row.verdict, row.verdict_message, row.reference = result.status, result.message, result.stats
+
+
+def _rules(rules: Mapping[str, Any], dtype: str) -> Mapping[str, Any]:
+    """strict rules with a per-dtype sub-mapping (from a user's spec file) applied."""
+    specific = rules.get(dtype)
+    flat = {k: v for k, v in rules.items() if not isinstance(v, Mapping)}
+    return {**flat, **specific} if isinstance(specific, Mapping) else flat

@@ -1,0 +1,143 @@
+"""The `strict` standard: representation-aware, conditioning-aware, bias- and outlier-sensitive.
+
+Errors are measured against the fp64 bench in units of the device dtype: an output equal to the
+bench correctly rounded to that dtype has zero error, so bf16, fp16 and fp32 are judged on the same
+footing. What a correct kernel may lose beyond rounding (long reductions, cancellation) is learnt
+from a reference run of the same call: the reference device when one is given, else the API on
+CPU computing in fp32 (fp64 for fp64) with the result rounded to the device dtype. Four checks:
+
+1. NaN and inf sit at the same positions (with the same signs) as in the rounded bench.
+2. No element is grossly wrong: normalised error <= max(gross_ulp, gross_ref_factor * worst ref error).
+3. The typical error is not much larger than the reference's: mean <= mean_ref_factor * ref mean + slack.
+4. The errors are not biased: the sign balance of the mismatching elements (absolute and towards
+   zero) has a z-score below bias_z (or bias_ref_factor times the reference's own).
+
+Numbers live in api_specs/thresholds.yaml (`strict:`); REFERENCE of the rules: README "strict".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+# mantissa bits and smallest normal exponent of each device dtype
+_FORMATS = {
+    "torch.float16": (10, -14),
+    "torch.bfloat16": (7, -126),
+    "torch.float32": (23, -126),
+    "torch.float64": (52, -1022),
+}
+
+
+@dataclass
+class StrictResult:
+    status: str  # "pass" | "error"
+    message: str
+    stats: dict[str, float]
+
+
+def supported(device_dtype: str) -> bool:
+    return device_dtype in _FORMATS
+
+
+def round_to(values: np.ndarray, device_dtype: str) -> np.ndarray:
+    """Round (float64) values to the device dtype, returned as float64; bf16 via fp32, as a kernel would."""
+    if device_dtype == "torch.float16":
+        return values.astype(np.float16).astype(np.float64)
+    if device_dtype == "torch.float32":
+        return values.astype(np.float32).astype(np.float64)
+    if device_dtype == "torch.bfloat16":
+        bits = values.astype(np.float32).view(np.uint32)
+        finite = np.isfinite(values)
+        rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+        out = np.where(finite, rounded, bits).view(np.float32)
+        return out.astype(np.float64)
+    return values.astype(np.float64)
+
+
+def ulp(values: np.ndarray, device_dtype: str) -> np.ndarray:
+    """Spacing of the device dtype at |values| (the subnormal spacing below the normal range)."""
+    mantissa, emin = _FORMATS[device_dtype]
+    _, exponent = np.frexp(np.abs(values))
+    return np.ldexp(1.0, np.maximum(exponent - 1, emin) - mantissa)
+
+
+def _nonfinite_mismatch(device: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+    nan_d, nan_b = np.isnan(device), np.isnan(rounded)
+    inf_d, inf_b = np.isinf(device), np.isinf(rounded)
+    return (nan_d != nan_b) | (inf_d != inf_b) | (inf_d & inf_b & (np.sign(device) != np.sign(rounded)))
+
+
+def _balance(pairs: np.ndarray, diff: np.ndarray, towards: np.ndarray | None = None) -> float:
+    """z-score of the sign balance of non-zero errors (|#up - #down| / sqrt(n)).
+
+    Counted over distinct (bench, device) pairs: low-precision inputs repeat values, and one
+    rounding error repeated a thousand times is one observation, not a thousand.
+    """
+    _, first = np.unique(pairs, axis=0, return_index=True)
+    signs = np.sign(diff[first] if towards is None else diff[first] * towards[first])
+    up, down = int(np.count_nonzero(signs > 0)), int(np.count_nonzero(signs < 0))
+    n = up + down
+    return abs(up - down) / np.sqrt(n) if n else 0.0
+
+
+def _normalised(errors: np.ndarray, scale: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    return np.where(exact, 0.0, errors / scale)
+
+
+def strict_compare(bench: np.ndarray, device: np.ndarray, reference: np.ndarray, device_dtype: str,
+                   rules: Mapping[str, Any]) -> StrictResult:
+    """Judge one float output. All arrays hold the same elements; device/reference in the device dtype's values."""
+    b = np.asarray(bench, dtype=np.float64).reshape(-1)
+    d = np.asarray(device, dtype=np.float64).reshape(-1)
+    r = np.asarray(reference, dtype=np.float64).reshape(-1)
+    with np.errstate(all="ignore"):
+        rounded = round_to(b, device_dtype)
+        bad_dev = _nonfinite_mismatch(d, rounded)
+        bad_ref = _nonfinite_mismatch(r, rounded)
+        # a position where the reference kernel shows the very same non-finite value is inherent, not a bug
+        same_as_ref = bad_dev & bad_ref & ((d == r) | (np.isnan(d) & np.isnan(r)))
+        mismatch = bad_dev & ~same_as_ref
+        stats: dict[str, float] = {"nonfinite_mismatch": float(np.count_nonzero(mismatch))}
+        if mismatch.any():
+            first = int(np.flatnonzero(mismatch)[0])
+            return StrictResult("error", f"NaN/inf mismatch at {int(mismatch.sum())} of {d.size} elements "
+                                         f"(first at flat index {first}: device {d[first]!r}, bench {rounded[first]!r})",
+                                stats)
+        finite = np.isfinite(d) & np.isfinite(rounded) & np.isfinite(r) & np.isfinite(b)
+        if not finite.any():
+            return StrictResult("pass", "no finite elements; non-finite positions match", stats)
+        b, d, r, rounded = b[finite], d[finite], r[finite], rounded[finite]
+        err_d, err_r = np.abs(d - b), np.abs(r - b)
+        # Noise floor: what the reference kernel typically loses in absolute terms (cancellation).
+        floor = float(np.quantile(err_r, rules["noise_quantile"])) if err_r.size else 0.0
+        scale = np.maximum(ulp(rounded, device_dtype), floor)
+        w = _normalised(err_d, scale, d == rounded)
+        wr = _normalised(err_r, scale, r == rounded)
+        towards_zero = -np.sign(b)
+        dev_pairs, ref_pairs = np.stack([b, d], axis=1), np.stack([b, r], axis=1)
+        stats.update(
+            max_err=float(w.max()), mean_err=float(w.mean()), ref_max_err=float(wr.max()), ref_mean_err=float(wr.mean()),
+            bias_z=_balance(dev_pairs, d - b), bias_zero_z=_balance(dev_pairs, d - b, towards_zero),
+            ref_bias_z=_balance(ref_pairs, r - b), ref_bias_zero_z=_balance(ref_pairs, r - b, towards_zero),
+            noise_floor=floor,
+        )
+    problems = []
+    gross_limit = max(rules["gross_ulp"], rules["gross_ref_factor"] * stats["ref_max_err"])
+    gross = w > gross_limit
+    if gross.any():
+        worst = int(np.argmax(w))
+        problems.append(f"{int(gross.sum())} of {w.size} elements exceed {gross_limit:.3g} ULP "
+                        f"(worst {stats['max_err']:.3g} ULP: device {d[worst]!r}, bench {b[worst]!r})")
+    mean_limit = rules["mean_ref_factor"] * stats["ref_mean_err"] + rules["mean_slack_ulp"]
+    if stats["mean_err"] > mean_limit:
+        problems.append(f"mean error {stats['mean_err']:.3g} ULP > {mean_limit:.3g} "
+                        f"(reference kernel: {stats['ref_mean_err']:.3g} ULP)")
+    for key, what in (("bias_z", "biased in one direction"), ("bias_zero_z", "biased towards or away from zero")):
+        limit = max(rules["bias_z"], rules["bias_ref_factor"] * stats[f"ref_{key}"])
+        if stats[key] > limit:
+            problems.append(f"errors {what}: sign-balance z-score {stats[key]:.3g} > {limit:.3g}")
+    if problems:
+        return StrictResult("error", "; ".join(problems), stats)
+    return StrictResult("pass", "", stats)
