@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,8 +15,8 @@ import torch
 from . import judge, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
-    RAISABLE, Device, NotCheckable, backward, first_output_dtype, hf32_round, make_side, output_leaves,
-    pair_cotangents, plan_precision, resolve, run_side, select_device,
+    RAISABLE, Device, NotCheckable, Side, backward, first_output_dtype, hf32_round, make_side, map_structure,
+    output_leaves, pair_cotangents, plan_precision, resolve, run_side, select_device,
 )
 from .inputs import BuildContext, InputError, build, parse_dtype
 from .seeds import item_seed
@@ -25,6 +26,10 @@ from .specs import api_settings, in_list
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
 )
+
+
+# strict: how many reference runs with inputs moved by one unit roundoff estimate the conditioning
+PERTURBED_RUNS = 2
 
 
 class ApiFailure(Exception):
@@ -133,17 +138,22 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     out_b = _timed(timings, "bench_s", "bench", lambda: run_side(
         resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad), None)
     leaves_d, leaves_b = _selected(output_leaves(out_d), api, specs), _selected(output_leaves(out_b), api, specs)
-    leaves_r: list[Any] | None = None
+    if name.api_type == "NPU":  # rows an NPU op leaves unwritten (output_postprocess, api_specs/bench_functions.yaml)
+        from bench_functions import postprocess
+        leaves_d, leaves_b = (postprocess(api, leaves, args, kwargs, side)
+                              for leaves, side in ((leaves_d, "device"), (leaves_b, "bench")))
+    ref_leaves: list[list[Any]] = []  # reference run, then (strict) its perturbed twin
     if reference is not None:
-        ref_side, ref_fn, ref_autocast, ref_device, label = reference
-        record["reference"] = label
-        out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
-            ref_fn, ref_side, autocast=ref_autocast, device_type=ref_device.kind, grad=want_grad), ref_device)
-        leaves_r = _selected(output_leaves(out_r), api, specs)
+        record["reference"] = reference.label
+        for i, side in enumerate(reference.sides):
+            out_r = _timed(timings, f"reference{i}_s", "reference", lambda: run_side(
+                reference.fn, side, autocast=reference.autocast, device_type=reference.device.kind,
+                grad=want_grad), reference.device)
+            ref_leaves.append(_selected(output_leaves(out_r), api, specs))
 
     started = time.perf_counter()
     if backward_entry is None:
-        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, api, specs, options)
+        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, ref_leaves, api, specs, options)
     else:
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
@@ -155,17 +165,16 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
         _timed(timings, "device_backward_s", "device backward",
                lambda: backward(leaves_d, pairs_d, device.name), device)
-        grads_r = None
-        if reference is not None and leaves_r is not None:
-            ref_side, ref_device = reference[0], reference[3]
+        ref_grads = []
+        for leaves_r, side in zip(ref_leaves, reference.sides if reference is not None else ()):
             pairs_r = pair_cotangents(leaves_r, cotangents, grad_index)
             _timed(timings, "reference_backward_s", "reference backward",
-                   lambda: backward(leaves_r, pairs_r, ref_device.name), ref_device)
-            grads_r = [leaf.grad for _, leaf in ref_side.grad_leaves]
+                   lambda: backward(leaves_r, pairs_r, reference.device.name), reference.device)
+            ref_grads.append([leaf.grad for _, leaf in side.grad_leaves])
         grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
         grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
         positions = [pos for pos, _ in dev_side.grad_leaves]
-        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, api, specs, options,
+        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, ref_grads, api, specs, options,
                  positions)
     timings["compare_s"] = time.perf_counter() - started
     record["layer1_status"] = standards.aggregate(row["status"] for row in record["outputs"])
@@ -181,28 +190,58 @@ def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
     return leaves if selected is None else [leaves[i] for i in selected if i < len(leaves)]
 
 
+@dataclass
+class ReferenceRun:
+    """A third run to compare against; `sides` holds the run and, for strict, a perturbed twin."""
+
+    sides: list[Side]
+    fn: Any
+    autocast: torch.dtype | None
+    device: Device
+    label: str
+
+
 def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
-                    args: list[Any], kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool) -> Any:
+                    args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
+                    want_grad: bool) -> ReferenceRun | None:
     """The third run the chosen standard compares against, or None.
 
     With --msprobe-reference the API runs on that device in the recorded dtype (three-way check).
     Otherwise `strict` learns what a correct kernel loses from the API on CPU computing in fp32
-    (fp64 for fp64) with the result rounded to the device dtype.
+    (fp64 for fp64), rounded to the device dtype, and from a twin run whose inputs are moved by one
+    unit of that precision (the output's conditioning).
     """
     if options.reference_device:
         ref_device = select_device(options.reference_device)
         ref = resolve(name.api_type, name.api_name, ref_device, specs)
         side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=requires_grad, want_grad=want_grad, bench=False)
-        return side, ref.device_fn, plan.autocast, ref_device, f"{ref.label} on {ref_device.name}"
-    if options.standard == "strict":
-        def compute_dtype(t: torch.Tensor) -> torch.dtype:
-            return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+        return ReferenceRun([side], ref.device_fn, plan.autocast, ref_device, f"{ref.label} on {ref_device.name}")
+    if options.standard != "strict":
+        return None
 
-        side = make_side(args, kwargs, device="cpu", dtype_for=compute_dtype,
-                         requires_grad=requires_grad, want_grad=want_grad, bench=True)
-        return side, resolved.bench_fn, None, Device("cpu"), "cpu, computing in fp32 (fp64 for fp64), rounded"
-    return None
+    def compute_dtype(t: torch.Tensor) -> torch.dtype:
+        return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+    generator = torch.Generator().manual_seed(0x5EED)
+
+    def perturb(v: Any) -> Any:
+        """Move each float input by one unit roundoff of its own dtype, in a random direction."""
+        if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+            return v
+        t = v.to(compute_dtype(v))
+        signs = torch.randint(0, 2, t.shape, generator=generator).to(t.dtype) * 2 - 1
+        moved = t * (1 + torch.finfo(v.dtype).eps / 2 * signs)
+        if id(v) in requires_grad:
+            requires_grad.add(id(moved))
+        return moved
+
+    inputs = [(args, kwargs)] + [(map_structure(perturb, args), map_structure(perturb, kwargs))
+                                 for _ in range(PERTURBED_RUNS)]
+    sides = [make_side(a, k, device="cpu", dtype_for=compute_dtype, requires_grad=requires_grad,
+                       want_grad=want_grad, bench=True) for a, k in inputs]
+    return ReferenceRun(sides, resolved.bench_fn, None, Device("cpu"),
+                        "cpu computing in fp32 (fp64 for fp64), rounded to the device dtype")
 
 
 def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Device | None) -> Any:
@@ -257,7 +296,7 @@ def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
     return ("scalar", x, None)
 
 
-def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], ref: list[Any] | None,
+def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], refs: list[list[Any]],
              api: str, specs: dict[str, Any], options: CheckOptions, positions: list[int] | None = None) -> None:
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
@@ -274,8 +313,9 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
     metric_standard = "msprobe26" if options.standard == "msprobe26" else "msprobe"
     rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy,
                                        standard=metric_standard)
-    if ref is not None:
-        ref = [_round_like(r, d) for r, d in zip(ref, device)]
+    ref = [_round_like(r, d) for r, d in zip(refs[0], device)] if refs else None
+    sensitivity = [_rms([_difference(run[i], refs[0][i]) for run in refs[1:]]) for i in range(len(refs[0]))] \
+        if len(refs) > 1 else None
     ref_rows = None
     if ref is not None and options.standard in ("msprobe", "msprobe26"):
         ref_rows = standards.compare_structure(prefix, bench, ref, api_name=api, specs=specs, converter=_to_numpy,
@@ -286,7 +326,8 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         paired = i < len(bench) and len(rows) == len(bench)
         judge.decide(row, options.standard, api_name=api, specs=specs,
                      ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
-                     arrays=(_float_arrays(bench[i], device[i], ref[i] if ref is not None else None) if paired else None),
+                     arrays=(_float_arrays(bench[i], device[i], ref[i] if ref is not None else None,
+                                           sensitivity[i] if sensitivity is not None else None) if paired else None),
                      reference_results=options.reference_results)
         record["outputs"].append(row.to_dict())
 
@@ -299,11 +340,24 @@ def _round_like(ref: Any, device: Any) -> Any:
     return ref
 
 
-def _float_arrays(bench: Any, device: Any, ref: Any) -> tuple[Any, Any, Any] | None:
-    """float64 copies of a float tensor triple for the strict standard (None when it does not apply)."""
+def _rms(diffs: list[Any]) -> Any:
+    """Root mean square of the perturbed runs' output changes (None if any is missing)."""
+    if any(d is None for d in diffs):
+        return None
+    return torch.stack(diffs).pow(2).mean(0).sqrt()
+
+
+def _difference(a: Any, b: Any) -> Any:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.is_floating_point():
+        return (a.detach().double() - b.detach().double()).abs()
+    return None
+
+
+def _float_arrays(bench: Any, device: Any, ref: Any, sensitivity: Any) -> tuple[Any, Any, Any, Any] | None:
+    """float64 copies of a float tensor triple (+ sensitivity) for the strict standard, or None."""
     if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
         return None
     if bench.shape != device.shape or (ref is not None and (not isinstance(ref, torch.Tensor) or ref.shape != device.shape)):
         return None
-    as64 = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
-    return as64(bench), as64(device), (as64(ref) if ref is not None else None)
+    as64 = lambda t: None if t is None else t.detach().cpu().double().numpy()  # noqa: E731
+    return as64(bench), as64(device), as64(ref), as64(sensitivity)

@@ -15,7 +15,7 @@ FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float
 
 
 def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
-           ref_row: OutputComparison | None, arrays: tuple[Any, Any, Any] | None,
+           ref_row: OutputComparison | None, arrays: tuple[Any, Any, Any, Any] | None,
            reference_results: str | None) -> None:
     if standard == "original" or row.status == "SKIP":
         row.verdict = row.status
@@ -59,17 +59,18 @@ def _reference_metrics(row: OutputComparison, algorithm: str, ref_row: OutputCom
     return None
 
 
-def _strict(row: OutputComparison, arrays: tuple[Any, Any, Any] | None, th: Mapping[str, Any]) -> None:
+def _strict(row: OutputComparison, arrays: tuple[Any, Any, Any, Any] | None, th: Mapping[str, Any]) -> None:
     """Float tensors: strict.strict_compare; everything else keeps its exact Layer-1 comparison."""
     if arrays is None or not strict.supported(row.device_dtype) or row.shape is None:
         row.verdict = row.status
         if row.status != "error" and row.device_dtype not in FLOAT_DTYPES:
             row.verdict_message = "compared exactly"
         return
-    bench, device, ref = arrays
+    bench, device, ref, sensitivity = arrays
     if ref is None:  # no reference run: the ideal kernel (bench correctly rounded) is the reference
         ref = strict.round_to(bench, row.device_dtype)
-    result = strict.strict_compare(bench, device, ref, row.device_dtype, _rules(th["strict"], row.device_dtype))
+    result = strict.strict_compare(bench, device, ref, row.device_dtype, _rules(th["strict"], row.device_dtype),
+                                   sensitivity)
     row.verdict, row.verdict_message, row.reference = result.status, result.message, result.stats
 
 
