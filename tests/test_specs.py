@@ -1,0 +1,61 @@
+"""api_specs/ loading and user overrides (--msprobe-specs)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_msprobe.specs import SpecError, load_specs, thresholds_for
+
+
+def user(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "my_specs.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_shipped_specs_hold_every_section() -> None:
+    specs = load_specs()
+    for key in ("thresholds", "categories", "unsupported_types", "precision", "backward", "apis"):
+        assert key in specs
+    assert specs["thresholds"]["strict"]["gross_ulp"] > 0
+
+
+def test_user_overrides_merge_and_per_api_settings(tmp_path: Path) -> None:
+    specs = load_specs(user_file=user(tmp_path, """
+thresholds:
+  strict: {gross_ulp: 8.0, torch.bfloat16: {gross_ulp: 16.0}}
+apis:
+  my_matmul: {algorithm: ulp_compare, grad_index: 0, thresholds: {rtol: {torch.float16: 0.01}}}
+  flaky_op: {skip: "vendor bug 123, fixed in CANN 9"}
+"""))
+    assert specs["thresholds"]["strict"]["gross_ulp"] == 8.0
+    assert specs["thresholds"]["strict"]["gross_ulp"] != load_specs()["thresholds"]["strict"]["gross_ulp"]
+    assert thresholds_for(specs, "my_matmul")["rtol"]["torch.float16"] == 0.01
+    assert thresholds_for(specs, "other")["rtol"]["torch.float16"] == load_specs()["thresholds"]["rtol"]["torch.float16"]
+    assert specs["apis"]["flaky_op"]["skip"].startswith("vendor bug")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("thresholds: {strict: {gross_ulpp: 3}}", "thresholds.strict: unknown key 'gross_ulpp'"),
+    ("thresholds: {strict: {gross_ulp: big}}", "thresholds.strict.gross_ulp: expected a number"),
+    ("thresholds: {rtol: {torch.float16: 1e-3}}", "read as a string"),
+    ("nonsense: 1", "unknown key 'nonsense'"),
+    ("apis: {mm: {algorithm: magic}}", "apis.mm.algorithm: 'magic' is not one of"),
+    ("apis: {mm: {colour: red}}", "apis.mm: unknown key 'colour'"),
+    ("apis: {mm: {thresholds: {nope: 1}}}", "apis.mm.thresholds: unknown key 'nope'"),
+    ("[1, 2]", "top level must be a mapping"),
+    ("thresholds: {strict: [", "not valid YAML"),
+])
+def test_bad_user_file_names_file_key_and_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = user(tmp_path, text)
+    with pytest.raises(SpecError, match="my_specs.yaml") as info:
+        load_specs(user_file=path)
+    assert message in str(info.value)
+
+
+def test_bad_specs_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", my_specs="thresholds: {strict: {gross_ulpp: 3}}")
+    result = pytester.runpytest("--msprobe-specs", "my_specs.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--msprobe-specs:*my_specs.yaml: thresholds.strict: unknown key 'gross_ulpp'*"])
