@@ -55,7 +55,7 @@ def npu_scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor, scale: float 
                               ) -> torch.Tensor:
     """[SMS] softmax(x * scale) over the last dim with masked positions removed; output dtype of x."""
     if fixed_triu_mask:
-        raise BenchUnsupported("npu_scaled_masked_softmax(fixed_triu_mask=True): reserved, torch_npu supports False only")
+        raise BenchUnsupported("npu_scaled_masked_softmax(fixed_triu_mask=True): reserved, torch_npu supports False")
     keep = ~mask.bool()
     if not bool(keep.any(-1).all()):
         raise BenchUnsupported("npu_scaled_masked_softmax: a row is entirely masked; its output is not documented")

@@ -117,8 +117,7 @@ class Call:
                                    "form (sign, offsets, sqrt) is not documented")
         if pse_type not in (0, 1, 2, 3):  # [V2] pse_type range 0-3, default 1
             raise ValueError(f"pse_type must be 0..3, got {pse_type}")
-        self.layout, self.query_dtype = layout, query.dtype
-        self.pse = pse
+        self.layout, self.pse = layout, pse
         if layout in ("BSH", "SBH"):
             n1 = int(head_num)
             d = query.shape[-1] // n1
@@ -328,8 +327,10 @@ def _scores(qt: torch.Tensor, k: torch.Tensor, pse: torch.Tensor | None, plan: P
             i0: int, i1: int, j0: int, j1: int) -> torch.Tensor | None:
     """Scaled, biased, masked scores (N1, bq, bk) of one block; None when the mask removes all of it."""
     keep = _keep(seg, i0, i1, j0, j1, qt.device)
-    if keep is not None and not bool(keep.any()):
-        return None
+    if keep is not None:
+        if not bool(keep.any()):
+            return None
+        keep = None if bool(keep.all()) else keep  # blocks inside the band need no masking
     s = torch.bmm(qt, k[:, seg.k0 + j0:seg.k0 + j1].transpose(1, 2)).view(plan.n1, i1 - i0, j1 - j0)
     if pse is None:
         s = s * plan.scale
@@ -340,14 +341,6 @@ def _scores(qt: torch.Tensor, k: torch.Tensor, pse: torch.Tensor | None, plan: P
     return s if keep is None else s.masked_fill(~keep, NEG_INF)
 
 
-def _q_blocks(seg: Segment) -> range:
-    return range(0, seg.sq, BLOCK_Q)
-
-
-def _k_blocks(seg: Segment) -> range:
-    return range(0, seg.sk, BLOCK_K)
-
-
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torch.Tensor | None,
            plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Forward. q (N1, Tq, D), k (N2, Tk, D), v (N2, Tk, Dv) -> out (N1, Tq, Dv), row max, row sum of exp."""
@@ -356,12 +349,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torch.Tensor 
     out, row_max, row_sum = q.new_zeros(n1, tq, dv), q.new_full((n1, tq), NEG_INF), q.new_zeros(n1, tq)
     qg = q.view(n2, g, tq, d)
     for seg in plan.segments:
-        for i0 in _q_blocks(seg):
+        for i0 in range(0, seg.sq, BLOCK_Q):
             i1 = min(i0 + BLOCK_Q, seg.sq)
             bq, rows = i1 - i0, slice(seg.q0 + i0, seg.q0 + i1)
             qt = qg[:, :, rows].reshape(n2, g * bq, d)
             m, l, acc = q.new_full((n1, bq), NEG_INF), q.new_zeros(n1, bq), q.new_zeros(n1, bq, dv)
-            for j0 in _k_blocks(seg):
+            for j0 in range(0, seg.sk, BLOCK_K):
                 j1 = min(j0 + BLOCK_K, seg.sk)
                 s = _scores(qt, k, pse, plan, seg, i0, i1, j0, j1)
                 if s is None:
@@ -394,14 +387,14 @@ def attend_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torc
     qg, dog, dqg = q.view(n2, g, tq, d), dout.view(n2, g, tq, dv_dim), dq.view(n2, g, tq, d)
     pse_factor = plan.scale if plan.pse_type == 1 else 1.0
     for seg in plan.segments:
-        for i0 in _q_blocks(seg):
+        for i0 in range(0, seg.sq, BLOCK_Q):
             i1 = min(i0 + BLOCK_Q, seg.sq)
             bq, rows = i1 - i0, slice(seg.q0 + i0, seg.q0 + i1)
             qt = qg[:, :, rows].reshape(n2, g * bq, d)
             dot = dog[:, :, rows].reshape(n2, g * bq, dv_dim)
             dqt = torch.zeros_like(qt)
             lse_t, delta_t = lse[:, rows].unsqueeze(-1), delta[:, rows].unsqueeze(-1)
-            for j0 in _k_blocks(seg):
+            for j0 in range(0, seg.sk, BLOCK_K):
                 j1 = min(j0 + BLOCK_K, seg.sk)
                 s = _scores(qt, k, pse, plan, seg, i0, i1, j0, j1)
                 if s is None:

@@ -48,11 +48,8 @@ def matmul_backward(grad: torch.Tensor, self: torch.Tensor, other: torch.Tensor,
     """
     a = self.unsqueeze(0) if self.dim() == 1 else self
     b = other.unsqueeze(-1) if other.dim() == 1 else other
-    g = grad
-    if self.dim() == 1:
-        g = g.unsqueeze(-2)
-    if other.dim() == 1:
-        g = g.unsqueeze(-1)
+    g = grad.unsqueeze(-1) if other.dim() == 1 else grad
+    g = g.unsqueeze(-2) if self.dim() == 1 else g
     grad_self = grad_other = None
     if mask[0]:
         grad_self = _sum_to(g @ b.transpose(-1, -2), a.shape)

@@ -32,3 +32,23 @@ def write_synthetic_dump(folder: Path, min_items: int = 1000, sources: tuple[Pat
     path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
                                 "dump_data_dir": None, "data": data}))
     return path
+
+
+def _tensor(shape: list[int], dtype: str = "torch.float32") -> dict:
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": shape, "Max": 1.0, "Min": -1.0, "Mean": 0.0,
+            "Norm": 1.0, "requires_grad": False}
+
+
+def write_skewed_dump(folder: Path, small: int = 300, large: int = 3, size: int = 1536) -> Path:
+    """`small` tiny relu calls, then `large` big matmuls at the very end of the dump (the worst case
+    for a scheduler that follows dump order)."""
+    data = {f"Functional.relu.{i}.forward": {"input_args": [_tensor([8, 16])], "input_kwargs": {},
+                                             "output": [_tensor([8, 16])]} for i in range(small)}
+    for i in range(large):
+        data[f"Torch.matmul.{i}.forward"] = {"input_args": [_tensor([size, size]), _tensor([size, size])],
+                                             "input_kwargs": {}, "output": [_tensor([size, size])]}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "dump.json"
+    path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                "dump_data_dir": None, "data": data}))
+    return path

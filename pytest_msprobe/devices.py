@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,11 +93,17 @@ def parse_devices(values: list[str]) -> list[int]:
     return ids
 
 
-def check_visible(devices: list[int], environ: dict[str, str] | os._Environ[str] = os.environ) -> None:
+def _shown(environ: Mapping[str, str], var: str) -> list[str] | None:
+    """The ids a *_VISIBLE_DEVICES variable lists; None when unset. Empty (devices hidden) is left alone."""
+    value = environ.get(var)
+    return None if value is None or not value.strip() else [p.strip() for p in value.split(",")]
+
+
+def check_visible(devices: list[int], environ: Mapping[str, str] = os.environ) -> None:
     """A device id must exist in every *_VISIBLE_DEVICES list the caller already set."""
     for var in VISIBLE_VARS:
-        shown = [p for p in environ.get(var, "").split(",") if p.strip()]
-        if var in environ and any(d >= len(shown) for d in devices):
+        shown = _shown(environ, var)
+        if shown is not None and any(d >= len(shown) for d in devices):
             raise pytest.UsageError(f"--msprobe-devices {' '.join(map(str, devices))}: {var}={environ[var]!r} "
                                     f"shows only {len(shown)} device(s)")
 
@@ -111,13 +118,14 @@ def cap_workers(config: pytest.Config, capacity: int) -> str | None:
     return f"{len(tx)} workers asked for, {capacity} started (--msprobe-workers-per-device)"
 
 
-def pin(slot: Slot, environ: Any = os.environ) -> int:
+def pin(slot: Slot, environ: MutableMapping[str, str] = os.environ) -> int:
     """Apply a slot in this process; returns the device index the items use."""
     if "torch" in sys.modules:  # the device view may already be fixed; select by index instead
         return slot.device
     for var in VISIBLE_VARS:
-        shown = [p.strip() for p in environ[var].split(",")] if var in environ else None
-        environ[var] = shown[slot.device] if shown else str(slot.device)
+        shown = _shown(environ, var)
+        if var not in environ or shown is not None:
+            environ[var] = shown[slot.device] if shown else str(slot.device)
     return 0
 
 

@@ -16,10 +16,12 @@ CSVs like any other result.
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
 import sys
 import threading
 import time
+import traceback
 from typing import Any, Generator
 
 import pytest
@@ -28,6 +30,7 @@ from .dump import load_dump, parse_entry_name
 from .seeds import item_seed
 
 GRACE_S = 2.0
+STACK_SHOWN = 6  # innermost frames of a timed-out item's stack
 
 
 class ItemTimeout(BaseException):
@@ -52,17 +55,24 @@ def failure_record(nodeid: str, message: str, run_seed: int, order: int | None =
             "timings": {}, "nodeid": nodeid, "dump": path, "order": order}
 
 
-def record_for_exception(item: Any, call: pytest.CallInfo[None]) -> dict[str, Any] | None:
+def record_for_exception(item: Any, call: pytest.CallInfo[None], report: pytest.TestReport) -> dict[str, Any] | None:
     """The record of an item whose call raised before the check made one (a timeout, a device error)."""
     excinfo = call.excinfo
     if excinfo is None or excinfo.errisinstance((pytest.skip.Exception, pytest.xfail.Exception)):
         return None
     from .settings import SETTINGS_KEY
 
-    record = failure_record(item.nodeid, excinfo.exconly().strip(),
-                            item.config.stash[SETTINGS_KEY].check_options.run_seed, order=item.order)
+    timeout = excinfo.errisinstance(ItemTimeout)
+    message = str(excinfo.value) if timeout else excinfo.exconly().strip()
+    record = failure_record(item.nodeid, message, item.config.stash[SETTINGS_KEY].check_options.run_seed,
+                            order=item.order)
     if record is not None:
-        record["traceback"] = str(excinfo.getrepr(style="short"))
+        frames = [f for f in traceback.extract_tb(excinfo.tb)
+                  if f.filename != __file__ and not any(p in f.filename for p in ("/pluggy/", "/_pytest/"))]
+        where = "".join(traceback.format_list(frames[-STACK_SHOWN:]))
+        record["traceback"] = where
+        if timeout:  # where it hung, not pytest's frames
+            report.longrepr = f"{message}; it was here:\n{where}"
     return record
 
 
@@ -72,6 +82,11 @@ class Timeout:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.use_alarm = hasattr(signal, "setitimer")
+        # the real stderr, taken while output capture is suspended (as pytest's faulthandler plugin does)
+        self.stderr = os.fdopen(os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2), "w")
+
+    def pytest_unconfigure(self) -> None:
+        self.stderr.close()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -81,7 +96,7 @@ class Timeout:
         if alarm:
             previous = signal.signal(signal.SIGALRM, self._expired)
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
-        faulthandler.dump_traceback_later(self.seconds + GRACE_S, exit=True, file=sys.stderr)
+        faulthandler.dump_traceback_later(self.seconds + GRACE_S, exit=True, file=self.stderr)
         try:
             return (yield)
         finally:
@@ -123,6 +138,7 @@ class CrashHooks:
             record["crashed"] = True
             report.msprobe = record  # type: ignore[attr-defined]
         report.longrepr = message
+        report.location = (crashitem.rpartition("::")[0], 0, f"msprobe: {api}")  # the failure heading
         self.crashed += 1
 
 

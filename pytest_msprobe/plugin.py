@@ -195,7 +195,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if isinstance(item, ApiItem) and call.when == "call":
         record = item.stash.get(RECORD_KEY, None)
-        if record is None and (record := guard.record_for_exception(item, call)) is not None:
+        if record is None and (record := guard.record_for_exception(item, call, report)) is not None:
             report.user_properties += summary.junit_properties(record)
         if record is not None:
             record["entry_key"] = journal.item_key(item)  # what --msprobe-resume matches
@@ -229,7 +229,7 @@ class ResultCollector:
                 self.journal.write(record)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.journal is None:
+        if self.journal is None or self.config.option.collectonly:
             return
         self.journal.close()
         resumed = self.journal.resumed_records()

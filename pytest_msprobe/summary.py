@@ -30,8 +30,10 @@ def key_metrics(record: Mapping[str, Any]) -> dict[str, float]:
 
 def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
     props: list[tuple[str, object]] = [("msprobe_status", record.get("status", ""))]
-    if record.get("algorithm"):
-        props.append(("msprobe_algorithm", record["algorithm"]))
+    algorithms = dict.fromkeys(str(a) for a in [record.get("algorithm")] + [
+        out.get("algorithm") for out in record.get("outputs") or ()] if a)  # per output, in order
+    if algorithms:
+        props.append(("msprobe_algorithm", ",".join(algorithms)))
     props += [(f"msprobe_{k}", f"{v:.6g}") for k, v in key_metrics(record).items()]
     if record.get("seed") is not None:
         props.append(("msprobe_seed", record["seed"]))

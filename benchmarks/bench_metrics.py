@@ -1,0 +1,67 @@
+"""Time to compute every metric of one 16M-element output (target: under 1 s on one core).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_metrics.py [--numel 16777216] [--repeat 3]
+
+Layer 1 + the Layer-2 columns (standards.compare_tensor) per dtype and algorithm, and the strict
+standard's checks (strict.strict_compare). Best of `repeat` after one warm-up call.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from pytest_msprobe import standards, strict  # noqa: E402
+from pytest_msprobe.specs import load_specs  # noqa: E402
+
+CASES = [  # (device dtype, numpy storage, api whose 8.x category is used)
+    ("torch.float32", np.float32, "gelu"),            # benchmark
+    ("torch.float32", np.float32, "matmul"),          # ULP
+    ("torch.float16", np.float16, "add"),             # absolute threshold
+    ("torch.bfloat16", np.float32, "gelu"),           # benchmark
+]
+
+
+def best(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--numel", type=int, default=1 << 24)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    specs = load_specs()
+    rng = np.random.default_rng(0)
+    bench64 = rng.standard_normal(args.numel)
+    print(f"{args.numel:,} elements, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    for dtype, storage, api in CASES:
+        bench = bench64.astype(np.float64 if dtype == "torch.float32" else np.float32)
+        device = strict.round_to(bench64 * (1 + 1e-3 * rng.standard_normal(args.numel)), dtype).astype(storage)
+        t = best(lambda: standards.compare_tensor("x", bench, device, bench_dtype=str(bench.dtype),
+                                                  device_dtype=dtype, api_name=api, specs=specs), args.repeat)
+        algo = standards.algorithm_for(api, dtype, specs["categories"])
+        print(f"  msprobe metrics  {dtype:15} {algo:20} {t:6.3f} s")
+    rules = specs["thresholds"]["strict"]
+    for dtype in ("torch.float32", "torch.bfloat16"):
+        device = strict.round_to(bench64, dtype)
+        t = best(lambda: strict.strict_compare(bench64, device, device, dtype, rules, np.abs(bench64) * 1e-8),
+                 args.repeat)
+        print(f"  strict checks    {dtype:15} {'':20} {t:6.3f} s")
+
+
+if __name__ == "__main__":
+    main()

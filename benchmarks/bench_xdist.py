@@ -1,0 +1,136 @@
+"""xdist speed-up and per-item plugin overhead on a synthetic dump of 1,000+ small API calls.
+
+    python benchmarks/bench_xdist.py [--items 1008] [--repeat 3] [--shared] [--skewed]
+
+* speed-up: wall time of `pytest DUMP -n 0` vs `-n 2` (whole command, startup included) and the
+  steady-state throughput (items per second between the first and the last finished item, seen
+  on the controller), best of --repeat runs.
+* overhead: in the -n 0 run, the time between consecutive items finishing minus the item's own
+  `record["timings"]` (device and bench runs, backward, compare). Reported with input building
+  (`inputs_s`) counted as overhead and not, as median and mean in ms. Everything else counts: pytest's runtest
+  protocol, our hooks, the report, the terminal line, the journal write.
+* --shared: the same comparison on the shared msprobe dumps (PyTorch ones).
+* --skewed: 300 small calls plus a few large matmuls at the end of the dump, -n 2 with and
+  without expensive-first ordering (`-p no:msprobe-cost-order` turns it off).
+
+The probe is this module loaded as a pytest plugin (`-p benchmarks.bench_xdist`); it writes its
+timestamps to $BENCH_PROBE_OUT.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# --------------------------------------------------------------------------- the probe plugin
+
+_finished: list[float] = []
+_timings: list[dict[str, float]] = []
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    if report.when == "call":
+        _timings.append(dict((getattr(report, "msprobe", None) or {}).get("timings") or {}))
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    _finished.append(time.perf_counter())
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    out = os.environ.get("BENCH_PROBE_OUT")
+    if out and not hasattr(session.config, "workerinput"):
+        Path(out).write_text(json.dumps({"finished": _finished, "timings": _timings}))
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def run(args: list[str], probe: Path) -> tuple[float, dict[str, Any]]:
+    env = {**os.environ, "BENCH_PROBE_OUT": str(probe), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "benchmarks.bench_xdist",
+           "-p", "no:hypothesispytest", "-p", "no:benchmark", "--msprobe-device", "cpu",
+           "--msprobe-standard", "original", *args]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, cwd=probe.parent, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    if done.returncode not in (0, 1) or not probe.exists():
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return wall, json.loads(probe.read_text())
+
+
+def throughput(probe: dict[str, Any]) -> float:
+    finished = probe["finished"]
+    return (len(finished) - 1) / (finished[-1] - finished[0])
+
+
+def check_s(timings: dict[str, float], with_inputs: bool) -> float:
+    """The API runs and the comparison. check.py's compare_s already spans the backward passes."""
+    return sum(v for k, v in timings.items()
+               if not k.endswith("_backward_s") and (k != "inputs_s" or not with_inputs))
+
+
+def overhead_ms(probe: dict[str, Any], with_inputs: bool) -> list[float]:
+    finished, timings = probe["finished"], probe["timings"]
+    return [1e3 * (finished[i] - finished[i - 1] - check_s(timings[i], with_inputs)) for i in range(1, len(finished))]
+
+
+def best(paths: list[str], workers: str, repeat: int, work: Path, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    results = [run([*paths, "-n", workers, *extra], work / "probe.json") for _ in range(repeat)]
+    wall, probe = min(results, key=lambda r: r[0])
+    return {"wall": wall, "throughput": max(throughput(p) for _, p in results), "probe": probe,
+            "items": len(probe["finished"])}
+
+
+def compare(title: str, paths: list[str], repeat: int, work: Path) -> dict[str, Any]:
+    serial, parallel = best(paths, "0", repeat, work), best(paths, "2", repeat, work)
+    print(f"{title}: {serial['items']} items")
+    print(f"  wall      -n 0 {serial['wall']:6.2f} s   -n 2 {parallel['wall']:6.2f} s   "
+          f"speed-up {serial['wall'] / parallel['wall']:.2f}x")
+    print(f"  steady    -n 0 {serial['throughput']:6.1f}/s  -n 2 {parallel['throughput']:6.1f}/s  "
+          f"speed-up {parallel['throughput'] / serial['throughput']:.2f}x")
+    return serial
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=1008)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--shared", action="store_true", help="also the shared PyTorch dumps")
+    parser.add_argument("--skewed", action="store_true", help="also the expensive-first ordering comparison")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.synthetic import write_skewed_dump, write_synthetic_dump
+
+    print(f"cpus {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        dump = write_synthetic_dump(work / "synthetic", args.items)
+        serial = compare("synthetic dump", [str(dump)], args.repeat, work)
+        for with_inputs in (False, True):
+            values = overhead_ms(serial["probe"], with_inputs)
+            label = "incl. input building" if with_inputs else "excl. input building"
+            print(f"  overhead per item ({label}): median {statistics.median(values):.3f} ms, "
+                  f"mean {statistics.fmean(values):.3f} ms")
+        if args.shared:
+            shared = sorted(str(p) for p in (ROOT.parent / "shared" / "dumps").glob("*_pt_*/dump.json"))
+            compare(f"shared dumps ({len(shared)})", shared, args.repeat, work)
+        if args.skewed:
+            skewed = str(write_skewed_dump(work / "skewed"))
+            ordered = best([skewed], "2", args.repeat, work)
+            plain = best([skewed], "2", args.repeat, work, ("-p", "no:msprobe-cost-order"))
+            print(f"skewed dump: {ordered['items']} items, -n 2: expensive first {ordered['wall']:.2f} s, "
+                  f"dump order {plain['wall']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
