@@ -5,6 +5,8 @@ per process; items keep only entry names and look the raw entry up when they run
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import re
@@ -149,7 +151,7 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
     if cached is not None:
         return cached
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb") as fh, _gc_paused():
             raw = json.load(fh)  # accepts NaN / Infinity / -Infinity as msprobe writes them
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= stat.st_size - 2 else ""
@@ -181,7 +183,22 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
         else:
             dump._names.append(name)
     _CACHE[key] = dump
+    # The parsed dump lives for the whole session: keep the collector from re-scanning millions of
+    # its dicts and lists on every collection (pytest gc.collect()s several times at exit).
+    gc.freeze()
     return dump
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """json builds millions of containers; cyclic GC passes over them only slow the parse down."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def resolve_tensor_path(dump: Dump, leaf: dict[str, Any]) -> Path | None:

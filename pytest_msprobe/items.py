@@ -5,6 +5,7 @@ imported by the first item that runs.
 """
 from __future__ import annotations
 
+import functools
 import shlex
 from pathlib import Path
 from typing import Any, Iterator
@@ -36,13 +37,35 @@ def dtype_marker(dtype: str) -> str:
 
 
 def _entry_dtypes(entry: Any) -> list[str]:
+    """dtype markers of a call: every dtype among its recorded tensors (a tight walk: runs per item)."""
     seen: dict[str, None] = {}
-    if isinstance(entry, dict):
-        for key in ("input_args", "input_kwargs", "output", "input"):
-            for leaf in iter_leaves(entry.get(key)):
-                if isinstance(leaf, dict) and isinstance(leaf.get("dtype"), str) and "shape" in leaf:
-                    seen[dtype_marker(leaf["dtype"])] = None
-    return list(seen)
+    if not isinstance(entry, dict):
+        return []
+    stack = [entry.get(key) for key in ("input_args", "input_kwargs", "output", "input")]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            dtype = value.get("dtype")
+            if isinstance(dtype, str) and "shape" in value:
+                seen[dtype] = None
+            elif "type" not in value:
+                stack.extend(value.values())
+    return [dtype_marker(d) for d in seen]
+
+
+def _want_dtype_markers(config: pytest.Config) -> bool:
+    """dtype markers cost a walk over every entry; by default only when -m or -k could use them."""
+    setting = config.getini("msprobe_dtype_markers")
+    if setting == "auto":
+        return bool(config.option.markexpr or config.option.keyword)
+    return setting == "always"
+
+
+@functools.lru_cache(maxsize=None)
+def _mark(name: str) -> pytest.Mark:
+    return pytest.Mark(name, (), {}, _ispytest=True)
 
 
 class DumpFile(pytest.File):
@@ -54,22 +77,28 @@ class DumpFile(pytest.File):
         except DumpError as exc:
             raise self.CollectError(str(exc)) from None
         config = self.config
+        registered = set(KNOWN_TYPES + KNOWN_DTYPES)
+        with_dtypes = _want_dtype_markers(config)
         for order, entry_name in enumerate(dump.entry_names()):
             item = ApiItem.from_parent(self, name=entry_name, order=order)
-            item.add_marker("msprobe")
+            # Marks are attached directly (add_marker costs ~50 us per call, 400k calls for a big dump);
+            # -m and -k both read own_markers.
+            item.own_markers.append(_mark("msprobe"))
             try:
                 parsed = parse_entry_name(entry_name)
             except ValueError:
                 yield item
                 continue
-            markers = [parsed.api_type, parsed.direction] + _entry_dtypes(
-                dump.entry(f"{parsed.full_name}.forward") or dump.entry(entry_name))
+            markers = [parsed.api_type, parsed.direction]
+            if with_dtypes:
+                markers += _entry_dtypes(dump.entry(f"{parsed.full_name}.forward") or dump.entry(entry_name))
             for marker in markers:
                 if not marker.isidentifier():
                     continue
-                if marker not in KNOWN_TYPES and marker not in KNOWN_DTYPES:
+                if marker not in registered:
                     config.addinivalue_line("markers", f"{marker}: msprobe API type or dtype")
-                item.add_marker(marker)
+                    registered.add(marker)
+                item.own_markers.append(_mark(marker))
             yield item
 
     @property

@@ -81,6 +81,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
     parser.addini("msprobe_out", "default for --msprobe-out", default="msprobe_results")
     parser.addini("msprobe_standard", "default for --msprobe-standard", default=STANDARDS[0])
+    parser.addini("msprobe_dtype_markers", "auto (when -m/-k is given), always or never: dtype markers on items",
+                  default="auto")
     parser.addini("msprobe_specs", "default for --msprobe-specs", default="")
     parser.addini("msprobe_continue_on_collection_errors", type="bool", default=True,
                   help="a broken dump.json is reported as a collection error while the other dumps still run")
