@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import judge, standards
+from . import backends, capture, judge, kernels, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
     RAISABLE, Device, NotCheckable, Side, backward, first_output_dtype, hf32_round, make_side, map_structure,
@@ -37,6 +37,9 @@ class ApiFailure(Exception):
 
 
 def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> dict[str, Any]:
+    if dump.task == "overflow_check":  # REFERENCE §3.6: classify each overflow instead of judging precision
+        from .overflow import check_overflow
+        return check_overflow(dump, entry_name, options, specs)
     name = parse_entry_name(entry_name)
     record: dict[str, Any] = {
         "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
@@ -47,7 +50,7 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
         _run(dump, name, options, specs, record)
     except (NotCheckable, InputError) as exc:
         record["status"], record["message"] = "SKIP", str(exc)
-    except ApiFailure as exc:
+    except (ApiFailure, kernels.KernelError) as exc:
         record["status"], record["message"] = "error", str(exc)
         record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
     return record
@@ -64,8 +67,6 @@ def _entry(dump: Dump, full: str, direction: str) -> dict[str, Any]:
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
     api = name.api_name
-    if dump.framework != "pytorch":
-        raise NotCheckable(f"{dump.framework} dumps are collected but not executed yet (framework {dump.framework!r})")
     for group in ("always_skip", "random_apis"):
         if in_list(specs, api, group):
             raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
@@ -86,11 +87,18 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             raise NotCheckable(f"{api}: backward of this API is not checkable")
         if "out" in kwargs_enc:
             raise NotCheckable(f"{api}: called with out=..., which does not support autograd")
+    if options.mode == "replay" or dump.framework != "pytorch":  # recorded outputs, MindSpore (replay.py)
+        from .replay import run_external
+        return run_external(dump, name, options, specs, record)
 
     device = select_device(options.device, options.device_index)
     resolved = resolve(name.api_type, api, device, specs)
+    resolved = kernels.substitute(options.kernels, name.api_type, api, resolved)  # --msprobe-kernels
     record["device"] = device.name
+    record["backend"] = device.label
     record["impl"] = resolved.label
+    if resolved.kernel:
+        record["kernel"] = resolved.kernel
     if resolved.reference_vs_reference:
         record["notes"].append("reference-vs-reference: the device side runs the bench function in the recorded "
                                "dtype, not a vendor kernel")
@@ -118,6 +126,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs)
     if plan.hf32:
         args = [hf32_round(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args]
+    capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
+                  device=device, name=name, want_grad=want_grad)  # --msprobe-save-error-data/-repro/-fuzz
 
     def bench_dtype(t: torch.Tensor) -> torch.dtype:
         if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
@@ -125,7 +135,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         return plan.raise_to
 
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
-                         requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False)
+                         requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False, move=device.to_device)
     bench_side = make_side(args, kwargs, device="cpu", dtype_for=bench_dtype,
                            requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True)
     record["timings"]["inputs_s"] = time.perf_counter() - started
@@ -133,10 +143,15 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     timings = record["timings"]
     reference = _reference_side(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad)
     torch.manual_seed(record["seed"])  # random APIs inside the call (dropout) replay identically per item
-    out_d = _timed(timings, "device_s", "device", lambda: run_side(
-        resolved.device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad), device)
+    api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
+    # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
+    device_fn = backends.runner(device, api_key, resolved.device_fn)
+    out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
+        entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
+            device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
     out_b = _timed(timings, "bench_s", "bench", lambda: run_side(
         resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad), None)
+    capture.stash(out_d=out_d, out_b=out_b)
     leaves_d, leaves_b = _selected(output_leaves(out_d), api, specs), _selected(output_leaves(out_b), api, specs)
     if name.api_type == "NPU":  # rows an NPU op leaves unwritten (output_postprocess, api_specs/bench_functions.yaml)
         from bench_functions import postprocess
@@ -163,11 +178,14 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         if not pairs_b or len(pairs_b) != len(pairs_d):
             raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
         _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
-        _timed(timings, "device_backward_s", "device backward",
-               lambda: backward(leaves_d, pairs_d, device.name), device)
+        _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
+            entry_name, api_key, "backward", device, resolved.label,
+            lambda: backward(leaves_d, pairs_d, device.name)), None)
         ref_grads = []
-        for leaves_r, side in zip(ref_leaves, reference.sides if reference is not None else ()):
-            pairs_r = pair_cotangents(leaves_r, cotangents, grad_index)
+        for k, (leaves_r, side) in enumerate(zip(ref_leaves, reference.sides if reference is not None else ())):
+            # the perturbed twins move the recorded gradients too: they are inputs of the backward
+            moved = cotangents if k == 0 or reference.perturb is None else [reference.perturb(c) for c in cotangents]
+            pairs_r = pair_cotangents(leaves_r, moved, grad_index)
             _timed(timings, "reference_backward_s", "reference backward",
                    lambda: backward(leaves_r, pairs_r, reference.device.name), reference.device)
             ref_grads.append([leaf.grad for _, leaf in side.grad_leaves])
@@ -199,6 +217,7 @@ class ReferenceRun:
     autocast: torch.dtype | None
     device: Device
     label: str
+    perturb: Any = None  # strict: moves a tensor by one unit roundoff of its dtype (for the twins)
 
 
 def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
@@ -241,7 +260,7 @@ def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict
     sides = [make_side(a, k, device="cpu", dtype_for=compute_dtype, requires_grad=requires_grad,
                        want_grad=want_grad, bench=True) for a, k in inputs]
     return ReferenceRun(sides, resolved.bench_fn, None, Device("cpu"),
-                        "cpu computing in fp32 (fp64 for fp64), rounded to the device dtype")
+                        "cpu computing in fp32 (fp64 for fp64), rounded to the device dtype", perturb)
 
 
 def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Device | None) -> Any:
@@ -298,6 +317,7 @@ def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
 
 def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], refs: list[list[Any]],
              api: str, specs: dict[str, Any], options: CheckOptions, positions: list[int] | None = None) -> None:
+    capture.stash(compared_bench=bench, compared_device=device, positions=positions)
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
         d = next((x for x in device if isinstance(x, torch.Tensor)), None)
