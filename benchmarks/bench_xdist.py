@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,7 +50,9 @@ def pytest_runtest_logfinish(nodeid: str) -> None:
 def pytest_sessionfinish(session: Any) -> None:
     out = os.environ.get("BENCH_PROBE_OUT")
     if out and not hasattr(session.config, "workerinput"):
-        Path(out).write_text(json.dumps({"finished": _finished, "timings": _timings}))
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        Path(out).write_text(json.dumps({"finished": _finished, "timings": _timings,
+                                         "controller_cpu_s": usage.ru_utime + usage.ru_stime}))
 
 
 # --------------------------------------------------------------------------- the benchmark

@@ -10,6 +10,8 @@ narrows ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES to the one device (inde
 variable when the caller already set it) and runs on local index 0. If something imported torch
 earlier (a conftest), the variables may no longer take effect, so the worker keeps the full view
 and selects the device by index instead. Either way the first item calls torch.npu/cuda.set_device.
+
+Every process that runs items uses the same number of torch threads (`threads`), whatever -n is.
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
+from .items import ApiItem
+from .settings import CheckOptions, Settings
 
 VISIBLE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 WORKERINPUT_KEY = "msprobe_device"
@@ -159,23 +164,27 @@ class DeviceHooks:
         return "; ".join(f"{d}: {' '.join(w) or '-'}" for d, w in by_device.items())
 
 
-class DeviceSelect:
-    """Worker side: set the current device once, when the first item runs (torch is imported then)."""
+class FirstItem:
+    """Where items run: set torch's thread count and current device once, when the first dump item
+    starts (torch is imported then, never earlier; other tests of the session are left alone)."""
 
-    def __init__(self, device: str, index: int) -> None:
-        self.device, self.index, self.done = device, index, False
+    def __init__(self, options: CheckOptions) -> None:
+        self.options, self.done = options, False
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
-        if self.done:
+        if self.done or not isinstance(item, ApiItem):
             return
         self.done = True
         import torch
 
         from .execution import NotCheckable, select_device
 
+        torch.set_num_threads(self.options.threads)
+        if self.options.device_index is None:
+            return
         try:
-            device = select_device(self.device, self.index)
+            device = select_device(self.options.device, self.options.device_index)
         except NotCheckable:
             return  # the item itself reports the unusable device
         if device.kind == "cuda":
@@ -228,15 +237,23 @@ def device_index(config: pytest.Config) -> int | None:
     return None if info.slot is None else pin(info.slot)
 
 
-def configure(config: pytest.Config, settings: Any) -> None:
-    """Any process with a device: set it at the first item. Controller under xdist: the pool."""
+def threads(config: pytest.Config) -> int:
+    """Intra-op threads for the items: --msprobe-threads, else OMP_NUM_THREADS, else 1. The same in every
+    process, because torch's CPU reductions (the bench) round differently with another thread count;
+    1 also keeps N workers from oversubscribing the cores (-n 2 on 2 cores ran 3x slower). FirstItem
+    applies it, so a pytest session without dump items keeps torch's default."""
+    value = config.getoption("msprobe_threads") or config.getini("msprobe_threads") or os.environ.get(
+        "OMP_NUM_THREADS") or "1"
+    if not str(value).strip().isdigit() or int(value) < 1:
+        raise pytest.UsageError(f"--msprobe-threads: {value!r} is not a positive integer")
+    return int(value)
+
+
+def configure(config: pytest.Config, settings: Settings) -> None:
+    """Every process: threads and device at its first item. Controller under xdist: the pool."""
+    config.pluginmanager.register(FirstItem(settings.check_options), "msprobe-first-item")
     info = _info(config)
-    if info is None:
-        return
-    index = settings.check_options.device_index
-    if index is not None:
-        config.pluginmanager.register(DeviceSelect(settings.check_options.device, index), "msprobe-device-select")
-    if hasattr(config, "workerinput") or not getattr(config.option, "tx", None):
+    if info is None or hasattr(config, "workerinput") or not getattr(config.option, "tx", None):
         return
     pool = DevicePool(info.devices, info.per_device)
     info.hooks = DeviceHooks(pool)

@@ -26,18 +26,38 @@ class NotCheckable(Exception):
 
 @dataclass(frozen=True)
 class Device:
-    kind: str  # "cpu" | "cuda" | "npu"
+    """A torch device of a backend (backends.py): `name` is the torch device string."""
+
+    kind: str  # torch device type: "cpu" | "cuda" | "npu" | a backend's own
     index: int | None = None
+    backend: Any = field(default=None, compare=False, repr=False)  # backends.Backend; None: plain torch
 
     @property
     def name(self) -> str:
         return self.kind if self.index is None else f"{self.kind}:{self.index}"
 
+    @property
+    def label(self) -> str:
+        """The --msprobe-device name, with the torch device when they differ."""
+        backend = getattr(self.backend, "name", None) or self.kind
+        return self.name if backend in (self.kind, self.name) else f"{backend} ({self.name})"
+
     def synchronize(self) -> None:
-        if self.kind == "cuda":
+        if self.backend is not None:
+            self.backend.synchronize(self.name)
+        elif self.kind == "cuda":
             torch.cuda.synchronize()
         elif self.kind == "npu":
             torch.npu.synchronize()  # type: ignore[attr-defined]
+
+    def to_device(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """A fresh copy on this device, as its backend moves tensors."""
+        if self.backend is None:
+            return tensor.to(device=self.name, dtype=dtype, copy=True)
+        moved = self.backend.to_device(tensor, self.name, dtype).detach()
+        if moved.device == tensor.device and moved.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
+            moved = moved.clone()  # never share memory with the inputs the bench and reference copy
+        return moved
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,25 +71,13 @@ def npu_import_error() -> str | None:
 
 
 def select_device(requested: str, index: int | None = None) -> Device:
-    """auto: npu if torch_npu imports, else cuda, else cpu. Explicit choices must be usable."""
-    if requested == "auto":
-        if npu_import_error() is None:
-            return Device("npu", index or 0)
-        if torch.cuda.is_available():
-            return Device("cuda", index or 0)
-        return Device("cpu")
-    if requested == "npu":
-        error = npu_import_error()
-        if error is not None:
-            raise NotCheckable(f"--msprobe-device npu: torch_npu cannot be imported ({error})")
-        return Device("npu", index or 0)
-    if requested == "cuda":
-        if not torch.cuda.is_available():
-            raise NotCheckable("--msprobe-device cuda: torch.cuda.is_available() is False on this machine")
-        return Device("cuda", index or 0)
-    if requested == "cpu":
-        return Device("cpu")
-    raise NotCheckable(f"unknown --msprobe-device {requested!r}")
+    """auto: npu if torch_npu imports, else cuda, else cpu. Explicit choices must be usable.
+
+    Every name, the built-in ones included, goes through the backends (backends.py).
+    """
+    from .backends import select
+
+    return select(requested, index)
 
 
 # ----------------------------------------------------------------------------- API resolution
@@ -81,6 +89,7 @@ class Resolved:
     bench_fn: Callable[..., Any]
     label: str
     reference_vs_reference: bool = False
+    kernel: str | None = None  # the --msprobe-kernels kernel that is the device side, if any
 
 
 def _getattr_path(root: Any, dotted: str) -> Any:
@@ -236,8 +245,10 @@ class Side:
 
 
 def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for: Callable[[torch.Tensor], torch.dtype],
-              requires_grad: set[int], want_grad: bool, bench: bool) -> Side:
-    """Fresh copies of every tensor, cast and moved; grad-requiring inputs become non-leaf clones."""
+              requires_grad: set[int], want_grad: bool, bench: bool,
+              move: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None) -> Side:
+    """Fresh copies of every tensor, cast and moved (by `move`, a backend's, when given); grad-requiring
+    inputs become non-leaf clones."""
     side = Side([], {})
     counter = [0]
 
@@ -248,7 +259,8 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
             return v
         position = counter[0]
         counter[0] += 1
-        t = v.detach().to(device=device, dtype=dtype_for(v), copy=True)
+        t = move(v.detach(), dtype_for(v)) if move is not None else \
+            v.detach().to(device=device, dtype=dtype_for(v), copy=True)
         if want_grad and id(v) in requires_grad and key != "out" and t.dtype.is_floating_point:
             leaf = t.requires_grad_(True)
             side.grad_leaves.append((position, leaf))

@@ -134,9 +134,10 @@ class CrashHooks:
         else:
             message = f"worker crashed while running {api} (worker {worker_id} died)"
         record = failure_record(crashitem, message, self.run_seed, rootpath=self.rootpath)
-        if record is not None:
-            record["crashed"] = True
-            report.msprobe = record  # type: ignore[attr-defined]
+        if record is None:  # not a dump item: xdist's own report stands
+            return
+        record["crashed"] = True
+        report.msprobe = record  # type: ignore[attr-defined]
         report.longrepr = message
         report.location = (crashitem.rpartition("::")[0], 0, f"msprobe: {api}")  # the failure heading
         self.crashed += 1

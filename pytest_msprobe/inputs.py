@@ -22,6 +22,8 @@ TENSOR_TYPES = (
     "torch.distributed.tensor.DTensor",
     "torch._subclasses.fake_tensor.FakeTensor",
     "torch.distributed._functional_collectives.AsyncCollectiveTensor",
+    "mindspore.Tensor",  # MindSpore dumps: dtype strings like Float32 (parse_dtype), .npy files
+    "mindspore.Parameter",
 )
 _FLOAT8 = ("torch.float8_e4m3fn", "torch.float8_e5m2", "torch.float8_e4m3fnuz", "torch.float8_e5m2fnuz")
 
@@ -52,12 +54,30 @@ class BuildContext:
 
 
 def parse_dtype(text: Any) -> torch.dtype:
+    """`torch.float32`, or a MindSpore dtype name (`Float32`, `mindspore.bfloat16`) through the table in
+    api_specs/mindspore.yaml."""
+    if isinstance(text, str) and not text.startswith("torch."):
+        text = _mindspore_dtype(text)
     if not isinstance(text, str) or not text.startswith("torch."):
-        raise InputError(f"dtype {text!r} is not a torch dtype string")
+        raise InputError(f"dtype {text!r} is not a torch dtype string (nor a MindSpore one)")
     dtype = getattr(torch, text[len("torch."):], None)
     if not isinstance(dtype, torch.dtype):
         raise InputError(f"dtype {text!r} is unknown to torch {torch.__version__}")
     return dtype
+
+
+def _mindspore_dtype(text: str) -> str:
+    """MindSpore dtype name (`Float32`, as dumps write it, or `mindspore.float32`) -> torch dtype string."""
+    from .specs import load_specs
+
+    table = load_specs()["mindspore"]["dtypes"]
+    attr = text[len("mindspore."):].rstrip("_") if text.startswith("mindspore.") else None
+    for name, torch_name in table.items():
+        if name == text or (attr is not None and name.lower() == attr):
+            if not torch_name:
+                raise InputError(f"MindSpore dtype {text!r} has no torch equivalent")
+            return torch_name
+    return text
 
 
 def _shape(leaf: dict[str, Any], where: str) -> list[int]:
@@ -110,7 +130,7 @@ def build(value: Any, ctx: BuildContext, where: str, *, kwarg: str | None = None
         return Ellipsis
     if kind == "torch.Size":
         return torch.Size(value.get("value") or [])
-    if kind == "torch.dtype":
+    if kind in ("torch.dtype", "mindspore.dtype"):
         return parse_dtype(value.get("value"))
     if kind == "torch.device":
         return DeviceArg(value.get("value"))

@@ -79,6 +79,9 @@ class DumpFile(pytest.File):
         config = self.config
         registered = set(KNOWN_TYPES + KNOWN_DTYPES)
         with_dtypes = _want_dtype_markers(config)
+        fuzz_items = None
+        if config.getoption("msprobe_fuzz", 0):
+            from .fuzz import extra_items as fuzz_items
         for order, entry_name in enumerate(dump.entry_names()):
             item = ApiItem.from_parent(self, name=entry_name, order=order)
             # Marks are attached directly (add_marker costs ~50 us per call, 400k calls for a big dump);
@@ -100,6 +103,8 @@ class DumpFile(pytest.File):
                     registered.add(marker)
                 item.own_markers.append(_mark(marker))
             yield item
+            if fuzz_items is not None:
+                yield from fuzz_items(self, item)  # --msprobe-fuzz: <entry>[fuzz] right after its API
 
     @property
     def dump(self) -> Dump:
@@ -144,9 +149,11 @@ class ApiItem(pytest.Item):
         opts = settings.check_options
         args += ["--msprobe-standard", opts.standard]
         for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
+                            ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
                             ("--msprobe-reference", opts.reference_device),
                             ("--msprobe-reference-results", opts.reference_results),
-                            ("--msprobe-specs", opts.specs_file)):
+                            ("--msprobe-specs", opts.specs_file),
+                            ("--msprobe-kernels", getattr(opts, "kernels", None))):
             if value:
                 args += [flag, value]
         return shlex.join(args)

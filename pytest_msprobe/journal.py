@@ -24,6 +24,7 @@ from typing import IO, Any
 import pytest
 
 from .dump import load_dump, parse_entry_name
+from .items import ApiItem
 from .settings import SETTINGS_KEY, Settings
 
 JOURNAL_NAME = "msprobe_journal.jsonl"
@@ -113,8 +114,6 @@ class Resume:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        from .items import ApiItem
-
         keep, done = [], []
         for item in items:
             key = self.keys.get(item.nodeid)

@@ -6,15 +6,16 @@ and collecting a dump stay cheap.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from pathlib import Path
 from typing import Any, Generator
 
 import pytest
 
-from . import baseline, devices, guard, journal, shard, summary
+from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
-from .settings import DATA_MODES, DEFAULT_SEED, DEVICES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings
+from .settings import DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings
 from .shard import parse_shard
 
 DUMP_BASENAME = "dump.json"
@@ -32,16 +33,33 @@ def _seed(value: str) -> int | str:
     return seed
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("msprobe", "msprobe API precision checks (pytest-msprobe)")
     group.addoption("--msprobe-api-info", nargs="+", action="extend", default=[], metavar="DUMP_JSON",
                     help="msprobe dump.json file(s) to check; a dump.json given as a plain path works too")
-    group.addoption("--msprobe-device", choices=DEVICES, default=None,
-                    help="device under test: auto (npu if torch_npu imports, else cuda, else cpu), npu, cuda, cpu")
+    group.addoption("--msprobe-device", default=None, metavar="NAME",
+                    help="device under test: auto (npu if torch_npu imports, else cuda, else cpu), npu, cuda, cpu, "
+                         "or a device a plugin registers (hook pytest_msprobe_device, entry points "
+                         "pytest_msprobe.devices)")
+    group.addoption("--msprobe-kernels", default=None, metavar="MODULE:ATTR",
+                    help="a mapping {API name: kernel} (module name or path/to/file.py); the device side of "
+                         "those APIs runs your kernel, the other APIs are deselected")
+    group.addoption("--msprobe-kernels-run-all", action="store_true", default=False,
+                    help="with --msprobe-kernels: run the APIs without a kernel too, with the usual APIs")
     group.addoption("--msprobe-seed", type=_seed, default=None,
                     help=f"run seed for random inputs (default {DEFAULT_SEED}; 'random' picks one and prints it)")
     group.addoption("--msprobe-data-mode", choices=DATA_MODES, default="auto",
                     help="auto: saved tensors when the dump has them, else random from statistics")
+    group.addoption("--msprobe-mode", choices=MODES, default="auto",
+                    help="replay: the device result is the output saved in a tensor dump, only the bench runs "
+                         "(no device, no MindSpore needed); rerun: run the API on the device; auto (default): "
+                         "replay MindSpore tensor dumps, re-run everything else")
     group.addoption("--msprobe-standard", choices=STANDARDS, default=None,
                     help="judgement: msprobe (8.x new standard, default), original (msprobe's Layer 1 only), "
                          "msprobe26 (benchmark for every float output), strict (pytest-msprobe's; see README)")
@@ -62,6 +80,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "pinned to one; without xdist the first is used")
     group.addoption("--msprobe-workers-per-device", default=None, metavar="N",
                     help="at most N xdist workers per device (default 8, as msprobe); extra workers are not started")
+    group.addoption("--msprobe-threads", default=None, metavar="N",
+                    help="torch intra-op threads per process running items (default: OMP_NUM_THREADS, else 1); "
+                         "fixed so results do not depend on -n")
     group.addoption("--msprobe-timeout", default=None, metavar="SECONDS",
                     help="fail an item running longer; a call stuck in native code ends its xdist worker "
                          "(counted as a crash) or, without xdist, the run")
@@ -73,11 +94,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "python -m pytest_msprobe merge")
     group.addoption("--msprobe-baseline", default=None, metavar="FILE",
                     help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
+    triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
+    parser.addini("msprobe_threads", "default for --msprobe-threads", default="")
     parser.addini("msprobe_timeout", "default for --msprobe-timeout (seconds)", default="")
     parser.addini("msprobe_baseline", "default for --msprobe-baseline", default="")
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
+    parser.addini("msprobe_kernels", "default for --msprobe-kernels (a path is relative to the ini file)", default="")
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
     parser.addini("msprobe_out", "default for --msprobe-out", default="msprobe_results")
     parser.addini("msprobe_standard", "default for --msprobe-standard", default=STANDARDS[0])
@@ -90,9 +114,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _settings(config: pytest.Config) -> Settings:
     opt = config.option
-    device = opt.msprobe_device or config.getini("msprobe_device")
-    if device not in DEVICES:
-        raise pytest.UsageError(f"ini msprobe_device: {device!r} is not one of {', '.join(DEVICES)}")
+    device = backends.check_name(config, opt.msprobe_device or config.getini("msprobe_device"),
+                                 "--msprobe-device" if opt.msprobe_device else "ini msprobe_device")
     seed: Any = opt.msprobe_seed if opt.msprobe_seed is not None else config.getini("msprobe_seed")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and "msprobe_seed" in workerinput:
@@ -122,12 +145,16 @@ def _settings(config: pytest.Config) -> Settings:
         reference_results = str(here / reference_results)
         if not Path(reference_results).is_file():
             raise pytest.UsageError(f"--msprobe-reference-results: no such file: {reference_results}")
-    if opt.msprobe_reference and opt.msprobe_reference not in DEVICES[1:]:
-        raise pytest.UsageError(f"--msprobe-reference: {opt.msprobe_reference!r} is not one of {', '.join(DEVICES[1:])}")
+    if opt.msprobe_reference:
+        backends.check_name(config, opt.msprobe_reference, "--msprobe-reference", allow_auto=False)
     options = CheckOptions(device=device, run_seed=int(seed), data_mode=opt.msprobe_data_mode,
-                           device_index=devices.device_index(config), standard=standard,
+                           device_index=devices.device_index(config), threads=devices.threads(config),
+                           standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
-                           specs_file=specs_file)
+                           specs_file=specs_file, kernels=kernels.configure(config), mode=opt.msprobe_mode)
+    if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
+        raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "
+                                "inputs: it cannot use --msprobe-data-mode random")
     out = Path(opt.msprobe_out or config.getini("msprobe_out"))
     if not out.is_absolute():
         out = here / out
@@ -157,6 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
     guard.configure(config, settings.check_options.run_seed)
     shard.configure(config)
     baseline.configure(config)
+    triage.configure(config)
     config.pluginmanager.register(ResultCollector(config), "msprobe-results")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "msprobe-xdist")
@@ -174,7 +202,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
     return [f"msprobe: seed {opts.run_seed}, device {opts.device}, standard {settings.standard}, "
-            f"data {opts.data_mode}, results -> {settings.out_dir}", *summary.header_lines(config)]
+            f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *summary.header_lines(config)]
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile | None:
@@ -202,6 +230,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if record is not None:
             record["entry_key"] = journal.item_key(item)  # what --msprobe-resume matches
             report.msprobe = record  # travels to the xdist controller with the report
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: Any) -> Generator[None, Any, Any]:
+    data = yield
+    if data is not None and isinstance(data.get("msprobe"), dict):  # one string crosses execnet several
+        data["msprobe"] = json.dumps(data["msprobe"])             # times cheaper than nested objects
+    return data
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any]) -> Generator[None, Any, Any]:
+    report = yield
+    if isinstance(getattr(report, "msprobe", None), str):
+        report.msprobe = json.loads(report.msprobe)
     return report
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import ms_results
 from .metrics import METRIC_KEYS
 
 __all__ = [
@@ -251,15 +252,23 @@ def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
         "details": out_dir / f"{DETAILS_PREFIX}{ts}.csv",
         "jsonl": out_dir / f"{JSONL_PREFIX}{ts}.jsonl",
     }
-    with open(paths["result"], "w", encoding=CSV_ENCODING, newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(RESULT_HEADER)
-        for api, fwd, bwd, message in api_results(records):
-            writer.writerow([api, fwd, bwd] if message is None else [api, fwd, bwd, message])
-    with open(paths["details"], "w", encoding=CSV_ENCODING, newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(DETAILS_HEADER)
-        writer.writerows(details_rows(records, precision=precision))
+    # MindSpore dumps get msprobe's MindSpore checker files (ms_results.py); beside PyTorch ones, with a suffix.
+    ms_records = [rec for rec in records if ms_results.is_mindspore(rec)]
+    pt_records = [rec for rec in records if not ms_results.is_mindspore(rec)] if ms_records else records
+    if pt_records or not ms_records:
+        with open(paths["result"], "w", encoding=CSV_ENCODING, newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(RESULT_HEADER)
+            for api, fwd, bwd, message in api_results(pt_records):
+                writer.writerow([api, fwd, bwd] if message is None else [api, fwd, bwd, message])
+        with open(paths["details"], "w", encoding=CSV_ENCODING, newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(DETAILS_HEADER)
+            writer.writerows(details_rows(pt_records, precision=precision))
+    if ms_records:
+        ms_paths = ms_results.write_files(ms_records, out_dir, ts, suffix="_mindspore" if pt_records else "",
+                                          precision=precision)
+        paths.update(ms_paths if not pt_records else {f"mindspore_{k}": v for k, v in ms_paths.items()})
     with open(paths["jsonl"], "w", encoding="utf-8", newline="\n") as f:
         for rec in records:
             f.write(json.dumps(rec, ensure_ascii=False, allow_nan=True))
@@ -339,6 +348,8 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
     direction = str(record.get("direction", ""))
     lines = [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
              f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')})"]
+    if record.get("kernel") or record.get("backend", record.get("device")) != record.get("device"):
+        lines.append(f"implementation: {record.get('impl')} on {record.get('backend')}")  # --msprobe-kernels/-device
     table: list[tuple[str, ...]] = []
     outputs = sorted(record.get("outputs") or (), key=_severity)  # worst output first
     for out in outputs:

@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 
 DEFAULT_SEED = 1234
-DEVICES = ("auto", "npu", "cuda", "cpu")
+DEVICES = ("auto", "npu", "cuda", "cpu")  # the built-in ones; backends.py adds registered devices
 DATA_MODES = ("auto", "random", "real")
-STANDARDS = ("msprobe", "original", "msprobe26", "strict")  # first is the default
+STANDARDS = ("msprobe", "original", "msprobe26", "strict", "mindspore")  # first is the default
+# auto: replay MindSpore tensor dumps, re-run everything else; replay: the device result is the output
+# recorded in the dump; rerun: the API runs again on the device under test (README "MindSpore dumps")
+MODES = ("auto", "rerun", "replay")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class CheckOptions:
     reference_device: str | None = None  # third device for the benchmark/ULP/strict comparisons
     reference_results: str | None = None  # an earlier run's details (JSON lines or msprobe CSV)
     specs_file: str | None = None  # the user's api_specs overrides
+    mode: str = "auto"  # MODES: where the device result comes from
+    kernels: str | None = None  # --msprobe-kernels module:attr (a file path made absolute)
+    threads: int = 1  # torch intra-op threads; CPU reductions depend on it, so it is fixed, not per -n
 
 
 @dataclass

@@ -16,6 +16,7 @@ from collections import defaultdict
 import pytest
 
 from .dump import iter_leaves, load_dump, parse_entry_name
+from .items import ApiItem
 
 ITEM_BASE_COST = 100_000   # element-equivalents of the fixed per-item work (inputs, two launches, compare)
 BACKWARD_FACTOR = 3
@@ -43,11 +44,14 @@ def entry_cost(entry: object, backward: bool) -> float:
 def item_cost(item: pytest.Item) -> float:
     cost = item.stash.get(COST_KEY, None)
     if cost is None:
-        try:
-            name = parse_entry_name(item.name)
-            cost = entry_cost(load_dump(item.path).entry(f"{name.full_name}.forward"), name.direction == "backward")
-        except Exception:  # not an API item, or an entry the item itself will report
-            cost = float(ITEM_BASE_COST)
+        cost = float(ITEM_BASE_COST)
+        if isinstance(item, ApiItem):
+            try:
+                name = parse_entry_name(item.name)
+                entry = load_dump(item.path).entry(f"{name.full_name}.forward")
+                cost = entry_cost(entry, name.direction == "backward")
+            except Exception:  # an entry the item itself will report
+                pass
         item.stash[COST_KEY] = cost
     return cost
 

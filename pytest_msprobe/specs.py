@@ -80,8 +80,30 @@ def _apply_user(merged: dict[str, Any], path: Path) -> None:
             merged["apis"] = {**merged["apis"], **copy.deepcopy(value)}
         elif key not in merged:
             raise SpecError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(merged))})")
+        elif key == "mindspore" and isinstance(value, dict) and "apis" in value:
+            merged[key] = _merge(merged[key], {k: v for k, v in value.items() if k != "apis"}, f"{path}: {key}")
+            merged[key]["apis"] = {**merged[key]["apis"], **_check_ms_apis(path, value["apis"])}
         else:
             merged[key] = _merge(merged[key], value, f"{path}: {key}")
+
+
+_MS_API_KEYS = {"torch": str, "params": list, "rename": dict, "drop": list, "skip": str}
+
+
+def _check_ms_apis(path: Path, apis: Any) -> dict[str, Any]:
+    """New or replaced entries of the MindSpore -> torch table (api_specs/mindspore.yaml `apis`)."""
+    if not isinstance(apis, dict):
+        raise SpecError(f"{path}: mindspore.apis: must map `Type.name` to settings")
+    for api, settings in apis.items():
+        where = f"{path}: mindspore.apis.{api}"
+        if not isinstance(settings, dict):
+            raise SpecError(f"{where}: must be a mapping of {', '.join(_MS_API_KEYS)}")
+        for key, value in settings.items():
+            if key not in _MS_API_KEYS:
+                raise SpecError(f"{where}: unknown key {key!r} (known: {', '.join(_MS_API_KEYS)})")
+            if not isinstance(value, _MS_API_KEYS[key]):
+                raise SpecError(f"{where}.{key}: expected {_MS_API_KEYS[key].__name__}, got {value!r}")
+    return copy.deepcopy(apis)
 
 
 def _check_api(path: Path, api: str, settings: Any, shipped_thresholds: Mapping[str, Any]) -> None:

@@ -81,7 +81,7 @@ def _balance(diff: np.ndarray) -> float:
     """z-score of the sign balance of non-zero errors (|#up - #down| / sqrt(n))."""
     up, down = int(np.count_nonzero(diff > 0)), int(np.count_nonzero(diff < 0))
     n = up + down
-    return abs(up - down) / np.sqrt(n) if n else 0.0
+    return float(abs(up - down) / np.sqrt(n)) if n else 0.0  # a Python float: records cross xdist (execnet)
 
 
 def _signed_mean(errors: np.ndarray, unit: np.ndarray) -> float:

@@ -11,6 +11,7 @@ import pytest
 import torch  # noqa: F401
 import bench_functions  # noqa: F401
 import pytest_msprobe.check  # noqa: F401
+import hypothesis  # noqa: F401  (--msprobe-fuzz imports it inside in-process runs)
 
 
 # Dump fixtures under tests/ are data, not something to collect when running our own suite.

@@ -367,3 +367,15 @@ def test_baseline_patterns_match_node_id_entry_or_call_name() -> None:
     assert re.search("TODO review", baseline.dump_yaml(baseline.failures([
         {"api": "A.b.0", "direction": "forward", "status": "error", "message": "x"},
         {"api": "A.c.0", "direction": "forward", "status": "Warning", "message": "y"}])))
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--msprobe-threads", "0"), "--msprobe-threads: '0' is not a positive integer"),
+    (("--msprobe-timeout", "-1"), "--msprobe-timeout: '-1' is not a positive number of seconds"),
+    (("--msprobe-devices", "0", "--msprobe-workers-per-device", "0"), "--msprobe-workers-per-device: '0' is not*"),
+    (("--msprobe-shard", "4/3"), "*--msprobe-shard wants K/N with 1 <= K <= N, got '4/3'"),
+])
+def test_bad_large_run_options_are_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], message: str) -> None:
+    result = pytester.runpytest(str(relu_dump(pytester, 1)), *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
