@@ -3,11 +3,12 @@
     python benchmarks/gen_dump.py OUT_DIR --entries 100000 [--mode statistics|tensor] [--dtype bfloat16]
            [--hidden 64 --seq 16 --batch 2]
 
-Each transformer layer records, in call order, the calls a real training step dumps (rms/layer norm,
-q/k/v/o projections, rotary, attention scores, softmax, dropout, residual adds, the MLP with silu
-gating, a loss at the end) with forward and backward entries and statistics computed from real
-tensors of those shapes, so inputs generated from them look like the recorded ones. `--mode tensor`
-also saves every tensor to dump_tensor_data/ (.pt), as msprobe's tensor task does.
+Each transformer layer records, in call order, the calls a real training step dumps (layer norms,
+q/k/v/o projections, attention scores, softmax, dropout, residual adds, the MLP with silu gating)
+with forward and backward entries and statistics computed from real tensors of those shapes, so
+inputs generated from them look like the recorded ones. A few layers are computed and then repeated
+with new call indices up to the requested size. `--mode tensor` also saves every tensor to
+dump_tensor_data/ (.pt), as msprobe's tensor task does.
 """
 from __future__ import annotations
 
@@ -114,6 +115,32 @@ def layer(w: Writer, x: torch.Tensor, hidden: int, dtype: torch.dtype) -> torch.
     return x
 
 
+LAYERS = 8
+
+
+def _replicate(recorded: dict[str, Any], entries: int) -> dict[str, Any]:
+    """Repeat the recorded layers, renumbering call indices so every entry name stays unique and each
+    backward entry keeps its forward partner; saved tensors are shared between the copies."""
+    from pytest_msprobe.dump import parse_entry_name
+
+    per_api: dict[str, int] = {}
+    for name in recorded:
+        parsed = parse_entry_name(name)
+        key = f"{parsed.api_type}.{parsed.api_name}"
+        per_api[key] = max(per_api.get(key, 0), int(parsed.index) + 1)
+    data: dict[str, Any] = {}
+    copy = 0
+    while len(data) < entries:
+        for name, entry in recorded.items():
+            parsed = parse_entry_name(name)
+            key = f"{parsed.api_type}.{parsed.api_name}"
+            data[f"{key}.{int(parsed.index) + copy * per_api[key]}.{parsed.direction}"] = entry
+            if len(data) == entries:
+                break
+        copy += 1
+    return data
+
+
 def generate(out: Path, entries: int, mode: str = "statistics", dtype: str = "float32",
              hidden: int = 64, seq: int = 16, batch: int = 2) -> Path:
     torch.manual_seed(0)
@@ -121,10 +148,10 @@ def generate(out: Path, entries: int, mode: str = "statistics", dtype: str = "fl
     out.mkdir(parents=True, exist_ok=True)
     w = Writer(out, mode)
     x = torch.randn(batch, seq, hidden).to(torch_dtype)
-    while len(w.data) < entries:
+    for _ in range(LAYERS):  # real statistics for a few layers ...
         x = layer(w, x, hidden, torch_dtype)
         x = x / x.float().std().to(torch_dtype)  # keep activations in range over many layers
-    data = dict(list(w.data.items())[:entries])
+    data = _replicate(w.data, entries)  # ... repeated (with new call indices) up to the requested size
     doc = {"task": mode, "level": "L1", "framework": "pytorch",
            "dump_data_dir": str(out / "dump_tensor_data") if mode == "tensor" else None, "data": data}
     (out / "dump.json").write_text(json.dumps(doc, indent=1))

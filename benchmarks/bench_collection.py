@@ -1,0 +1,57 @@
+"""Collection time and peak memory per process for synthetic dumps of 1k, 10k and 100k entries.
+
+    python benchmarks/bench_collection.py [--sizes 1000 10000 100000] [--repeat 3]
+
+Every xdist worker collects the whole dump, so this is what each worker pays before its first item.
+Each run is a fresh `pytest --collect-only -qq` subprocess; the figures are the child's wall time,
+CPU time and peak RSS (getrusage of the children), best of --repeat. A bare `pytest --version`-like
+startup (collecting an empty folder) is measured too, so the dump's own share is visible.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gen_dump import generate  # noqa: E402
+
+
+def run(args: list[str], cwd: Path) -> tuple[float, float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd, check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, after.ru_maxrss / 1024  # ru_maxrss of children: the largest child so far (KiB)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "empty").mkdir()
+        base = min(run(["--collect-only", "-qq", "empty"], work)[0] for _ in range(args.repeat))
+        print(f"pytest start-up (empty folder): {base:.2f} s")
+        print(f"{'entries':>8} {'dump MB':>8} {'wall s':>7} {'cpu s':>6} {'peak RSS MiB':>13}")
+        for size in sorted(args.sizes):
+            dump = generate(work / f"d{size}", size)
+            best = min((run(["--collect-only", "-qq", str(dump)], work) for _ in range(args.repeat)),
+                       key=lambda r: r[0])
+            # peak RSS: children's maxrss is monotonic over runs, sizes go up, so this is this size's peak
+            print(f"{size:>8} {dump.stat().st_size / 1e6:>8.1f} {best[0]:>7.2f} {best[1]:>6.2f} {best[2]:>13.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""--msprobe-html: one self-contained page; sorted and filtered by its own JS in a real headless Chromium."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests.test_plugin import make_dump
+from tests.triage_helpers import PLANTED, gelu_bf16, relu_fp16
+
+LEAN = ("-p", "no:cacheprovider")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("no chromium/chrome on PATH (Debian: apt-get install -y chromium chromium-driver): "
+                "the page's JS and SVG are not rendered in a browser here")
+
+
+def run_chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(prefix="msprobe-chromium-") as profile:
+        return subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                              capture_output=True, text=True, timeout=120)
+
+
+class Rows(HTMLParser):
+    """Rows of the API table in document order: (status, item text, hidden?)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict[str, str]] = []
+        self.body: dict[str, str] = {}
+        self.table: dict[str, str] = {}
+        self.col: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "body":
+            self.body = a
+        elif tag == "table" and a.get("id") == "apis":
+            self.table = a
+        elif tag == "tr" and "data-order" in a:
+            self.rows.append({"row_status": a["data-status"], "hidden": "display: none" in a.get("style", "")})
+        elif tag == "td" and self.rows:
+            self.col = a.get("data-col")
+
+    def handle_data(self, data: str) -> None:
+        if self.col and self.rows:
+            self.rows[-1][self.col] = self.rows[-1].get(self.col, "") + data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self.col = None
+
+
+def parse(html_text: str) -> Rows:
+    parser = Rows()
+    parser.feed(html_text)
+    return parser
+
+
+def make_report(pytester: pytest.Pytester) -> Path:
+    pytester.makeconftest(PLANTED)
+    dump = make_dump(pytester, {**gelu_bf16(), **relu_fp16()})
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "strict", "--msprobe-fuzz", "30",
+                                "--msprobe-html", "out/report.html", *LEAN)
+    result.assert_outcomes(failed=4, passed=1)  # gelu fwd+bwd, gelu[fuzz], relu[fuzz]; relu passes
+    result.stdout.fnmatch_lines(["*html report: *out/report.html*"])
+    return pytester.path / "out" / "report.html"
+
+
+def test_the_page_is_self_contained_and_plots_each_failure(pytester: pytest.Pytester) -> None:
+    page = make_report(pytester).read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page) and "<link" not in page
+    assert "<script src" not in page and "@import" not in page
+    rows = parse(page).rows
+    assert [(r["item"], r["status"]) for r in rows] == [
+        ("Functional.gelu.0.forward", "error"), ("Functional.gelu.0.backward", "error"),
+        ("Functional.relu.0.forward", "pass"), ("Functional.gelu.0.forward [fuzz]", "error"),
+        ("Functional.relu.0.forward [fuzz]", "error")]
+    assert page.count('<svg class="plot heatmap"') == 4 and page.count('<section class="failure"') == 4
+    assert "2.998046875 (one ULP below the recorded Max)" in page  # the fuzz failure's shrunk example
+    assert rows[0]["algorithm"] == "benchmark" and float(rows[0]["max_ulp"]) > 4
+
+
+def test_chromium_loads_sorts_filters_and_renders_the_plots(pytester: pytest.Pytester) -> None:
+    chromium()
+    report = make_report(pytester)
+    url = report.as_uri() + "#sort=max_abs_err&dir=desc&status=error"
+    dom = run_chromium("--dump-dom", "--virtual-time-budget=3000", url)
+    assert dom.returncode == 0 and "<tbody>" in dom.stdout, dom.stderr[-2000:]
+    parsed = parse(dom.stdout)
+    assert parsed.table.get("data-sorted") == "max_abs_err:desc"  # the page's JS ran
+    shown = [r for r in parsed.rows if not r["hidden"]]
+    assert {r["row_status"] for r in shown} == {"error"} and len(shown) == 4
+    errors = [float(r["max_abs_err"]) for r in shown if r.get("max_abs_err")]
+    assert errors == sorted(errors, reverse=True) and len(errors) >= 3
+    assert [r for r in parsed.rows if r["hidden"]][0]["row_status"] == "pass"
+    assert int(parsed.body.get("data-plots-rendered", "0")) == 12  # 4 failures x 3 SVG plots with a size
+    shot = pytester.path / "report.png"
+    screenshot = run_chromium(f"--screenshot={shot}", "--window-size=1300,1800", report.as_uri())
+    assert screenshot.returncode == 0 and shot.stat().st_size > 20_000, screenshot.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pytest_html_gets_the_same_plots(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_html", reason="pytest-html is not installed (the extras are optional)")
+    pytester.makeconftest(PLANTED)
+    dump = make_dump(pytester, gelu_bf16())
+    result = pytester.runpytest_subprocess(str(dump), "--msprobe-standard", "strict", "--html", "ph.html",
+                                           "--self-contained-html", *LEAN)
+    result.assert_outcomes(failed=2)
+    page = (pytester.path / "ph.html").read_text(encoding="utf-8")  # pytest-html 4 keeps extras in a JSON blob
+    assert page.count("plot heatmap") == 2 and page.count("histogram of errors") == 2

@@ -1,0 +1,153 @@
+"""Planted bugs and checks shared by the issue-7 tests (saved error data, repro scripts, fuzzing, HTML)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import tensor
+
+# Device-side bugs, each visible only in the dtype the device runs (the bench and strict's reference run
+# in fp32/fp64), so only the device side is wrong:
+#  * gelu (bf16): element 5 scaled by 1.5 -- forward and gradient;
+#  * torch.matmul (fp16): every element 1% too large;
+#  * relu (fp16): doubled for inputs in (2.995, 3.0), just below a recorded Max of 3: random inputs from
+#    statistics (Min at index 0, Max at the end, uniform between) almost never land there.
+PLANTED = """
+import torch
+import torch.nn.functional as F
+
+_gelu, _relu, _matmul = F.gelu, F.relu, torch.matmul
+
+
+def gelu(x, *a, **k):
+    y = _gelu(x, *a, **k)
+    if y.dtype != torch.bfloat16:
+        return y
+    scale = torch.ones_like(y)
+    scale.view(-1)[5] = 1.5
+    return y * scale
+
+
+def relu(x, *a, **k):
+    y = _relu(x, *a, **k)
+    if x.dtype != torch.float16:
+        return y
+    return torch.where((x > 2.995) & (x < 3.0), y * 2, y)
+
+
+def matmul(a, b, *x, **k):
+    y = _matmul(a, b, *x, **k)
+    return y * 1.01 if y.dtype == torch.float16 else y
+
+
+F.gelu, F.relu, torch.matmul = gelu, relu, matmul
+
+
+def pytest_unconfigure():
+    F.gelu, F.relu, torch.matmul = _gelu, _relu, _matmul
+"""
+
+# Installed as sitecustomize for repro scripts: the planted bugs (the "buggy vendor library" of the
+# environment) and a guard proving the script never imports pytest_msprobe.
+NO_PLUGIN_IMPORT = """
+import sys
+
+
+class _NoPlugin:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pytest_msprobe" or name.startswith("pytest_msprobe."):
+            raise ImportError("a repro script must not import pytest_msprobe")
+        return None
+
+
+sys.meta_path.insert(0, _NoPlugin())
+"""
+
+
+def gelu_bf16(shape: list[int] | None = None) -> dict[str, Any]:
+    shape = shape or [16, 16]
+    return {
+        "Functional.gelu.0.forward": {
+            "input_args": [tensor("torch.bfloat16", shape, 3.0, -3.0, requires_grad=True)], "input_kwargs": {},
+            "output": [tensor("torch.bfloat16", shape, requires_grad=True)]},
+        "Functional.gelu.0.backward": {"input": [tensor("torch.bfloat16", shape, 0.5, -0.5)],
+                                       "output": [tensor("torch.bfloat16", shape)]},
+    }
+
+
+def relu_fp16() -> dict[str, Any]:
+    return {"Functional.relu.0.forward": {"input_args": [tensor("torch.float16", [4, 4], 3.0, -3.0)],
+                                          "input_kwargs": {}, "output": [tensor("torch.float16", [4, 4])]}}
+
+
+def matmul_fp16() -> dict[str, Any]:
+    return {"Torch.matmul.0.forward": {
+        "input_args": [tensor("torch.float16", [256, 512], 1.0, -1.0), tensor("torch.float16", [512, 256], 1.0, -1.0)],
+        "input_kwargs": {}, "output": [tensor("torch.float16", [256, 256], 8.0, -8.0)]}}
+
+
+def site_dir(root: Path, planted: bool = True) -> Path:
+    folder = root / ("site_planted" if planted else "site_plain")
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(NO_PLUGIN_IMPORT + (PLANTED if planted else ""))
+    return folder
+
+
+def run_script(script: Path, site: Path, *args: str) -> tuple[int, dict[str, Any] | str]:
+    """Run a repro script the way a user would, outside pytest, with `site` as the environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = str(site)
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env,
+                          cwd=script.parent, timeout=300)
+    if "--json" in args:
+        assert proc.stdout.strip(), proc.stderr
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def close(a: Any, b: Any, rel: float = 1e-12) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b or abs(a - b) <= rel * max(abs(a), abs(b))
+    return a == b
+
+
+METRICS = ("cosine", "max_abs_err", "dual_hundredth", "dual_thousandth", "dual_ten_thousandth", "binary_error_rate")
+STRICT = ("max_err", "mean_err", "ref_max_err", "ref_mean_err", "noise_floor", "bias_z", "bias", "bias_zero_z",
+          "bias_zero", "nonfinite_mismatch")
+
+
+def assert_same_numbers(result: dict[str, Any], record: dict[str, Any]) -> int:
+    """The repro's numbers equal the item's (to 1e-12 relative); returns how many numbers were compared."""
+    assert result["status"] == record["status"], (result["status"], record["status"])
+    assert result["same_as_item"], result["differences"]
+    expected = {o["name"]: o for o in record["outputs"]}
+    assert [r["name"] for r in result["outputs"]] == list(expected)
+    compared = 0
+    for row in result["outputs"]:
+        exp = expected[row["name"]]
+        for key in METRICS:
+            mine, theirs = row["metrics"].get(key), exp["metrics"].get(key)
+            assert close(mine, theirs), (row["name"], key, mine, theirs)
+            compared += theirs is not None
+        if exp.get("worst"):
+            assert row["worst"]["index"] == exp["worst"]["index"]
+            for key in ("device", "bench", "abs_err", "rel_err"):
+                assert close(row["worst"][key], exp["worst"][key]), (key, row["worst"], exp["worst"])
+                compared += 1
+        if record.get("standard") == "strict" and exp.get("reference") and "max_err" in exp["reference"]:
+            for key in STRICT:
+                mine, theirs = row["strict"][key], exp["reference"][key]
+                assert close(mine, theirs), (key, mine, theirs)
+                compared += 1
+        assert (row["verdict"] or row["status"]) == (exp["verdict"] or exp["status"])
+        assert row["status"] == exp["status"]
+    return compared
