@@ -10,7 +10,7 @@
   (`inputs_s`) counted as overhead and not, as median and mean in ms. Everything else counts: pytest's runtest
   protocol, our hooks, the report, the terminal line, the journal write.
 * --shared: the same comparison on the shared msprobe dumps (PyTorch ones).
-* --skewed: 300 small calls plus a few large matmuls at the end of the dump, -n 2 with and
+* --skewed: 1,000 small calls plus one large matmul at the end of the dump, -n 2 with and
   without expensive-first ordering (`-p no:msprobe-cost-order` turns it off).
 
 The probe is this module loaded as a pytest plugin (`-p benchmarks.bench_xdist`); it writes its
@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- the probe plugin
 
+_imported = time.perf_counter()  # the probe loads with pytest's plugins, at startup
 _finished: list[float] = []
 _timings: list[dict[str, float]] = []
 
@@ -51,7 +52,8 @@ def pytest_sessionfinish(session: Any) -> None:
     out = os.environ.get("BENCH_PROBE_OUT")
     if out and not hasattr(session.config, "workerinput"):
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        Path(out).write_text(json.dumps({"finished": _finished, "timings": _timings,
+        Path(out).write_text(json.dumps({"finished": _finished, "timings": _timings, "imported": _imported,
+                                         "ended": time.perf_counter(),
                                          "controller_cpu_s": usage.ru_utime + usage.ru_stime}))
 
 
@@ -94,6 +96,12 @@ def best(paths: list[str], workers: str, repeat: int, work: Path, extra: tuple[s
             "items": len(probe["finished"])}
 
 
+def timeline(probe: dict[str, Any]) -> str:
+    """pytest start -> first result (startup: workers, collection, torch import) -> last result -> exit."""
+    start, first, last = probe["imported"], probe["finished"][0], probe["finished"][-1]
+    return f"startup {first - start:5.2f} s, items {last - first:5.2f} s, files {probe['ended'] - last:4.2f} s"
+
+
 def compare(title: str, paths: list[str], repeat: int, work: Path) -> dict[str, Any]:
     serial, parallel = best(paths, "0", repeat, work), best(paths, "2", repeat, work)
     print(f"{title}: {serial['items']} items")
@@ -101,6 +109,8 @@ def compare(title: str, paths: list[str], repeat: int, work: Path) -> dict[str, 
           f"speed-up {serial['wall'] / parallel['wall']:.2f}x")
     print(f"  steady    -n 0 {serial['throughput']:6.1f}/s  -n 2 {parallel['throughput']:6.1f}/s  "
           f"speed-up {parallel['throughput'] / serial['throughput']:.2f}x")
+    print(f"  -n 0: {timeline(serial['probe'])}; controller CPU {serial['probe']['controller_cpu_s']:.2f} s")
+    print(f"  -n 2: {timeline(parallel['probe'])}; controller CPU {parallel['probe']['controller_cpu_s']:.2f} s")
     return serial
 
 

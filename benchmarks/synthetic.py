@@ -39,9 +39,9 @@ def _tensor(shape: list[int], dtype: str = "torch.float32") -> dict:
             "Norm": 1.0, "requires_grad": False}
 
 
-def write_skewed_dump(folder: Path, small: int = 300, large: int = 3, size: int = 1536) -> Path:
+def write_skewed_dump(folder: Path, small: int = 1000, large: int = 1, size: int = 2048) -> Path:
     """`small` tiny relu calls, then `large` big matmuls at the very end of the dump (the worst case
-    for a scheduler that follows dump order)."""
+    for a scheduler that follows dump order: the big call starts when everything else is done)."""
     data = {f"Functional.relu.{i}.forward": {"input_args": [_tensor([8, 16])], "input_kwargs": {},
                                              "output": [_tensor([8, 16])]} for i in range(small)}
     for i in range(large):

@@ -105,21 +105,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
     started = time.perf_counter()
     real = options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
-    ctx = BuildContext(dump, torch.Generator().manual_seed(record["seed"]), real,
-                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)))
-    args = []
-    for i, enc in enumerate(args_enc):
-        ctx.clamp_min_zero = i == 1 and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
-        args.append(build(enc, ctx, f"input_args.{i}"))
-    ctx.clamp_min_zero = False
-    kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
+    ctx, args, kwargs, cotangents = build_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record["seed"],
+                                                 real, options, specs)
     args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
-    cotangents: list[Any] = []
-    if backward_entry is not None:
-        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(record["seed"] + 1), real, ctx.max_bytes)
-        raw = backward_entry.get("input")
-        cotangents = [build(c, grad_ctx, f"backward.input.{i}") for i, c in enumerate(raw if isinstance(raw, list) else [raw])]
-        cotangents = output_leaves(cotangents)
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
 
@@ -200,6 +188,27 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if record["status"] == "SKIP" and not record["message"]:
         record["message"] = "; ".join(row["message"] for row in record["outputs"] if row["message"]) or \
             "nothing was compared"
+
+
+def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
+                 seed: int, real: bool, options: CheckOptions,
+                 specs: dict[str, Any]) -> tuple[BuildContext, list[Any], dict[str, Any], list[Any]]:
+    """The call's arguments (and, for a backward item, the recorded cotangents), reproducibly from `seed`."""
+    ctx = BuildContext(dump, torch.Generator().manual_seed(seed), real,
+                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)))
+    args = []
+    for i, enc in enumerate(args_enc):
+        ctx.clamp_min_zero = i == 1 and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
+        args.append(build(enc, ctx, f"input_args.{i}"))
+    ctx.clamp_min_zero = False
+    kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
+    cotangents: list[Any] = []
+    if backward_entry is not None:
+        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(seed + 1), real, ctx.max_bytes)
+        raw = backward_entry.get("input")
+        cotangents = output_leaves([build(c, grad_ctx, f"backward.input.{i}")
+                                    for i, c in enumerate(raw if isinstance(raw, list) else [raw])])
+    return ctx, args, kwargs, cotangents
 
 
 def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:

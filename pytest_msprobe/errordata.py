@@ -38,6 +38,13 @@ TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
 # ----------------------------------------------------------------------------- where (torch-free)
 
 
+def _leaves(value: Any) -> list[Any]:
+    """Leaves of a built argument/output, in the order the dump encodes them (torch imported lazily)."""
+    from .execution import output_leaves
+
+    return output_leaves(value)
+
+
 def dump_key(dump_rel: str) -> str:
     """Sub-folder of DIR for items of one source dump: its folder relative to the rootdir, made safe."""
     parts = [p for p in PurePosixPath(dump_rel.replace("\\", "/")).parent.parts if p not in ("", ".", "..", "/")]
@@ -93,26 +100,6 @@ class _Writer:
         return enc
 
 
-def _flat(value: Any) -> list[Any]:
-    """Leaves of a built argument/output, in the order `_pair` walks the encoding."""
-    import torch
-
-    out: list[Any] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        else:
-            out.append(v)
-
-    walk(value)
-    return out
-
-
 def _enc_leaf_count(enc: Any) -> int:
     if isinstance(enc, list):
         return sum(_enc_leaf_count(e) for e in enc)
@@ -137,7 +124,7 @@ def _pair(enc: Any, leaves: Iterator[Any], path: str, on_tensor: Any) -> Any:
 
 def _encode(values: Any, enc: Any, path: str, on_tensor: Any) -> Any:
     """The recorded encoding with its tensors replaced; a fresh flat list if the structure changed."""
-    leaves = _flat(values)
+    leaves = _leaves(values)
     if enc is not None and _enc_leaf_count(enc) == len(leaves):
         return _pair(enc, iter(leaves), path, on_tensor)
     import torch
@@ -192,7 +179,7 @@ def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: P
                                      "output": backward.get("output", [])}
         positions = captured.get("positions")
         if "compared_device" in captured and positions is not None:
-            slots = sum(1 for v in _flat([captured["args"], captured["kwargs"]]) if _is_tensor(v))
+            slots = sum(1 for v in _leaves([captured["args"], captured["kwargs"]]) if _is_tensor(v))
             grads: list[Any] = [None] * max(slots, max(positions, default=-1) + 1)
             on_grad = saver("device_grads")
             for pos, g in zip(positions, captured["compared_device"]):
@@ -213,7 +200,7 @@ def _is_tensor(v: Any) -> bool:
 
 def writer_bench(writer: _Writer, values: Any, prefix: str, positions: list[int] | None = None) -> list[str]:
     names = []
-    for i, v in enumerate(_flat(values)):
+    for i, v in enumerate(_leaves(values)):
         if _is_tensor(v) and v.numel():
             k = positions[i] if positions is not None and i < len(positions) else i
             names.append(writer.leaf(v, f"{prefix}.{k}.pt")["data_name"])

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from .dump import Dump, DumpError, iter_leaves, load_dump, parse_entry_name
+from .dump import Dump, DumpError, load_dump, parse_entry_name
 from .settings import SETTINGS_KEY
 from .summary import junit_properties
 

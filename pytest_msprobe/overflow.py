@@ -35,7 +35,7 @@ from .execution import (
     NotCheckable, backward, first_output_dtype, make_side, output_leaves, pair_cotangents, plan_precision, resolve,
     run_side, select_device,
 )
-from .inputs import BuildContext, InputError, build
+from .inputs import InputError
 from .metrics import blank_metrics
 from .seeds import item_seed
 from .settings import CheckOptions
@@ -85,7 +85,7 @@ def _checkable(value: Any) -> bool:
 
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
-    from .check import _entry, _preprocess, _timed
+    from .check import _entry, _preprocess, _timed, build_inputs
 
     api = name.api_name
     if dump.framework != "pytorch":
@@ -113,21 +113,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
     started = time.perf_counter()
     real = options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
-    ctx = BuildContext(dump, torch.Generator().manual_seed(record["seed"]), real,
-                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)))
-    args = []
-    for i, enc in enumerate(args_enc):
-        ctx.clamp_min_zero = i == 1 and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
-        args.append(build(enc, ctx, f"input_args.{i}"))
-    ctx.clamp_min_zero = False
-    kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
+    ctx, args, kwargs, cotangents = build_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record["seed"],
+                                                 real, options, specs)
     args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
-    cotangents: list[Any] = []
-    if backward_entry is not None:
-        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(record["seed"] + 1), real, ctx.max_bytes)
-        raw = backward_entry.get("input")
-        cotangents = output_leaves([build(c, grad_ctx, f"backward.input.{i}")
-                                    for i, c in enumerate(raw if isinstance(raw, list) else [raw])])
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
     plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs)

@@ -109,23 +109,12 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
         _require_saved(full, kwargs_enc, "input_kwargs")
         if backward_entry is not None:
             _require_saved(full, backward_entry.get("input"), "backward.input")
-    max_bytes = options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30))
-    ctx = BuildContext(dump, torch.Generator().manual_seed(record["seed"]), real, max_bytes)
-    args = []
-    for i, enc in enumerate(args_enc):
-        ctx.clamp_min_zero = i == 1 and in_list(specs, bare, "preprocess", "clamp_min_zero_arg1")
-        args.append(build(enc, ctx, f"input_args.{i}"))
-    ctx.clamp_min_zero = False
-    kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
+    ctx, args, kwargs, cotangents = check.build_inputs(dump, bare, args_enc, kwargs_enc, backward_entry,
+                                                       record["seed"], real, options, specs)
     if ms_dump:  # MindSpore records no requires_grad: every float tensor argument is differentiated (§7.4)
         ctx.requires_grad.update(id(t) for t in tensors_of(args) if t.is_floating_point())
     bench_args, bench_kwargs = check._preprocess(bare, args, kwargs, specs, ctx.requires_grad)
-    cotangents: list[Any] = []
-    if backward_entry is not None:
-        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(record["seed"] + 1), real, max_bytes)
-        raw = backward_entry.get("input")
-        cotangents = output_leaves([build(c, grad_ctx, f"backward.input.{i}")
-                                    for i, c in enumerate(raw if isinstance(raw, list) else [raw])])
+    max_bytes = ctx.max_bytes
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
 
