@@ -16,7 +16,7 @@ from . import backends, capture, judge, kernels, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
     RAISABLE, Device, NotCheckable, Side, backward, first_output_dtype, hf32_round, make_side, map_structure,
-    output_leaves, pair_cotangents, plan_precision, resolve, run_side, select_device,
+    output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device,
 )
 from .inputs import BuildContext, InputError, build, parse_dtype
 from .seeds import item_seed
@@ -130,7 +130,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
     timings = record["timings"]
     reference = _reference_side(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad)
-    torch.manual_seed(record["seed"])  # random APIs inside the call (dropout) replay identically per item
+    seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
     device_fn = backends.runner(device, api_key, resolved.device_fn)

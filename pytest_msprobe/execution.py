@@ -166,6 +166,20 @@ def _eq(self: torch.Tensor, other: Any) -> Any:
 # ----------------------------------------------------------------------------- argument sets
 
 
+def seed_random_apis(seed: int, device: Any = None) -> None:
+    """Seed the generators random APIs inside a call draw from: CPU's, and the device's own.
+
+    Not torch.manual_seed: for every device type that is not initialised it records a lazy call with
+    a formatted stack trace, milliseconds per item.
+    """
+    torch.random.default_generator.manual_seed(seed)
+    kind = getattr(device, "kind", None)
+    if kind == "cuda":
+        torch.cuda.manual_seed(seed)
+    elif kind == "npu":
+        torch.npu.manual_seed(seed)  # type: ignore[attr-defined]
+
+
 def tensors_of(value: Any) -> list[torch.Tensor]:
     """Tensor leaves in argument order (lists, tuples and dict values)."""
     out: list[torch.Tensor] = []

@@ -33,7 +33,7 @@ from . import backends, capture, kernels
 from .dump import Dump, parse_entry_name
 from .execution import (
     NotCheckable, backward, first_output_dtype, make_side, output_leaves, pair_cotangents, plan_precision, resolve,
-    run_side, select_device,
+    run_side, seed_random_apis, select_device,
 )
 from .inputs import InputError
 from .metrics import blank_metrics
@@ -131,7 +131,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     timings["inputs_s"] = time.perf_counter() - started
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     device_fn = backends.runner(device, api_key, resolved.device_fn)
-    torch.manual_seed(record["seed"])
+    seed_random_apis(record["seed"], device)
     out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
         entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
             device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)

@@ -30,7 +30,7 @@ from . import check, mindspore, ms_results, standards
 from .dump import Dump, EntryName
 from .execution import (
     RAISABLE, Device, NotCheckable, backward, hf32_round, make_side, output_leaves, pair_cotangents, plan_precision,
-    resolve, run_side, select_device, tensors_of,
+    resolve, run_side, seed_random_apis, select_device, tensors_of,
 )
 from .inputs import TENSOR_TYPES, BuildContext, InputError, _load_saved, _shape, build, parse_dtype
 from .metrics import blank_metrics
@@ -135,7 +135,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     reference = _reference(options, name, specs, plan, bench_args, bench_kwargs, ctx.requires_grad, want_grad,
                            bench_fn, bench_label, ms_dump)
 
-    torch.manual_seed(record["seed"])
+    seed_random_apis(record["seed"])
     out_b = check._timed(timings, "bench_s", "bench", lambda: run_side(
         bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad), None)
     leaves_b = check._selected(output_leaves(out_b), bare, specs)
