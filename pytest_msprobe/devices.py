@@ -240,7 +240,8 @@ def device_index(config: pytest.Config) -> int | None:
 def threads(config: pytest.Config) -> int:
     """Intra-op threads for the items: --msprobe-threads, else OMP_NUM_THREADS, else 1. The same in every
     process, because torch's CPU reductions (the bench) round differently with another thread count;
-    1 also keeps N workers from oversubscribing the cores (-n 2 on 2 cores ran 3x slower). FirstItem
+    1 also keeps N workers from oversubscribing the cores (-n 2 on 2 cores: 11-13 s instead of 6-7 s
+    for the 1,008-item benchmark dump with two threads per worker). FirstItem
     applies it, so a pytest session without dump items keeps torch's default."""
     value = config.getoption("msprobe_threads") or config.getini("msprobe_threads") or os.environ.get(
         "OMP_NUM_THREADS") or "1"

@@ -22,12 +22,15 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Generator
 
 import pytest
 
 from .dump import load_dump, parse_entry_name
+from .items import ApiItem
 from .seeds import item_seed
+from .settings import SETTINGS_KEY
 
 GRACE_S = 2.0
 STACK_SHOWN = 6  # innermost frames of a timed-out item's stack
@@ -38,7 +41,7 @@ class ItemTimeout(BaseException):
 
 
 def failure_record(nodeid: str, message: str, run_seed: int, order: int | None = None,
-                   rootpath: Any = None) -> dict[str, Any] | None:
+                   rootpath: Path | None = None) -> dict[str, Any] | None:
     """An error record for an item that produced none (crash, timeout, exception outside the check)."""
     path, _, name = nodeid.rpartition("::")
     try:
@@ -47,7 +50,7 @@ def failure_record(nodeid: str, message: str, run_seed: int, order: int | None =
         return None
     if order is None:  # the controller has no items under xdist; the dump tells the position
         try:
-            order = load_dump(rootpath / path).entry_names().index(name)
+            order = load_dump(Path(rootpath or ".") / path).entry_names().index(name)
         except Exception:
             order = 0
     return {"api": parsed.full_name, "direction": parsed.direction, "status": "error", "message": message,
@@ -55,13 +58,12 @@ def failure_record(nodeid: str, message: str, run_seed: int, order: int | None =
             "timings": {}, "nodeid": nodeid, "dump": path, "order": order}
 
 
-def record_for_exception(item: Any, call: pytest.CallInfo[None], report: pytest.TestReport) -> dict[str, Any] | None:
+def record_for_exception(item: ApiItem, call: pytest.CallInfo[None],
+                         report: pytest.TestReport) -> dict[str, Any] | None:
     """The record of an item whose call raised before the check made one (a timeout, a device error)."""
     excinfo = call.excinfo
     if excinfo is None or excinfo.errisinstance((pytest.skip.Exception, pytest.xfail.Exception)):
         return None
-    from .settings import SETTINGS_KEY
-
     timeout = excinfo.errisinstance(ItemTimeout)
     message = str(excinfo.value) if timeout else excinfo.exconly().strip()
     record = failure_record(item.nodeid, message, item.config.stash[SETTINGS_KEY].check_options.run_seed,
@@ -112,7 +114,7 @@ class Timeout:
 class CrashHooks:
     """Controller side under xdist: a crashed item becomes a failed item with an error record."""
 
-    def __init__(self, run_seed: int, timeout: float | None, rootpath: Any) -> None:
+    def __init__(self, run_seed: int, timeout: float | None, rootpath: Path) -> None:
         self.run_seed, self.timeout, self.rootpath = run_seed, timeout, rootpath
         self.started: dict[str, float] = {}
         self.crashed = 0

@@ -1,7 +1,7 @@
 """An append-only journal of finished records, and `--msprobe-resume` built on it.
 
-The controller appends each record as its report arrives (one JSON line, flushed; fsync at most
-once a second), so a kill loses only the items in flight and a reboot at most the last second.
+The controller appends each record as its report arrives (one JSON line, flushed), so a kill loses
+only the items in flight; fsync runs with a new record at most once a second, for reboots.
 `--lf` cannot resume: it knows failures, not what never ran (NOTES B.13).
 
 Resume keys an item by its nodeid and `entry_key`: a hash of the dump entries it replays and of

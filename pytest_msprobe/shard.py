@@ -9,6 +9,7 @@ is the same on every machine, every xdist worker, and with `--lf` (which drops w
 from __future__ import annotations
 
 import argparse
+import heapq
 import math
 import zlib
 from collections import defaultdict
@@ -58,12 +59,12 @@ def item_cost(item: pytest.Item) -> float:
 
 def assign(costs: list[float], n: int, offset: int = 0) -> list[int]:
     """LPT: each item, most expensive first, to the least loaded shard (ties rotate by `offset`)."""
-    loads = [0.0] * n
+    heap = [(0.0, (s - offset) % n, s) for s in range(n)]  # (load, tie-break rank, shard)
     shard = [0] * len(costs)
     for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
-        s = min(range(n), key=lambda s: (loads[s], (s - offset) % n))
+        load, rank, s = heapq.heappop(heap)
         shard[i] = s
-        loads[s] += costs[i]
+        heapq.heappush(heap, (load + costs[i], rank, s))
     return shard
 
 
@@ -79,7 +80,7 @@ class Shard:
         for i, item in enumerate(items):
             groups[str(item.path)].append(i)
         mine: set[int] = set()
-        for path, indices in groups.items():
+        for indices in groups.values():
             rel = items[indices[0]].nodeid.split("::", 1)[0]
             shards = assign([item_cost(items[i]) for i in indices], self.n, zlib.crc32(rel.encode()) % self.n)
             mine.update(i for i, s in zip(indices, shards) if s == self.k - 1)

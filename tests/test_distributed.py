@@ -161,8 +161,9 @@ def test_xdist_on_pinned_workers_gives_the_same_seeds_verdicts_and_junit_propert
     pytester.runpytest(str(dump), "--msprobe-out", "serial", "--junitxml", "serial.xml")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")  # what -n auto finds, on any machine
     result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "--junitxml", "parallel.xml",
-                                           "-n", "3", "-p", "xdist", *LEAN, "--msprobe-devices", "1", "0",
+                                           "-n", "auto", "-p", "xdist", *LEAN, "--msprobe-devices", "1", "0",
                                            "--msprobe-workers-per-device", "1")
     # on a CPU-only machine the devices are accepted, pinned and reported; the items run on the CPU
     result.stdout.fnmatch_lines(["*msprobe: devices 1 0, at most 1 workers per device; 3 workers asked for, 2 started*",
