@@ -153,7 +153,8 @@ class ApiItem(pytest.Item):
                             ("--msprobe-reference", opts.reference_device),
                             ("--msprobe-reference-results", opts.reference_results),
                             ("--msprobe-specs", opts.specs_file),
-                            ("--msprobe-kernels", getattr(opts, "kernels", None))):
+                            ("--msprobe-kernels", getattr(opts, "kernels", None)),
+                            ("--msprobe-threads", str(opts.threads) if opts.threads != 1 else None)):
             if value:
                 args += [flag, value]
         return shlex.join(args)
