@@ -122,19 +122,15 @@ def _inside(dtype: Any, value: float, towards: float) -> float:
 def _finite_range(leaf: dict, dtype: Any, clamp_zero: bool) -> tuple[float, float]:
     import torch
 
-    lo, hi = float(leaf["Min"]), float(leaf["Max"])
-    for key, default in (("Min_except_inf_nan", None), ("Max_except_inf_nan", None)):
-        value = leaf.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            lo, hi = (value, hi) if key.startswith("Min") else (lo, value)
-    flo = lo if math.isfinite(lo) else None
-    fhi = hi if math.isfinite(hi) else None
-    if flo is None and fhi is None:
-        flo, fhi = -1.0, 1.0
-    elif flo is None:
-        flo = min(fhi, 0.0) - max(1.0, abs(fhi))
-    elif fhi is None:
-        fhi = max(flo, 0.0) + max(1.0, abs(flo))
+    from .inputs import finite_range
+
+    def recorded(key: str) -> float:
+        """The recorded bound, or the finite one a 1.x dump kept beside it."""
+        kept = leaf.get(f"{key}_except_inf_nan")
+        return kept if isinstance(kept, (int, float)) and math.isfinite(kept) else float(leaf[key])
+
+    lo, hi = recorded("Min"), recorded("Max")
+    flo, fhi = finite_range({}, lo, hi)
     if dtype.is_floating_point:
         info = torch.finfo(dtype)
         flo, fhi = max(flo, info.min), min(fhi, info.max)

@@ -239,6 +239,23 @@ def _random(
     return _random_float(leaf, ctx, where, dtype, shape, lo, hi)
 
 
+def finite_range(leaf: dict[str, Any], lo: float, hi: float) -> tuple[float, float]:
+    """A finite [low, high] for statistics holding inf/NaN: 1.x dumps carry the finite range
+    (`*_except_inf_nan`); newer ones lose it, so a sane one is derived from the finite bound."""
+    except_lo, except_hi = _stat(leaf, "Min_except_inf_nan"), _stat(leaf, "Max_except_inf_nan")
+    flo: float | None = except_lo if except_lo is not None else lo
+    fhi: float | None = except_hi if except_hi is not None else hi
+    flo = flo if math.isfinite(flo) else None
+    fhi = fhi if math.isfinite(fhi) else None
+    if flo is None and fhi is None:
+        return -1.0, 1.0
+    if flo is None:
+        return min(fhi, 0.0) - max(1.0, abs(fhi)), fhi
+    if fhi is None:
+        return flo, max(flo, 0.0) + max(1.0, abs(flo))
+    return flo, fhi
+
+
 def _random_float(
     leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int], lo: float, hi: float
 ) -> torch.Tensor:
@@ -250,17 +267,7 @@ def _random_float(
         return torch.full(shape, lo if lo == math.inf else hi, dtype=dtype)
     flo, fhi = lo, hi
     if has_nan or pos_inf or neg_inf:
-        # 1.x dumps carry the finite range; newer ones lose it, so derive a sane one.
-        flo = _stat(leaf, "Min_except_inf_nan") if _stat(leaf, "Min_except_inf_nan") is not None else flo
-        fhi = _stat(leaf, "Max_except_inf_nan") if _stat(leaf, "Max_except_inf_nan") is not None else fhi
-        flo = flo if math.isfinite(flo) else None
-        fhi = fhi if math.isfinite(fhi) else None
-        if flo is None and fhi is None:
-            flo, fhi = -1.0, 1.0
-        elif flo is None:
-            flo = min(fhi, 0.0) - max(1.0, abs(fhi))
-        elif fhi is None:
-            fhi = max(flo, 0.0) + max(1.0, abs(flo))
+        flo, fhi = finite_range(leaf, lo, hi)
     finfo = torch.finfo(dtype)
     flo, fhi = max(flo, finfo.min), min(fhi, finfo.max)
     if flo > fhi:
