@@ -56,6 +56,20 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
     return record
 
 
+def checkable_entries(dump: Dump, name: Any, specs: dict[str, Any]) -> tuple[Any, dict[str, Any], Any]:
+    """(the user's per-API settings, forward entry, backward entry or None), or NotCheckable when
+    the API is skipped by api_specs or the user's spec file, or its entries are missing."""
+    for group in ("always_skip", "random_apis"):
+        if in_list(specs, name.api_name, group):
+            raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
+    user = api_settings(specs, name.api_name)
+    if user.get("skip"):
+        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
+    forward = _entry(dump, name.full_name, "forward")
+    backward_entry = _entry(dump, name.full_name, "backward") if name.direction == "backward" else None
+    return user, forward, backward_entry
+
+
 def _entry(dump: Dump, full: str, direction: str) -> dict[str, Any]:
     entry = dump.entry(f"{full}.{direction}")
     if entry is None:
@@ -67,14 +81,7 @@ def _entry(dump: Dump, full: str, direction: str) -> dict[str, Any]:
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
     api = name.api_name
-    for group in ("always_skip", "random_apis"):
-        if in_list(specs, api, group):
-            raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
-    user = api_settings(specs, api)
-    if user.get("skip"):
-        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
-    forward = _entry(dump, name.full_name, "forward")
-    backward_entry = _entry(dump, name.full_name, "backward") if name.direction == "backward" else None
+    user, forward, backward_entry = checkable_entries(dump, name, specs)
     want_grad = backward_entry is not None
     kwargs_enc = forward.get("input_kwargs") or {}
     args_enc = forward.get("input_args") or []

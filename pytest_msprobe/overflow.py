@@ -39,7 +39,7 @@ from .inputs import InputError
 from .metrics import blank_metrics
 from .seeds import item_seed
 from .settings import CheckOptions
-from .specs import api_settings, in_list
+from .specs import in_list
 
 
 def check_overflow(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> dict[str, Any]:
@@ -85,19 +85,12 @@ def _checkable(value: Any) -> bool:
 
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
-    from .check import _entry, _preprocess, _timed, build_inputs
+    from .check import _preprocess, _timed, build_inputs, checkable_entries
 
     api = name.api_name
     if dump.framework != "pytorch":
         raise NotCheckable(f"overflow triage replays PyTorch dumps (framework {dump.framework!r})")
-    for group in ("always_skip", "random_apis"):
-        if in_list(specs, api, group):
-            raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
-    user = api_settings(specs, api)
-    if user.get("skip"):
-        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
-    forward = _entry(dump, name.full_name, "forward")
-    backward_entry = _entry(dump, name.full_name, "backward") if name.direction == "backward" else None
+    user, forward, backward_entry = checkable_entries(dump, name, specs)
     want_grad = backward_entry is not None
     args_enc, kwargs_enc = forward.get("input_args") or [], forward.get("input_kwargs") or {}
     if not isinstance(args_enc, list) or not isinstance(kwargs_enc, dict):
