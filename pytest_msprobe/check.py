@@ -5,6 +5,7 @@ on the test report; `report.py` turns records into msprobe's CSV files.
 """
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from dataclasses import dataclass
@@ -292,7 +293,7 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
             raise NotCheckable(str(exc)) from None
         raise ApiFailure(f"{what} run raised {type(exc).__name__}: {exc}") from exc
     finally:
-        timings[key] = time.perf_counter() - started
+        timings[key] = timings.get(key, 0.0) + time.perf_counter() - started  # the twins share a key
     return result
 
 
@@ -350,7 +351,7 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
     rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy,
                                        standard=metric_standard)
     ref = [_round_like(r, d) for r, d in zip(refs[0], device)] if refs else None
-    sensitivity = [_rms([_difference(run[i], refs[0][i]) for run in refs[1:]]) for i in range(len(refs[0]))] \
+    sensitivity = [_sensitivity([run[i] for run in refs[1:]], refs[0][i]) for i in range(len(refs[0]))] \
         if len(refs) > 1 else None
     ref_rows = None
     if ref is not None and options.standard in ("msprobe", "msprobe26"):
@@ -376,24 +377,30 @@ def _round_like(ref: Any, device: Any) -> Any:
     return ref
 
 
-def _rms(diffs: list[Any]) -> Any:
-    """Root mean square of the perturbed runs' output changes (None if any is missing)."""
-    if any(d is None for d in diffs):
+def _sensitivity(runs: list[Any], ref: Any) -> Any:
+    """Root mean square of the perturbed runs' output changes from the reference run, or None.
+
+    hypot accumulates the squares without overflow, in the outputs' own dtype (at least fp32): the
+    result is an error scale, and no fp64 copies of large outputs are made.
+    """
+    if not isinstance(ref, torch.Tensor) or not ref.is_floating_point() or not runs or any(
+            not isinstance(r, torch.Tensor) or r.shape != ref.shape or not r.is_floating_point() for r in runs):
         return None
-    return torch.stack(diffs).pow(2).mean(0).sqrt()
-
-
-def _difference(a: Any, b: Any) -> Any:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.is_floating_point():
-        return (a.detach().double() - b.detach().double()).abs()
-    return None
+    work = torch.promote_types(ref.dtype, torch.float32)
+    acc = None
+    for run in runs:
+        diff = run.detach().to(work) - ref.detach().to(work)
+        acc = diff.abs_() if acc is None else torch.hypot(acc, diff, out=acc)
+    return acc.div_(math.sqrt(len(runs)))
 
 
 def _float_arrays(bench: Any, device: Any, ref: Any, sensitivity: Any) -> tuple[Any, Any, Any, Any] | None:
-    """float64 copies of a float tensor triple (+ sensitivity) for the strict standard, or None."""
+    """numpy views of a float tensor triple (+ sensitivity) for the strict standard, or None.
+
+    Kept in their own dtypes (bf16 widened to fp32, exactly): strict widens block by block.
+    """
     if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
         return None
     if bench.shape != device.shape or (ref is not None and (not isinstance(ref, torch.Tensor) or ref.shape != device.shape)):
         return None
-    as64 = lambda t: None if t is None else t.detach().cpu().double().numpy()  # noqa: E731
-    return as64(bench), as64(device), as64(ref), as64(sensitivity)
+    return tuple(None if t is None else _to_numpy(t)[1] for t in (bench, device, ref, sensitivity))

@@ -530,10 +530,7 @@ def compare(spec, prefix, bench, device, refs, positions):
                for r, d in zip(refs[0], device)]
     sens = None
     if len(refs) > 1:
-        sens = []
-        for i in range(len(refs[0])):
-            diffs = [_difference(run[i], refs[0][i]) for run in refs[1:]]
-            sens.append(None if any(x is None for x in diffs) else torch.stack(diffs).pow(2).mean(0).sqrt())
+        sens = [_sensitivity([run[i] for run in refs[1:]], refs[0][i]) for i in range(len(refs[0]))]
     rows = []
     for i, (b, d) in enumerate(zip(bench, device)):
         name = "%s.%d" % (prefix, positions[i] if positions is not None and i < len(positions) else i)
@@ -578,10 +575,17 @@ def compare(spec, prefix, bench, device, refs, positions):
     return rows
 
 
-def _difference(a, b):
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.is_floating_point():
-        return (a.detach().double() - b.detach().double()).abs()
-    return None
+def _sensitivity(runs, ref):
+    """RMS of the perturbed runs' changes, by hypot in the outputs' dtype (as check._sensitivity)."""
+    if not isinstance(ref, torch.Tensor) or not ref.is_floating_point() or not runs or any(
+            not isinstance(r, torch.Tensor) or r.shape != ref.shape or not r.is_floating_point() for r in runs):
+        return None
+    work = torch.promote_types(ref.dtype, torch.float32)
+    acc = None
+    for run in runs:
+        diff = run.detach().to(work) - ref.detach().to(work)
+        acc = diff.abs_() if acc is None else torch.hypot(acc, diff, out=acc)
+    return acc.div_(math.sqrt(len(runs)))
 
 
 def _expected_output(spec, name):

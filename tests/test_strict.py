@@ -100,3 +100,74 @@ def test_a_few_gross_elements_among_many_fail() -> None:
     device[12345] *= 1.1
     result = strict.strict_compare(bench, device, strict.round_to(bench, "torch.bfloat16"), "torch.bfloat16", RULES)
     assert result.status == "error" and "1 of 100000 elements" in result.message
+
+
+def _arrays(data, dtype: str, n: int) -> tuple[np.ndarray, ...]:
+    """bench, device, reference, sensitivity with the shapes of real outputs: mostly near-rounded,
+    some gross errors, long-reduction noise, zeros, subnormals and NaN/inf (shared or not)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="seed"))
+    bench = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3, n)
+    bench[rng.random(n) < 0.05] = 0.0
+    bench[rng.random(n) < 0.01] = 1e-41
+    device = strict.round_to(bench * (1 + rng.standard_normal(n) * data.draw(st.sampled_from([0, 1e-9, 1e-3]))), dtype)
+    reference = strict.round_to(bench * (1 + rng.standard_normal(n) * data.draw(st.sampled_from([0, 1e-4]))), dtype)
+    device[rng.random(n) < data.draw(st.sampled_from([0, 1e-3]))] *= 1.5
+    if data.draw(st.booleans(), label="non-finite"):
+        where = rng.random(n) < 0.02
+        bench[where] = reference[where] = device[where] = rng.choice([np.nan, np.inf, -np.inf], int(where.sum()))
+        if data.draw(st.booleans(), label="mismatch") and n:
+            device[rng.integers(0, n)] = np.nan
+    sensitivity = np.abs(bench) * rng.uniform(0, 1e-3, n) if data.draw(st.booleans()) else None
+    return bench, device, reference, sensitivity
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES + ["torch.float64"]),
+       n=st.sampled_from([1, 7, 64, 1000, 3 * 1024 + 5]), block=st.sampled_from([16, 1000, 1 << 15]),
+       samples=st.sampled_from([50, 262144]))
+def test_blocked_checks_agree_with_the_whole_array_oracle(data, dtype: str, n: int, block: int, samples: int) -> None:
+    """Blocks, the partition-only quantile and the bit-level ULP change nothing but speed."""
+    from unittest import mock
+
+    from tests import strict_oracle
+
+    with mock.patch.object(strict, "BLOCK", block):
+        _agree(data, dtype, n, samples, strict_oracle)
+
+
+def _agree(data, dtype: str, n: int, samples: int, strict_oracle) -> None:
+    rules = {**RULES, "bias_max_samples": samples}
+    bench, device, reference, sensitivity = _arrays(data, dtype, n)
+    # the blocked version also takes the storage dtypes the check passes (fp32 for 16-bit values)
+    storage = np.float32 if dtype != "torch.float64" else np.float64
+    result = strict.strict_compare(bench, device.astype(storage), reference.astype(storage), dtype, rules,
+                                   None if sensitivity is None else sensitivity.astype(np.float32))
+    outcome, expected = strict_oracle.strict_stats(bench, device.astype(storage), reference.astype(storage), dtype,
+                                                   rules, None if sensitivity is None else sensitivity.astype(np.float32))
+    assert result.stats.keys() == expected.keys()
+    for key, value in expected.items():
+        assert result.stats[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert (outcome == "nonfinite") == ("NaN/inf mismatch" in result.message)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + ["torch.float64"])
+def test_ulp_matches_frexp(dtype: str) -> None:
+    from tests import strict_oracle
+
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.standard_normal(10000) * 10.0 ** rng.integers(-60, 60, 10000),
+                        [0.0, -0.0, 2.0 ** -130, 1e-310, 5e-324, 65504.0]])
+    with np.errstate(over="ignore"):
+        rounded = strict.round_to(x, dtype)
+    for values in (x, rounded):
+        finite = np.isfinite(values)
+        assert np.array_equal(strict.ulp(values[finite], dtype), strict_oracle.ulp(values[finite], dtype))
+
+
+def test_gross_message_names_the_worst_element_of_a_large_output() -> None:
+    """The worst element is reported from the full output, not from the bias test's sample."""
+    bench = np.linspace(1.0, 2.0, 300_000)
+    device = strict.round_to(bench, "torch.float32")
+    device[299_000] = 7.0
+    result = strict.strict_compare(bench, device, strict.round_to(bench, "torch.float32"), "torch.float32", RULES)
+    assert result.status == "error" and "at flat index 299000: device 7.0" in result.message

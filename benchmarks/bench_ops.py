@@ -1,0 +1,153 @@
+"""Bench time against device time for large single ops, per standard.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_ops.py [--standards msprobe strict] [--only attention]
+    OMP_NUM_THREADS=1 python benchmarks/bench_ops.py --shared      # the largest ops of ../shared/dumps
+
+Every op is checked in-process by `check.check_entry` (device: CPU), forward and backward items,
+one thread like an xdist worker. Printed per item: the device run (forward + backward), the bench
+run (forward + backward), the third runs of the chosen standard (`strict`: the fp32 reference and
+its two perturbed twins; shown as "ref"), the comparison, and the whole check.
+
+The default op set is a 7B-class transformer layer at a reduced token count (bf16 and fp32 linear,
+bf16 attention with S=2048, a bf16 conv and an fp32 transposed conv, fp32 bmm): the sizes where a
+CPU bench, not the device, decides how long a check takes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "dumps"
+
+
+def _t(shape: list[int], dtype: str, grad: bool = True, low: float = -1.0, high: float = 1.0) -> dict[str, Any]:
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": shape, "Max": high, "Min": low, "Mean": 0.0,
+            "Norm": 1.0, "requires_grad": grad}
+
+
+def _op(forward: dict[str, Any], grads: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {"forward": forward, "backward": {"input": grads, "output": []}}
+
+
+def large_ops() -> dict[str, dict[str, Any]]:
+    bf16, fp32 = "torch.bfloat16", "torch.float32"
+    tokens, hidden, heads, seq, dim = 1024, 4096, 8, 2048, 128
+    ops = {
+        "Functional.linear.0": _op({"input_args": [_t([tokens, hidden], bf16), _t([hidden, hidden], bf16, low=-0.02, high=0.02)],
+                                    "input_kwargs": {}, "output": [_t([tokens, hidden], bf16)]},
+                                   [_t([tokens, hidden], bf16, False, -1e-3, 1e-3)]),
+        "Functional.linear.1": _op({"input_args": [_t([tokens, hidden], fp32), _t([hidden, hidden], fp32, low=-0.02, high=0.02)],
+                                    "input_kwargs": {}, "output": [_t([tokens, hidden], fp32)]},
+                                   [_t([tokens, hidden], fp32, False, -1e-3, 1e-3)]),
+        "Torch.bmm.0": _op({"input_args": [_t([heads, 512, 1024], fp32), _t([heads, 1024, 512], fp32)],
+                            "input_kwargs": {}, "output": [_t([heads, 512, 512], fp32)]},
+                           [_t([heads, 512, 512], fp32, False)]),
+        "NPU.npu_fusion_attention.0": _op(
+            {"input_args": [_t([1, heads, seq, dim], bf16), _t([1, heads, seq, dim], bf16), _t([1, heads, seq, dim], bf16),
+                            {"type": "int", "value": heads}, {"type": "str", "value": "BNSD"}],
+             "input_kwargs": {"scale": {"type": "float", "value": dim ** -0.5},
+                              "sparse_mode": {"type": "int", "value": 0}},
+             "output": [_t([1, heads, seq, dim], bf16)]},
+            [_t([1, heads, seq, dim], bf16, False, -1e-3, 1e-3)]),
+        "Functional.conv2d.0": _op({"input_args": [_t([8, 64, 56, 56], bf16), _t([64, 64, 3, 3], bf16, low=-0.1, high=0.1)],
+                                    "input_kwargs": {"padding": {"type": "int", "value": 1}},
+                                    "output": [_t([8, 64, 56, 56], bf16)]},
+                                   [_t([8, 64, 56, 56], bf16, False, -1e-3, 1e-3)]),
+        "Functional.conv_transpose2d.0": _op(
+            {"input_args": [_t([8, 64, 56, 56], fp32), _t([64, 64, 3, 3], fp32, low=-0.1, high=0.1)],
+             "input_kwargs": {"padding": {"type": "int", "value": 1}}, "output": [_t([8, 64, 56, 56], fp32)]},
+            [_t([8, 64, 56, 56], fp32, False, -1e-3, 1e-3)]),
+    }
+    return {f"{name}.{direction}": entry for name, pair in ops.items() for direction, entry in pair.items()}
+
+
+def write_dump(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "dump.json"
+    path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                "dump_data_dir": None, "data": large_ops()}))
+    return path
+
+
+def largest_shared(count: int) -> list[tuple[Path, str]]:
+    """The `count` entries of the shared PyTorch dumps with the most output elements."""
+    from pytest_msprobe.dump import iter_leaves, load_dump
+
+    sized = []
+    for folder in sorted(SHARED.iterdir()):
+        if "_pt_" not in folder.name:
+            continue
+        dump = load_dump(folder / "dump.json")
+        for name in dump.entry_names():
+            if name.endswith(".forward"):
+                numel = 0
+                for leaf in iter_leaves(dump.entry(name).get("output")):
+                    if isinstance(leaf, dict) and isinstance(leaf.get("shape"), list):
+                        n = 1
+                        for s in leaf["shape"]:
+                            n *= int(s)
+                        numel += n
+                sized.append((numel, folder / "dump.json", name))
+    sized.sort(key=lambda x: -x[0])
+    picked = []
+    for _, path, name in sized[:count]:
+        picked.append((path, name))
+        backward = name[: -len("forward")] + "backward"
+        if load_dump(path).entry(backward) is not None:
+            picked.append((path, backward))
+    return picked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--standards", nargs="+", default=["msprobe", "strict"])
+    parser.add_argument("--only", default="", help="substring of the entry names to run")
+    parser.add_argument("--shared", action="store_true", help="the largest ops of ../shared/dumps instead")
+    parser.add_argument("--count", type=int, default=4, help="--shared: how many forward entries")
+    args = parser.parse_args()
+
+    import torch
+
+    from pytest_msprobe.check import check_entry
+    from pytest_msprobe.dump import load_dump
+    from pytest_msprobe.settings import CheckOptions
+    from pytest_msprobe.specs import load_specs
+
+    torch.set_num_threads(1)
+    specs = load_specs()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.shared:
+            entries = largest_shared(args.count)
+        else:
+            path = write_dump(Path(tmp))
+            entries = [(path, name) for name in load_dump(path).entry_names()]
+        entries = [(p, n) for p, n in entries if args.only in n]
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread; seconds per item")
+        print(f"{'entry':44} {'standard':8} {'device':>7} {'bench':>7} {'ref':>7} {'compare':>8} {'total':>7}  status")
+        for path, name in entries:
+            dump = load_dump(path)
+            for standard in args.standards:
+                options = CheckOptions(device="cpu", standard=standard)
+                started = time.perf_counter()
+                record = check_entry(dump, name, options, specs)
+                total = time.perf_counter() - started
+                t = record["timings"]
+                device = t.get("device_s", 0) + t.get("device_backward_s", 0)
+                bench = t.get("bench_s", 0) + t.get("bench_backward_s", 0)
+                ref = sum(v for k, v in t.items() if k.startswith("reference"))
+                compare = t.get("compare_s", 0) - t.get("bench_backward_s", 0) - t.get("device_backward_s", 0) \
+                    - t.get("reference_backward_s", 0)
+                label = name if not args.shared else f"{path.parent.name[:18]}:{name}"
+                print(f"{label[-44:]:44} {standard:8} {device:7.2f} {bench:7.2f} {ref:7.2f} {compare:8.2f} "
+                      f"{total:7.2f}  {record['status']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
