@@ -17,7 +17,7 @@ from . import backends, capture, judge, kernels, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
     RAISABLE, Device, NotCheckable, Side, backward, first_output_dtype, hf32_round, make_side, map_structure,
-    output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device,
+    output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device, tensors_of,
 )
 from .inputs import BuildContext, InputError, build, parse_dtype
 from .seeds import item_seed
@@ -137,7 +137,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     record["timings"]["inputs_s"] = time.perf_counter() - started
 
     timings = record["timings"]
-    reference = _reference_side(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad)
+    reference = _reference_side(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
+                                bench_dtype)
     seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
@@ -157,6 +158,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if reference is not None:
         record["reference"] = reference.label
         for i, side in enumerate(reference.sides):
+            if side is None:  # the bench computed exactly this run
+                ref_leaves.append(leaves_b)
+                continue
             out_r = _timed(timings, f"reference{i}_s", "reference", lambda: run_side(
                 reference.fn, side, autocast=reference.autocast, device_type=reference.device.kind,
                 grad=want_grad), reference.device)
@@ -177,15 +181,18 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
             entry_name, api_key, "backward", device, resolved.label,
             lambda: backward(leaves_d, pairs_d, device.name)), None)
+        grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
         ref_grads = []
         for k, (leaves_r, side) in enumerate(zip(ref_leaves, reference.sides if reference is not None else ())):
+            if side is None:
+                ref_grads.append(grads_b)
+                continue
             # the perturbed twins move the recorded gradients too: they are inputs of the backward
             moved = cotangents if k == 0 or reference.perturb is None else [reference.perturb(c) for c in cotangents]
             pairs_r = pair_cotangents(leaves_r, moved, grad_index)
             _timed(timings, "reference_backward_s", "reference backward",
                    lambda: backward(leaves_r, pairs_r, reference.device.name), reference.device)
             ref_grads.append([leaf.grad for _, leaf in side.grad_leaves])
-        grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
         grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
         positions = [pos for pos, _ in dev_side.grad_leaves]
         _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, ref_grads, api, specs, options,
@@ -227,9 +234,12 @@ def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
 
 @dataclass
 class ReferenceRun:
-    """A third run to compare against; `sides` holds the run and, for strict, a perturbed twin."""
+    """A third run to compare against; `sides` holds the run and, for strict, its perturbed twins.
 
-    sides: list[Side]
+    A side is None where the bench already computed that run (same function, inputs and dtypes).
+    """
+
+    sides: list[Side | None]
     fn: Any
     autocast: torch.dtype | None
     device: Device
@@ -239,13 +249,14 @@ class ReferenceRun:
 
 def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
                     args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-                    want_grad: bool) -> ReferenceRun | None:
+                    want_grad: bool, bench_dtype: Any = None) -> ReferenceRun | None:
     """The third run the chosen standard compares against, or None.
 
     With --msprobe-reference the API runs on that device in the recorded dtype (three-way check).
     Otherwise `strict` learns what a correct kernel loses from the API on CPU computing in fp32
     (fp64 for fp64), rounded to the device dtype, and from a twin run whose inputs are moved by one
-    unit of that precision (the output's conditioning).
+    unit of that precision (the output's conditioning). When the bench computes in exactly those
+    dtypes (`bench_dtype`; fp16/bf16 inputs: fp32), its run is the reference run and is not repeated.
     """
     if options.reference_device:
         ref_device = select_device(options.reference_device)
@@ -266,16 +277,19 @@ def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict
         if not isinstance(v, torch.Tensor) or not v.is_floating_point():
             return v
         t = v.to(compute_dtype(v))
-        signs = torch.randint(0, 2, t.shape, generator=generator).to(t.dtype) * 2 - 1
-        moved = t * (1 + torch.finfo(v.dtype).eps / 2 * signs)
+        signs = torch.randint(0, 2, t.shape, generator=generator, dtype=t.dtype).mul_(2).sub_(1)
+        moved = t * signs.mul_(torch.finfo(v.dtype).eps / 2).add_(1)  # t * (1 +- eps/2), in place
         if id(v) in requires_grad:
             requires_grad.add(id(moved))
         return moved
 
     inputs = [(args, kwargs)] + [(map_structure(perturb, args), map_structure(perturb, kwargs))
                                  for _ in range(PERTURBED_RUNS)]
-    sides = [make_side(a, k, device="cpu", dtype_for=compute_dtype, requires_grad=requires_grad,
-                       want_grad=want_grad, bench=True) for a, k in inputs]
+    same_as_bench = bench_dtype is not None and all(
+        compute_dtype(t) == bench_dtype(t) for t in tensors_of(args) + tensors_of(kwargs) if t.is_floating_point())
+    sides: list[Side | None] = [None] if same_as_bench else []
+    sides += [make_side(a, k, device="cpu", dtype_for=compute_dtype, requires_grad=requires_grad,
+                        want_grad=want_grad, bench=True) for a, k in inputs[len(sides):]]
     return ReferenceRun(sides, resolved.bench_fn, None, Device("cpu"),
                         "cpu computing in fp32 (fp64 for fp64), rounded to the device dtype", perturb)
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from pytest_msprobe import check
 from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump import load_dump
 from pytest_msprobe.execution import (
@@ -157,3 +158,32 @@ def test_seeded_random_api_inside_call_is_reproducible(write_dump) -> None:
     first = run(write_dump, data, "Functional.dropout.0.forward")
     assert first == run(write_dump, data, "Functional.dropout.0.forward") | {"timings": first["timings"]}
     assert first["status"] == "pass" and "fraction of zeros" in first["notes"][-1]
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16", "torch.float32"])
+def test_strict_reference_run_reuses_the_bench_when_it_computes_the_same(write_dump, monkeypatch, tmp_path,
+                                                                         dtype) -> None:
+    """16-bit inputs: the bench (fp32) is the strict reference run, so it runs once; the numbers are
+    those of a separate reference run. fp32 inputs: bench fp64, reference fp32, both run. The device
+    side is a slightly-off kernel, so device and reference numbers differ."""
+    (tmp_path / "off_by_a_bit.py").write_text(
+        "import torch\n"
+        "def linear(x, w, b=None):\n"
+        "    return (torch.nn.functional.linear(x.float(), w.float()) * (1 + 2 ** -9)).to(x.dtype)\n"
+        "KERNELS = {'Functional.linear': linear}\n")
+    data = {"Functional.linear.0.forward": {
+        "input_args": [tensor(dtype, [16, 64], requires_grad=True), tensor(dtype, [8, 64], requires_grad=True)],
+        "input_kwargs": {}, "output": [tensor(dtype, [16, 8])]},
+        "Functional.linear.0.backward": {"input": [tensor(dtype, [16, 8])], "output": []}}
+    options = {"standard": "strict", "kernels": f"{tmp_path / 'off_by_a_bit.py'}:KERNELS"}
+    reused = {d: run(write_dump, data, f"Functional.linear.0.{d}", **options) for d in ("forward", "backward")}
+    original = check._reference_side
+    monkeypatch.setattr(check, "_reference_side", lambda *a, **k: original(*a[:9]))  # no bench_dtype: never reuse
+    separate = {d: run(write_dump, data, f"Functional.linear.0.{d}", **options) for d in ("forward", "backward")}
+    for direction in ("forward", "backward"):
+        assert ("reference0_s" in reused[direction]["timings"]) == (dtype == "torch.float32")
+        assert "reference0_s" in separate[direction]["timings"]
+        assert len(reused[direction]["outputs"]) == (1 if direction == "forward" else 2)
+        for a, b in zip(reused[direction]["outputs"], separate[direction]["outputs"]):
+            assert a["reference"]["mean_err"] != a["reference"]["ref_mean_err"]
+            assert (a["verdict"], a["reference"]) == (b["verdict"], b["reference"])
