@@ -1,4 +1,7 @@
-"""npu_fusion_attention (+ _grad, _v2): tiled flash-attention reference in float64.
+"""npu_fusion_attention (+ _grad, _v2): tiled flash-attention reference.
+
+It computes in its inputs' dtype, float32 at least: the check decides that dtype per output dtype
+(api_specs/apis.yaml, precision.raise_map_by_api: float32 for bf16 outputs, float64 otherwise).
 
 The score matrix is never materialised: queries and keys are walked in blocks of BLOCK_Q x BLOCK_K
 with an online softmax, and the backward is a custom autograd Function that recomputes each block
@@ -27,7 +30,6 @@ BLOCK_K = 1024
 MAX_TOKENS = 2147483647  # [FA] 参数说明: pre_tockens / next_tockens default
 LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")  # [FA] 参数说明 input_layout
 ALIBI_ROWS = 1024  # [FA] 参数说明 pse: compressed alibi = ori_pse[:, :, -1024:, :]
-WORK = torch.float64
 NEG_INF = float("-inf")
 
 
@@ -118,6 +120,7 @@ class Call:
         if pse_type not in (0, 1, 2, 3):  # [V2] pse_type range 0-3, default 1
             raise ValueError(f"pse_type must be 0..3, got {pse_type}")
         self.layout, self.pse = layout, pse
+        self.work = torch.promote_types(query.dtype, torch.float32)
         if layout in ("BSH", "SBH"):
             n1 = int(head_num)
             d = query.shape[-1] // n1
@@ -244,7 +247,7 @@ class Call:
     # -- tensors
 
     def heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        return to_heads(x.to(WORK), self.layout, n).contiguous()
+        return to_heads(x.to(self.work), self.layout, n).contiguous()
 
     def unheads(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return from_heads(x, self.layout, self.batch).to(dtype)
@@ -436,7 +439,7 @@ class _Tiled(torch.autograd.Function):
 
 def _run(call: Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
          softmax_layout: str = "") -> tuple[Any, ...]:
-    pse = None if call.pse is None else call.pse.to(WORK)
+    pse = None if call.pse is None else call.pse.to(call.work)
     out, row_max, row_sum = _Tiled.apply(call.heads(query, call.n1), call.heads(key, call.n2),
                                          call.heads(value, call.n2), pse, call.plan)
     return (call.unheads(out, query.dtype), call.stats(row_max, softmax_layout), call.stats(row_sum, softmax_layout),
@@ -501,7 +504,7 @@ def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: tor
                 actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode)
     with torch.no_grad():
         q, k, v = call.heads(query, call.n1), call.heads(key, call.n2), call.heads(value, call.n2)
-        pse_w = None if pse is None else pse.to(WORK)
+        pse_w = None if pse is None else pse.to(call.work)
         out, row_max, row_sum = attend(q, k, v, pse_w, call.plan)
         dq, dk, dv, dpse = attend_backward(q, k, v, pse_w, out, row_max + torch.log(row_sum),
                                            call.heads(dy, call.n1), call.plan, pse is not None)

@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/bench_ops.py [--standards msprobe strict] [--only attention]
     OMP_NUM_THREADS=1 python benchmarks/bench_ops.py --shared      # the largest ops of ../shared/dumps
+    python benchmarks/bench_ops.py --accuracy [--seq 2048]          # is an fp32 attention bench enough?
 
 Every op is checked in-process by `check.check_entry` (device: CPU), forward and backward items,
 one thread like an xdist worker. Printed per item: the device run (forward + backward), the bench
@@ -11,6 +12,12 @@ its two perturbed twins; shown as "ref"), the comparison, and the whole check.
 The default op set is a 7B-class transformer layer at a reduced token count (bf16 and fp32 linear,
 bf16 attention with S=2048, a bf16 conv and an fp32 transposed conv, fp32 bmm): the sizes where a
 CPU bench, not the device, decides how long a check takes.
+
+--accuracy measures the error of the attention reference computed in fp32 instead of fp64 (causal,
+N=8, D=128, forward and backward) in units of the finest scale any standard judges it on: strict's
+per-element scale, max(one ULP of the device dtype, 2x the output change when the inputs move by one
+unit roundoff of that dtype; rms of two random-sign moves, as strict's twins). A maximum well below
+1 means the cheaper bench cannot decide a verdict (api_specs/apis.yaml, precision.raise_map_by_api).
 """
 from __future__ import annotations
 
@@ -105,13 +112,56 @@ def largest_shared(count: int) -> list[tuple[Path, str]]:
     return picked
 
 
+def attention_accuracy(seq: int) -> None:
+    import numpy as np
+    import torch
+
+    from bench_functions.attention import npu_fusion_attention
+    from pytest_msprobe import strict
+
+    heads, dim = 8, 128
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, dy = (torch.randn(1, heads, seq, dim, generator=gen).bfloat16().double() * s for s in (2, 2, 2, 1))
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+
+    def run(inputs: list, cotangent) -> list:
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        out = npu_fusion_attention(*leaves, heads, "BNSD", scale=dim ** -0.5, sparse_mode=2, atten_mask=mask)[0]
+        out.backward(cotangent.to(out.dtype))
+        return [t.detach().double().numpy() for t in (out, *(x.grad for x in leaves))]
+
+    exact = run([q, k, v], dy)
+    fast = run([t.float() for t in (q, k, v)], dy)
+    print(f"attention S={seq}: |fp32 bench - fp64 bench| in units of strict's scale")
+    for dtype, eps in (("bf16", 2.0 ** -8), ("fp16", 2.0 ** -11)):
+        squares = [np.zeros_like(x) for x in exact]
+        for twin in range(2):
+            g = torch.Generator().manual_seed(10 + twin)
+
+            def move(t):
+                return t * (1 + eps * (torch.randint(0, 2, t.shape, generator=g).double() * 2 - 1))
+
+            moved = run([move(t) for t in (q, k, v)], move(dy))
+            squares = [s + (m - e) ** 2 for s, m, e in zip(squares, moved, exact)]
+        torch_dtype = f"torch.{'bfloat16' if dtype == 'bf16' else 'float16'}"
+        for name, sq, e, f in zip(("out", "dq", "dk", "dv"), squares, exact, fast):
+            scale = np.maximum(strict.ulp(strict.round_to(e, torch_dtype), torch_dtype), 2 * np.sqrt(sq / 2))
+            ratio = np.abs(f - e) / scale
+            print(f"  {dtype} {name}: max {ratio.max():.3g}, 99.99% {np.quantile(ratio, 0.9999):.3g}, "
+                  f"median {np.median(ratio):.3g}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--standards", nargs="+", default=["msprobe", "strict"])
     parser.add_argument("--only", default="", help="substring of the entry names to run")
     parser.add_argument("--shared", action="store_true", help="the largest ops of ../shared/dumps instead")
     parser.add_argument("--count", type=int, default=4, help="--shared: how many forward entries")
+    parser.add_argument("--accuracy", action="store_true", help="the fp32 attention bench's error instead")
+    parser.add_argument("--seq", type=int, default=2048, help="--accuracy: sequence length")
     args = parser.parse_args()
+    if args.accuracy:
+        return attention_accuracy(args.seq)
 
     import torch
 

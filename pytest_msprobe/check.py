@@ -119,7 +119,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
 
-    plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs)
+    plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
+                          options.standard)
     if plan.hf32:
         args = [hf32_round(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args]
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,

@@ -218,9 +218,19 @@ class Plan:
 
 
 def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtype: torch.dtype | None,
-                   specs: dict[str, Any]) -> Plan:
+                   specs: dict[str, Any], policy: str = "auto", standard: str = "msprobe") -> Plan:
+    """Bench dtypes and autocast for one call. `policy` (--msprobe-bench-precision): "auto" is msprobe's
+    raise rule with the per-API tables of api_specs (precision.raise_map_by_api), which the strict
+    standard replaces by fp64 (it judges single elements in device ULPs); "fp64" raises every float
+    dtype to fp64."""
     rules = specs["precision"]
-    raise_map = {getattr(torch, k.split(".")[1]): getattr(torch, v.split(".")[1]) for k, v in rules["raise_map"].items()}
+    table, mixed = rules["raise_map"], rules["mixed_raise_to"]
+    by_api = rules.get("raise_map_by_api", {})
+    if policy == "fp64" or (api_name in by_api and standard == "strict"):
+        table, mixed = {k: "torch.float64" for k in rules["raise_map"]}, "torch.float64"
+    elif api_name in by_api:
+        table = by_api[api_name]
+    raise_map = {getattr(torch, k.split(".")[1]): getattr(torch, v.split(".")[1]) for k, v in table.items()}
     dtypes = {t.dtype for t in tensors_of(args) + tensors_of(kwargs) if t.dtype in raise_map}
     autocast_dtype: torch.dtype | None = None
     is_autocast = False
@@ -229,7 +239,7 @@ def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtyp
         (only,) = dtypes
         raise_to, autocast_dtype = raise_map[only], only
     elif len(dtypes) >= 2:
-        raise_to = getattr(torch, rules["mixed_raise_to"].split(".")[1])
+        raise_to = getattr(torch, mixed.split(".")[1])
         low = sorted((d for d in dtypes if d != torch.float32), key=str)
         autocast_dtype, is_autocast = (low[0] if low else None), True
     if api_name in rules.get("not_raise", []):

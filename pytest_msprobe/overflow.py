@@ -111,7 +111,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
-    plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs)
+    plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
+                          options.standard)
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
                   device=device, name=name, want_grad=want_grad, mode="overflow_check")
 

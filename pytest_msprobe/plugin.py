@@ -16,7 +16,9 @@ import pytest
 
 from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
-from .settings import DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings
+from .settings import (
+    BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings,
+)
 from .shard import parse_shard
 
 DUMP_BASENAME = "dump.json"
@@ -64,6 +66,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--msprobe-standard", choices=STANDARDS, default=None,
                     help="judgement: msprobe (8.x new standard, default), original (msprobe's Layer 1 only), "
                          "msprobe26 (benchmark for every float output), strict (pytest-msprobe's; see README)")
+    group.addoption("--msprobe-bench-precision", choices=BENCH_PRECISIONS, default="auto",
+                    help="auto (default): the bench raises fp16/bf16 to fp32 and fp32 to fp64 (msprobe's rule), "
+                         "with per-API choices from api_specs (precision.raise_map_by_api); fp64: every float "
+                         "input of the bench in fp64")
     group.addoption("--msprobe-reference", default=None, metavar="DEVICE",
                     help="run each API on this second device too (cuda, cpu, npu) as the reference of the "
                          "benchmark/ULP/strict comparisons: the three-way check in one run")
@@ -152,7 +158,8 @@ def _settings(config: pytest.Config) -> Settings:
                            device_index=devices.device_index(config), threads=devices.threads(config),
                            standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
-                           specs_file=specs_file, kernels=kernels.configure(config), mode=opt.msprobe_mode)
+                           specs_file=specs_file, kernels=kernels.configure(config), mode=opt.msprobe_mode,
+                           bench_precision=opt.msprobe_bench_precision)
     if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
         raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "
                                 "inputs: it cannot use --msprobe-data-mode random")

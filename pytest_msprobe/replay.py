@@ -118,7 +118,8 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
 
-    plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs)
+    plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
+                          options.bench_precision, options.standard)
     if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes)
         bench_args = [hf32_round(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
                       for a in bench_args]

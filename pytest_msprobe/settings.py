@@ -13,6 +13,8 @@ STANDARDS = ("msprobe", "original", "msprobe26", "strict", "mindspore")  # first
 # auto: replay MindSpore tensor dumps, re-run everything else; replay: the device result is the output
 # recorded in the dump; rerun: the API runs again on the device under test (README "MindSpore dumps")
 MODES = ("auto", "rerun", "replay")
+# auto: msprobe's raise rule (fp16/bf16 -> fp32, fp32 -> fp64) with api_specs' per-API tables; fp64: all fp64
+BENCH_PRECISIONS = ("auto", "fp64")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class CheckOptions:
     mode: str = "auto"  # MODES: where the device result comes from
     kernels: str | None = None  # --msprobe-kernels module:attr (a file path made absolute)
     threads: int = 1  # torch intra-op threads; CPU reductions depend on it, so it is fixed, not per -n
+    bench_precision: str = "auto"  # BENCH_PRECISIONS
 
 
 @dataclass

@@ -363,6 +363,23 @@ def test_tiled_equals_one_block_and_keeps_no_score_matrix() -> None:
     assert max(saved) <= n * s * d < n * s * s  # autograd holds Q, K, V, O and row statistics only
 
 
+def test_attention_computes_in_its_inputs_precision() -> None:
+    """fp32 inputs (a bf16 device's bench) are computed in fp32, not fp64 then rounded, and stay within
+    fp32 accumulation error of the fp64 result; fp64 inputs are computed in fp64."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, dy = (rand(1, 2, 300, 64, gen=gen).detach().float().double() for _ in range(4))  # fp32-exact
+    results = {}
+    for dtype in (torch.float32, torch.float64):
+        qq, kk, vv = (t.detach().to(dtype, copy=True).requires_grad_() for t in (q, k, v))
+        out = attention.npu_fusion_attention(qq, kk, vv, 2, "BNSD", scale=0.125)[0]
+        out.backward(dy.detach().to(dtype))
+        assert out.dtype == qq.grad.dtype == dtype
+        results[dtype] = [t.detach() for t in (out, qq.grad, kk.grad, vv.grad)]
+    for low, high in zip(results[torch.float32], results[torch.float64]):
+        assert not torch.equal(low, high.float())  # really computed in fp32
+        torch.testing.assert_close(low.double(), high, rtol=1e-5, atol=1e-6)
+
+
 def test_attention_gradcheck_with_pse_gqa_and_band() -> None:
     gen = torch.Generator().manual_seed(7)
     q, k, v = rand(1, 4, 5, 3, gen=gen), rand(1, 2, 6, 3, gen=gen), rand(1, 2, 6, 2, gen=gen)

@@ -46,6 +46,18 @@ def test_type_conversion_apis_are_not_raised_and_convs_use_hf32() -> None:
     assert plan_precision("conv2d", [torch.zeros(1)], {}, f32, SPECS).hf32
 
 
+def test_bench_precision_per_api_and_the_fp64_policy() -> None:
+    attention = [torch.zeros(2, dtype=bf16)] * 3
+    assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS).raise_to == f32
+    assert plan_precision("npu_fusion_attention", [torch.zeros(2, dtype=f16)], {}, f16, SPECS).raise_to == f64
+    assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS, "fp64").raise_to == f64
+    assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS, "auto", "strict").raise_to == f64
+    assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS, "auto", "strict").raise_to == f32
+    assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS, "fp64").raise_to == f64
+    assert plan_precision("add", [torch.zeros(2, dtype=bf16), torch.zeros(2)], {}, bf16, SPECS, "fp64").raise_to == f64
+    assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS).raise_to == f32
+
+
 def test_hf32_rounds_half_up_at_mantissa_bit_11() -> None:
     x = torch.tensor([1 + 2**-12, 1 + 2**-13, 1.0, -(1 + 2**-12)], dtype=f32)
     assert hf32_round(x).tolist() == [1 + 2**-11, 1.0, 1.0, -(1 + 2**-11)]
