@@ -112,13 +112,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                                "dtype, not a vendor kernel")
 
     started = time.perf_counter()
-    real = options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
-    ctx, args, kwargs, cotangents = build_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record["seed"],
-                                                 real, options, specs)
-    args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
-    record["notes"] += ctx.notes
-    record["data"] = "real" if ctx.loaded_files else "random"
-
+    ctx, args, kwargs, cotangents = prepared_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record, options,
+                                                    specs)
     plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
                           options.standard)
     if plan.hf32:
@@ -199,11 +194,30 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, ref_grads, api, specs, options,
                  positions)
     timings["compare_s"] = time.perf_counter() - started
+    finish_record(record)
+
+
+def finish_record(record: dict[str, Any]) -> None:
+    """The item's statuses from its output rows: Layer 1 alone, and with the standard's verdicts."""
     record["layer1_status"] = standards.aggregate(row["status"] for row in record["outputs"])
     record["status"] = standards.aggregate(row["verdict"] or row["status"] for row in record["outputs"])
     if record["status"] == "SKIP" and not record["message"]:
         record["message"] = "; ".join(row["message"] for row in record["outputs"] if row["message"]) or \
             "nothing was compared"
+
+
+def prepared_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
+                    record: dict[str, Any], options: CheckOptions,
+                    specs: dict[str, Any]) -> tuple[BuildContext, list[Any], dict[str, Any], list[Any]]:
+    """build_inputs from the record's seed and the data mode, with msprobe's CPU dtype conversions;
+    the record gets the input notes and where the data came from."""
+    real = options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
+    ctx, args, kwargs, cotangents = build_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record["seed"],
+                                                 real, options, specs)
+    args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
+    record["notes"] += ctx.notes
+    record["data"] = "real" if ctx.loaded_files else "random"
+    return ctx, args, kwargs, cotangents
 
 
 def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,

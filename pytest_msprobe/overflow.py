@@ -85,7 +85,7 @@ def _checkable(value: Any) -> bool:
 
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
-    from .check import _preprocess, _timed, build_inputs, checkable_entries
+    from .check import _timed, checkable_entries, prepared_inputs
 
     api = name.api_name
     if dump.framework != "pytorch":
@@ -105,12 +105,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         record["kernel"] = resolved.kernel
 
     started = time.perf_counter()
-    real = options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
-    ctx, args, kwargs, cotangents = build_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record["seed"],
-                                                 real, options, specs)
-    args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
-    record["notes"] += ctx.notes
-    record["data"] = "real" if ctx.loaded_files else "random"
+    ctx, args, kwargs, cotangents = prepared_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record, options,
+                                                    specs)
     plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
                           options.standard)
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import check, mindspore, ms_results, standards
+from . import check, mindspore, ms_results
 from .dump import Dump, EntryName
 from .execution import (
     RAISABLE, Device, NotCheckable, backward, hf32_round, make_side, output_leaves, pair_cotangents, plan_precision,
@@ -212,11 +212,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
         _compare_pairs(record, f"{full}.backward.output", [grads_b[j] for j in slots],
                        [recorded[j] for j in slots], refs, slots, bare, specs, options, False)
     timings["compare_s"] = time.perf_counter() - started
-    record["layer1_status"] = standards.aggregate(row["status"] for row in record["outputs"])
-    record["status"] = standards.aggregate(row["verdict"] or row["status"] for row in record["outputs"])
-    if record["status"] == "SKIP" and not record["message"]:
-        record["message"] = "; ".join(row["message"] for row in record["outputs"] if row["message"]) or \
-            "nothing was compared"
+    check.finish_record(record)
 
 
 # ----------------------------------------------------------------------------- recorded values
