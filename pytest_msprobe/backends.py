@@ -176,10 +176,11 @@ class _State:
 
 # A stack, because pytester runs a pytest session inside a pytest session.
 _STATES: list[_State] = []
+_NO_CONFIG = _State(None)  # checks run outside pytest (benchmarks, scripts): built-ins and entry points
 
 
 def _current() -> _State:
-    return _STATES[-1] if _STATES else _State(None)
+    return _STATES[-1] if _STATES else _NO_CONFIG
 
 
 class BuiltinDevices:

@@ -6,7 +6,7 @@ comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and ca
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -58,10 +58,18 @@ class OutputComparison:
     reference: dict | None = None            # the reference side's metrics / statistics, when there is one
 
     def to_dict(self) -> dict:
-        """Plain JSON-able dict (nan/inf stay floats)."""
-        data = asdict(self)
+        """Plain JSON-able dict (nan/inf stay floats); one level of copying (asdict's deep copy costs
+        more than the metrics of a small output)."""
+        data = {f.name: _copied(getattr(self, f.name)) for f in _FIELDS}
         data["metrics"] = {k: None if v is None else float(v) for k, v in self.metrics.items()}
         return data
+
+
+def _copied(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
+
+
+_FIELDS = fields(OutputComparison)
 
 
 # --------------------------------------------------------------------------------------- specs
