@@ -424,9 +424,9 @@ def _sensitivity(runs: list[Any], ref: Any) -> Any:
 
 
 def _float_arrays(bench: Any, device: Any, ref: Any, sensitivity: Any) -> tuple[Any, Any, Any, Any] | None:
-    """numpy views of a float tensor triple (+ sensitivity) for the strict standard, or None.
+    """numpy arrays of a float tensor triple (+ sensitivity) for the strict standard, or None.
 
-    Kept in their own dtypes (bf16 widened to fp32, exactly): strict widens block by block.
+    Kept in their own dtypes (bf16 widened to fp32, exactly), not copied to fp64: strict widens block by block.
     """
     if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
         return None

@@ -113,7 +113,7 @@ def _quantile(positives: list[np.ndarray], zeros: int, q: float) -> float:
     if high < zeros:
         return 0.0
     values = np.concatenate(positives)
-    wanted = sorted({max(i - zeros, 0) for i in (low, high) if i >= zeros})
+    wanted = sorted({i - zeros for i in (low, high) if i >= zeros})
     part = np.partition(values, wanted)
     at = {i: (part[i - zeros] if i >= zeros else 0.0) for i in (low, high)}
     return float(at[low] + (at[high] - at[low]) * (position - low))
@@ -164,10 +164,10 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, reference: np.ndarray,
             e = np.abs(r - b) - ulp(rounded, device_dtype)
             excess.append(e[e > 0])
         if stats["nonfinite_mismatch"]:
-            d0, b0 = block(slice(first, first + 1))[1:4:2]
+            d0, rounded0 = block(slice(first, first + 1))[1:4:2]
             return StrictResult("error", f"NaN/inf mismatch at {int(stats['nonfinite_mismatch'])} of {n} elements "
                                          f"(first at flat index {first}: device {float(d0[0])!r}, "
-                                         f"bench {float(b0[0])!r})", stats)
+                                         f"bench {float(rounded0[0])!r})", stats)
         if not finite_count:
             return StrictResult("pass", "no finite elements; non-finite positions match", stats)
         # Error scale: one ULP, raised to what a correct kernel may lose beyond rounding: the reference's
@@ -199,10 +199,10 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, reference: np.ndarray,
         stats.update(max_err=float(w_all.max()), mean_err=sum_w / finite_count, ref_max_err=max_wr,
                      ref_mean_err=sum_wr / finite_count, noise_floor=floor)
         # Bias statistics on at most bias_max_samples evenly spaced finite elements: plenty for a sign test.
-        finite_at = np.arange(n) if finite_mask is None else np.flatnonzero(finite_mask)
-        if finite_at.size > rules["bias_max_samples"]:
-            finite_at = finite_at[np.linspace(0, finite_at.size - 1, int(rules["bias_max_samples"])).astype(np.int64)]
-        b, d, r, rounded, _ = block(finite_at)
+        samples = int(rules["bias_max_samples"])
+        pick = np.linspace(0, finite_count - 1, samples).astype(np.int64) if finite_count > samples \
+            else np.arange(finite_count)
+        b, d, r, rounded, _ = block(pick if finite_mask is None else np.flatnonzero(finite_mask)[pick])
         unit = ulp(rounded, device_dtype)
         towards_zero = -np.sign(b)
         for side, values in (("", d), ("ref_", r)):
