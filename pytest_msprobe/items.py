@@ -154,7 +154,8 @@ class ApiItem(pytest.Item):
                             ("--msprobe-reference-results", opts.reference_results),
                             ("--msprobe-specs", opts.specs_file),
                             ("--msprobe-kernels", getattr(opts, "kernels", None)),
-                            ("--msprobe-threads", str(opts.threads) if opts.threads != 1 else None)):
+                            ("--msprobe-threads", str(opts.threads) if opts.threads != 1 else None),
+                            ("--msprobe-bench-precision", None if opts.bench_precision == "auto" else opts.bench_precision)):
             if value:
                 args += [flag, value]
         return shlex.join(args)

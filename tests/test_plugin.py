@@ -245,3 +245,26 @@ def test_shared_pytorch_dumps_run_without_crash_type_errors(pytester: pytest.Pyt
     assert not [r for r in recs if r.get("traceback")], result.stdout.str()
     if "fp32" in folder.name:  # correct CPU kernels are never 'error' on fp32 dumps
         assert not [r["api"] for r in recs if r["status"] == "error"], result.stdout.str()
+
+
+def test_bench_precision_option_raises_the_bench_and_reruns_with_it(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        import torch
+        import torch.nn.functional as F
+        _gelu = F.gelu
+        def gelu(x, *a, **k):
+            y = _gelu(x, *a, **k)
+            return y * 1.05 if y.dtype == torch.bfloat16 else y
+        F.gelu = gelu
+        def pytest_unconfigure():
+            F.gelu = _gelu
+    """)
+    dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", "torch.bfloat16", [32, 32], mx=3.0, mn=0.5)})
+    pytester.runpytest(str(dump), "--msprobe-out", "auto").assert_outcomes(failed=1)
+    assert records(pytester, "auto")[0]["outputs"][0]["bench_dtype"] == "torch.float32"
+    result = pytester.runpytest(str(dump), "--msprobe-out", "fp64", "--msprobe-bench-precision", "fp64")
+    result.assert_outcomes(failed=1)
+    assert records(pytester, "fp64")[0]["outputs"][0]["bench_dtype"] == "torch.float64"
+    result.stdout.fnmatch_lines(["*rerun: pytest*--msprobe-bench-precision fp64*"])
+    result = pytester.runpytest(str(dump), "--msprobe-bench-precision", "fp32")
+    result.stderr.fnmatch_lines(["*--msprobe-bench-precision: invalid choice: 'fp32'*"])
