@@ -85,6 +85,21 @@ def _apply_user(merged: dict[str, Any], path: Path) -> None:
             merged[key]["apis"] = {**merged[key]["apis"], **_check_ms_apis(path, value["apis"])}
         else:
             merged[key] = _merge(merged[key], value, f"{path}: {key}")
+    _check_precision(merged["precision"], path)
+
+
+_FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
+
+
+def _check_precision(precision: Mapping[str, Any], path: Path) -> None:
+    """The bench's raise tables name float dtypes only (plan_precision turns them into torch dtypes)."""
+    tables = {"raise_map": precision["raise_map"], "mixed_raise_to": {"": precision["mixed_raise_to"]},
+              **{f"raise_map_by_api.{api}": t for api, t in precision.get("raise_map_by_api", {}).items()}}
+    for where, table in tables.items():
+        for source, target in table.items():
+            for dtype in (source, target) if source else (target,):
+                if dtype not in _FLOAT_DTYPES:
+                    raise SpecError(f"{path}: precision.{where}: {dtype!r} is not one of {', '.join(_FLOAT_DTYPES)}")
 
 
 _MS_API_KEYS = {"torch": str, "params": list, "rename": dict, "drop": list, "skip": str}

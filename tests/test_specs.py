@@ -36,6 +36,13 @@ apis:
     assert specs["apis"]["flaky_op"]["skip"].startswith("vendor bug")
 
 
+def test_user_file_may_choose_an_fp64_attention_bench(tmp_path: Path) -> None:
+    text = "precision: {raise_map_by_api: {npu_fusion_attention: {torch.bfloat16: torch.float64}}}"
+    table = load_specs(user_file=user(tmp_path, text))["precision"]["raise_map_by_api"]["npu_fusion_attention"]
+    assert table == {"torch.float16": "torch.float64", "torch.bfloat16": "torch.float64",
+                     "torch.float32": "torch.float64"}
+
+
 @pytest.mark.parametrize("text, message", [
     ("thresholds: {strict: {gross_ulpp: 3}}", "thresholds.strict: unknown key 'gross_ulpp'"),
     ("thresholds: {strict: {gross_ulp: big}}", "thresholds.strict.gross_ulp: expected a number"),
@@ -44,6 +51,9 @@ apis:
     ("apis: {mm: {algorithm: magic}}", "apis.mm.algorithm: 'magic' is not one of"),
     ("apis: {mm: {colour: red}}", "apis.mm: unknown key 'colour'"),
     ("apis: {mm: {thresholds: {nope: 1}}}", "apis.mm.thresholds: unknown key 'nope'"),
+    ("precision: {raise_map_by_api: {npu_fusion_attention: {torch.bfloat16: torch.float99}}}",
+     "precision.raise_map_by_api.npu_fusion_attention: 'torch.float99' is not one of"),
+    ("precision: {mixed_raise_to: torch.int8}", "precision.mixed_raise_to: 'torch.int8' is not one of"),
     ("[1, 2]", "top level must be a mapping"),
     ("thresholds: {strict: [", "not valid YAML"),
 ])
