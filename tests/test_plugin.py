@@ -145,19 +145,24 @@ def test_bf16_warning_is_visible_and_can_fail(pytester: pytest.Pytester) -> None
     pytester.runpytest(str(dump), "--msprobe-standard", "msprobe").assert_outcomes(passed=1)
 
 
-def test_planted_bug_fails_with_readable_report(pytester: pytest.Pytester) -> None:
-    # The device runs gelu in fp32, the bench in fp64: corrupt only the fp32 result.
-    pytester.makeconftest("""
+def corrupt_gelu(pytester: pytest.Pytester, dtype: str) -> None:
+    """A conftest whose F.gelu is 5% off for outputs of `dtype` (the device side; the raised bench is not)."""
+    pytester.makeconftest(f"""
         import torch
         import torch.nn.functional as F
         _gelu = F.gelu
         def gelu(x, *a, **k):
             y = _gelu(x, *a, **k)
-            return y * 1.05 if y.dtype == torch.float32 else y
+            return y * 1.05 if y.dtype == torch.{dtype} else y
         F.gelu = gelu
         def pytest_unconfigure():
             F.gelu = _gelu
     """)
+
+
+def test_planted_bug_fails_with_readable_report(pytester: pytest.Pytester) -> None:
+    # The device runs gelu in fp32, the bench in fp64: corrupt only the fp32 result.
+    corrupt_gelu(pytester, "float32")
     dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", shape=[32, 32], mx=3.0, mn=0.5)})
     result = pytester.runpytest(str(dump))
     result.assert_outcomes(failed=1)
@@ -248,17 +253,7 @@ def test_shared_pytorch_dumps_run_without_crash_type_errors(pytester: pytest.Pyt
 
 
 def test_bench_precision_option_raises_the_bench_and_reruns_with_it(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest("""
-        import torch
-        import torch.nn.functional as F
-        _gelu = F.gelu
-        def gelu(x, *a, **k):
-            y = _gelu(x, *a, **k)
-            return y * 1.05 if y.dtype == torch.bfloat16 else y
-        F.gelu = gelu
-        def pytest_unconfigure():
-            F.gelu = _gelu
-    """)
+    corrupt_gelu(pytester, "bfloat16")  # the device side; the bench runs in fp32 or fp64
     dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", "torch.bfloat16", [32, 32], mx=3.0, mn=0.5)})
     pytester.runpytest(str(dump), "--msprobe-out", "auto").assert_outcomes(failed=1)
     assert records(pytester, "auto")[0]["outputs"][0]["bench_dtype"] == "torch.float32"
