@@ -93,13 +93,13 @@ _FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.floa
 
 def _check_precision(precision: Mapping[str, Any], path: Path) -> None:
     """The bench's raise tables name float dtypes only (plan_precision turns them into torch dtypes)."""
-    tables = {"raise_map": precision["raise_map"], "mixed_raise_to": {"": precision["mixed_raise_to"]},
+    tables = {"raise_map": precision["raise_map"],
               **{f"raise_map_by_api.{api}": t for api, t in precision.get("raise_map_by_api", {}).items()}}
-    for where, table in tables.items():
-        for source, target in table.items():
-            for dtype in (source, target) if source else (target,):
-                if dtype not in _FLOAT_DTYPES:
-                    raise SpecError(f"{path}: precision.{where}: {dtype!r} is not one of {', '.join(_FLOAT_DTYPES)}")
+    named = [("mixed_raise_to", precision["mixed_raise_to"])] + [
+        (where, dtype) for where, table in tables.items() for pair in table.items() for dtype in pair]
+    for where, dtype in named:
+        if dtype not in _FLOAT_DTYPES:
+            raise SpecError(f"{path}: precision.{where}: {dtype!r} is not one of {', '.join(_FLOAT_DTYPES)}")
 
 
 _MS_API_KEYS = {"torch": str, "params": list, "rename": dict, "drop": list, "skip": str}
