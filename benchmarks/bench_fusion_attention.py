@@ -1,10 +1,12 @@
-"""Time and peak RSS of the npu_fusion_attention reference, forward + backward in float64 on CPU.
+"""Time and peak RSS of the npu_fusion_attention reference, forward + backward on CPU.
 
 B=1, N=8, D=128, layout BNSD, causal (sparse_mode 2 with the compressed 2048 mask) and full attention,
 for S = 1k, 4k, 8k. Each size runs in a fresh subprocess, so its ru_maxrss is that size's own peak.
 
     python benchmarks/bench_fusion_attention.py            # all sizes
     python benchmarks/bench_fusion_attention.py 1024 4096  # chosen sizes
+    python benchmarks/bench_fusion_attention.py --float32  # the bench of a bf16 attention (it computes
+                                                           # in its inputs' dtype; default float64)
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ SIZES = (1024, 4096, 8192)
 B, N, D = 1, 8, 128
 
 
-def measure(seq: int, causal: bool) -> dict[str, float]:
+def measure(seq: int, causal: bool, dtype_name: str) -> dict[str, float]:
     """One forward + backward; runs inside the child process."""
     import torch
 
@@ -28,7 +30,7 @@ def measure(seq: int, causal: bool) -> dict[str, float]:
     from bench_functions.attention import npu_fusion_attention
 
     torch.manual_seed(0)
-    q, k, v = (torch.randn(B, N, seq, D, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(B, N, seq, D, dtype=getattr(torch, dtype_name), requires_grad=True) for _ in range(3))
     mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1) if causal else None
     started = time.perf_counter()
     out = npu_fusion_attention(q, k, v, N, "BNSD", atten_mask=mask, scale=D ** -0.5, sparse_mode=2 if causal else 0)[0]
@@ -41,14 +43,15 @@ def measure(seq: int, causal: bool) -> dict[str, float]:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--child"]:
-        print(json.dumps(measure(int(argv[1]), argv[2] == "causal")))
+        print(json.dumps(measure(int(argv[1]), argv[2] == "causal", argv[3])))
         return
-    sizes = [int(a) for a in argv] or list(SIZES)
-    print(f"npu_fusion_attention reference, float64, B={B} N={N} D={D}, forward + backward, one process per run")
+    dtype = "float32" if "--float32" in argv else "float64"
+    sizes = [int(a) for a in argv if a != "--float32"] or list(SIZES)
+    print(f"npu_fusion_attention reference, {dtype}, B={B} N={N} D={D}, forward + backward, one process per run")
     print(f"{'S':>6} {'mask':>7} {'forward s':>10} {'fwd+bwd s':>10} {'peak RSS MiB':>13}")
     for seq in sizes:
         for mask in ("causal", "full"):
-            done = subprocess.run([sys.executable, __file__, "--child", str(seq), mask], check=True,
+            done = subprocess.run([sys.executable, __file__, "--child", str(seq), mask, dtype], check=True,
                                   capture_output=True, text=True)
             r = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{r['seq']:>6} {mask:>7} {r['forward_s']:>10.1f} {r['total_s']:>10.1f} {r['peak_rss_mib']:>13.0f}",
