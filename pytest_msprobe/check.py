@@ -169,14 +169,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
         grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
-        pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
-        pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
-        if not pairs_b or len(pairs_b) != len(pairs_d):
-            raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
-        _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
-        _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
-            entry_name, api_key, "backward", device, resolved.label,
-            lambda: backward(leaves_d, pairs_d, device.name)), None)
+        backward_both(name, leaves_b, leaves_d, cotangents, grad_index, timings, device, resolved.label)
         grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
         ref_grads = []
         for k, (leaves_r, side) in enumerate(zip(ref_leaves, reference.sides if reference is not None else ())):
@@ -195,6 +188,20 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                  positions)
     timings["compare_s"] = time.perf_counter() - started
     finish_record(record)
+
+
+def backward_both(name: Any, leaves_b: list[Any], leaves_d: list[Any], cotangents: list[Any], grad_index: int | None,
+                  timings: dict[str, float], device: Device, impl: str) -> None:
+    """Backward of the bench and, inside the device-call boundary, of the device, from the recorded
+    gradients paired with each side's outputs."""
+    pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
+    pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
+    if not pairs_b or len(pairs_b) != len(pairs_d):
+        raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
+    _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
+    _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
+        f"{name.full_name}.{name.direction}", f"{name.api_type}.{name.api_name}", "backward", device, impl,
+        lambda: backward(leaves_d, pairs_d, device.name)), None)
 
 
 def finish_record(record: dict[str, Any]) -> None:

@@ -32,8 +32,8 @@ import torch
 from . import backends, capture, kernels
 from .dump import Dump, parse_entry_name
 from .execution import (
-    NotCheckable, backward, first_output_dtype, make_side, output_leaves, pair_cotangents, plan_precision, resolve,
-    run_side, seed_random_apis, select_device,
+    NotCheckable, first_output_dtype, make_side, output_leaves, plan_precision, resolve, run_side, seed_random_apis,
+    select_device,
 )
 from .inputs import InputError
 from .metrics import blank_metrics
@@ -85,7 +85,7 @@ def _checkable(value: Any) -> bool:
 
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
-    from .check import _timed, checkable_entries, prepared_inputs
+    from .check import _timed, backward_both, checkable_entries, prepared_inputs
 
     api = name.api_name
     if dump.framework != "pytorch":
@@ -133,14 +133,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     positions = None
     if want_grad:
         grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
-        pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
-        pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
-        if not pairs_b or len(pairs_b) != len(pairs_d):
-            raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
-        _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
-        _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
-            entry_name, api_key, "backward", device, resolved.label,
-            lambda: backward(leaves_d, pairs_d, device.name)), None)
+        backward_both(name, leaves_b, leaves_d, cotangents, grad_index, timings, device, resolved.label)
         leaves_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
         leaves_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
         positions = [pos for pos, _ in dev_side.grad_leaves]

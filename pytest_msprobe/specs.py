@@ -110,26 +110,24 @@ def _check_ms_apis(path: Path, apis: Any) -> dict[str, Any]:
     if not isinstance(apis, dict):
         raise SpecError(f"{path}: mindspore.apis: must map `Type.name` to settings")
     for api, settings in apis.items():
-        where = f"{path}: mindspore.apis.{api}"
-        if not isinstance(settings, dict):
-            raise SpecError(f"{where}: must be a mapping of {', '.join(_MS_API_KEYS)}")
-        for key, value in settings.items():
-            if key not in _MS_API_KEYS:
-                raise SpecError(f"{where}: unknown key {key!r} (known: {', '.join(_MS_API_KEYS)})")
-            if not isinstance(value, _MS_API_KEYS[key]):
-                raise SpecError(f"{where}.{key}: expected {_MS_API_KEYS[key].__name__}, got {value!r}")
+        _check_keys(f"{path}: mindspore.apis.{api}", settings, _MS_API_KEYS)
     return copy.deepcopy(apis)
+
+
+def _check_keys(where: str, settings: Any, types: Mapping[str, type]) -> None:
+    """`settings` is a mapping of known keys to values of their type (a bool is not a number)."""
+    if not isinstance(settings, dict):
+        raise SpecError(f"{where}: must be a mapping of {', '.join(types)}")
+    for key, value in settings.items():
+        if key not in types:
+            raise SpecError(f"{where}: unknown key {key!r} (known: {', '.join(types)})")
+        if not isinstance(value, types[key]) or isinstance(value, bool):
+            raise SpecError(f"{where}.{key}: expected {types[key].__name__}, got {value!r}")
 
 
 def _check_api(path: Path, api: str, settings: Any, shipped_thresholds: Mapping[str, Any]) -> None:
     where = f"{path}: apis.{api}"
-    if not isinstance(settings, dict):
-        raise SpecError(f"{where}: must be a mapping of {', '.join(_API_KEYS)}")
-    for key, value in settings.items():
-        if key not in _API_KEYS:
-            raise SpecError(f"{where}: unknown key {key!r} (known: {', '.join(_API_KEYS)})")
-        if not isinstance(value, _API_KEYS[key]) or isinstance(value, bool):
-            raise SpecError(f"{where}.{key}: expected {_API_KEYS[key].__name__}, got {value!r}")
+    _check_keys(where, settings, _API_KEYS)
     if settings.get("algorithm") is not None and settings["algorithm"] not in ALGORITHMS:
         raise SpecError(f"{where}.algorithm: {settings['algorithm']!r} is not one of {', '.join(ALGORITHMS)}")
     if "thresholds" in settings:
