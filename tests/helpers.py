@@ -1,8 +1,12 @@
 """Helpers shared by the test modules."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DUMPS = ROOT.parent / "shared" / "dumps"
@@ -19,3 +23,34 @@ def tensor(dtype: str = "torch.float32", shape: list[int] | None = None, mx: Any
            requires_grad: bool = False, **extra: Any) -> dict[str, Any]:
     return {"type": "torch.Tensor", "dtype": dtype, "shape": [4, 8] if shape is None else shape,
             "Max": mx, "Min": mn, "Mean": 0.0, "Norm": 1.0, "requires_grad": requires_grad, **extra}
+
+
+def copy_dump(pytester: pytest.Pytester, source: Path, name: str) -> Path:
+    """A copy of a dump folder (with its tensor files) under the pytester directory."""
+    shutil.copytree(source, pytester.path / name)
+    return pytester.path / name / "dump.json"
+
+
+def make_dump(pytester: pytest.Pytester, data: dict[str, Any], name: str = "d", task: str = "statistics",
+              framework: str = "pytorch") -> Path:
+    folder = pytester.path / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "dump.json"
+    path.write_text(json.dumps({"task": task, "level": "L1", "framework": framework, "dump_data_dir": None,
+                                "data": data}))
+    return path
+
+
+def records(pytester: pytest.Pytester, out: str = "msprobe_results") -> list[dict[str, Any]]:
+    """The records of the one run that wrote into `out`."""
+    files = list((pytester.path / out).glob("msprobe_records_*.jsonl"))
+    assert len(files) == 1, files
+    return [json.loads(line) for line in files[0].read_text().splitlines()]
+
+
+def by_api(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {f"{r['api']}.{r['direction']}": r for r in recs}
+
+
+def api_records(pytester: pytest.Pytester, out: str = "msprobe_results") -> dict[str, dict[str, Any]]:
+    return by_api(records(pytester, out))

@@ -9,7 +9,6 @@ import csv
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import pytest
 from pytest_msprobe import __main__ as cli
 from pytest_msprobe import baseline, devices, shard
 from pytest_msprobe.report import read_jsonl
-from tests.helpers import EXAMPLES, tensor
+from tests.helpers import EXAMPLES, copy_dump, make_dump, tensor
 
 pytest.importorskip("xdist")
 
@@ -48,17 +47,8 @@ def pytest_unconfigure():
 """
 
 
-def copy_dump(pytester: pytest.Pytester, source: Path, name: str) -> Path:
-    shutil.copytree(source, pytester.path / name)
-    return pytester.path / name / "dump.json"
 
 
-def make_dump(pytester: pytest.Pytester, data: dict[str, Any], name: str = "d") -> Path:
-    folder = pytester.path / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
-                                                  "dump_data_dir": None, "data": data}))
-    return folder / "dump.json"
 
 
 def relu_dump(pytester: pytest.Pytester, count: int, name: str = "d") -> Path:

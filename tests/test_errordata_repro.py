@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_plugin import by_api, make_dump, records
+from tests.helpers import by_api, make_dump, records
 from tests.triage_helpers import PLANTED, assert_same_numbers, gelu_bf16, matmul_fp16, relu_fp16, run_script, site_dir
 
 LEAN = ("-p", "no:cacheprovider")

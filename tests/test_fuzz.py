@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_msprobe.fuzz import materialize, strategy, tensor_space
-from tests.helpers import tensor
-from tests.test_plugin import make_dump
+from tests.helpers import make_dump, tensor
 from tests.triage_helpers import PLANTED, relu_fp16
 
 LEAN = ("-p", "no:cacheprovider")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_plugin import make_dump
+from tests.helpers import make_dump
 from tests.triage_helpers import PLANTED, gelu_bf16, relu_fp16
 
 LEAN = ("-p", "no:cacheprovider")

@@ -14,30 +14,19 @@ from typing import Any
 import pytest
 
 from pytest_msprobe import backends, kernels
-from tests.helpers import EXAMPLES, tensor
+from tests.helpers import EXAMPLES, api_records, make_dump, tensor
 
 EXAMPLE = EXAMPLES / "approximate_kernel"
 
 
-def write_dump(pytester: pytest.Pytester, data: dict[str, Any], name: str = "d") -> Path:
-    folder = pytester.path / name
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "dump.json"
-    path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
-                                "dump_data_dir": None, "data": data}))
-    return path
 
 
-def records(pytester: pytest.Pytester, out: str = "msprobe_results") -> dict[str, dict[str, Any]]:
-    (path,) = (pytester.path / out).glob("msprobe_records_*.jsonl")
-    recs = [json.loads(line) for line in path.read_text().splitlines()]
-    return {f"{r['api']}.{r['direction']}": r for r in recs}
 
 
 def softmax_dump(pytester: pytest.Pytester, *, big: bool = False) -> Path:
     """Functional.softmax forward + backward (fp32), one Functional.linear (no kernel), one Tensor.add."""
     x = tensor(shape=[4, 16], mx=120.0 if big else 3.0, mn=-3.0, requires_grad=True)
-    return write_dump(pytester, {
+    return make_dump(pytester, {
         "Functional.softmax.0.forward": {"input_args": [x], "input_kwargs": {"dim": {"type": "int", "value": -1}},
                                          "output": [tensor(shape=[4, 16], mx=1.0, mn=0.0, requires_grad=True)]},
         "Functional.softmax.0.backward": {"input": [tensor(shape=[4, 16], mx=0.1, mn=-0.1)],
@@ -75,7 +64,7 @@ def test_correct_kernel_passes_and_unmapped_apis_are_deselected(pytester: pytest
     result.stdout.fnmatch_lines(["*msprobe kernels: *good_kernels.py:KERNELS substitutes Functional.softmax, Tensor.add;"
                                  " other APIs deselected*",
                                  "*msprobe: 1 deselected: no kernel*"])
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert set(recs) == {"Functional.softmax.0.forward", "Functional.softmax.0.backward", "Tensor.add.0.forward"}
     assert recs["Functional.softmax.0.forward"]["impl"] == "good_kernels:softmax (substituted)"
     assert recs["Functional.softmax.0.backward"]["kernel"] == "good_kernels:softmax"
@@ -92,7 +81,7 @@ def test_run_all_keeps_unmapped_apis_with_the_usual_implementation(pytester: pyt
     result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "--msprobe-kernels", "lazy_kernels:KERNELS",
                                 "--msprobe-kernels-run-all")
     result.assert_outcomes(passed=4)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert recs["Functional.softmax.0.forward"]["impl"] == "impl_mod:softmax (substituted)"
     assert recs["Functional.linear.0.forward"]["impl"] == "torch.nn.functional.linear"
     assert "kernel" not in recs["Functional.linear.0.forward"]
@@ -114,7 +103,7 @@ def test_approximate_kernel_example_fails_naming_the_api(pytester: pytest.Pytest
         "FAILED example/step0/rank0/dump.json::Functional.softmax.1.forward*",
         "FAILED example/step0/rank0/dump.json::Functional.softmax.1.backward*",
     ])
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert {k: r["status"] for k, r in recs.items()} == {
         "Functional.softmax.0.forward": "pass", "Functional.softmax.0.backward": "pass",
         "Functional.softmax.1.forward": "error", "Functional.softmax.1.backward": "error"}
@@ -228,7 +217,7 @@ def test_backend_from_a_conftest_hook_is_used(pytester: pytest.Pytester) -> None
     result = pytester.runpytest(str(dump), "--msprobe-device", "fancy", "-k", "softmax or add")
     result.assert_outcomes(passed=3, deselected=1)
     result.stdout.fnmatch_lines(["*msprobe: seed 1234, device fancy,*"])
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert {r["device"] for r in recs.values()} == {"cpu"}
     assert {r["backend"] for r in recs.values()} == {"fancy (cpu)"}
     events = json.loads((pytester.path / "events.json").read_text())
@@ -263,7 +252,7 @@ def test_builtin_devices_come_from_the_same_hook(pytester: pytest.Pytester) -> N
     dump = softmax_dump(pytester)
     result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "-k", "linear")
     result.assert_outcomes(passed=1, deselected=3)
-    assert records(pytester)["Functional.linear.0.forward"]["backend"] == "cpu"
+    assert api_records(pytester)["Functional.linear.0.forward"]["backend"] == "cpu"
     assert backends.builtin_backend("cuda").__class__ is backends.CudaBackend
     assert backends.builtin_backend("nope", entry_points=[]) is None
 
@@ -303,7 +292,7 @@ def test_entry_point_backend_end_to_end(pytester: pytest.Pytester, monkeypatch: 
     dump = softmax_dump(pytester)
     result = pytester.runpytest(str(dump), "--msprobe-device", "epdev", "-k", "linear")
     result.assert_outcomes(passed=1, deselected=3)
-    assert records(pytester)["Functional.linear.0.forward"]["backend"] == "epdev (cpu)"
+    assert api_records(pytester)["Functional.linear.0.forward"]["backend"] == "epdev (cpu)"
     result = pytester.runpytest(str(dump), "--msprobe-device", "nope")
     result.stderr.fnmatch_lines(["*known devices: auto, npu, cuda, cpu, epdev*"])
 
@@ -380,7 +369,7 @@ def test_bench_is_untouched_by_the_boundary(pytester: pytest.Pytester) -> None:
     assert ["op", "forward", "spy_softmax", ["torch.float32"]] in ops
     assert all(phase == "forward" for _, phase, _, _ in ops)  # the mode only ever saw the device call
     assert all(dtypes in ([], ["torch.float32"]) for *_, dtypes in ops)  # never a bench (fp64) tensor
-    output = records(pytester)["Functional.softmax.0.forward"]["outputs"][0]
+    output = api_records(pytester)["Functional.softmax.0.forward"]["outputs"][0]
     worst = output["worst"]  # off by exactly the +1, and the bench is a probability: it was not corrupted
     assert abs(worst["device"] - worst["bench"] - 1) < 1e-6 and 0 <= worst["bench"] <= 1
 
@@ -435,7 +424,7 @@ def test_kernels_and_a_conftest_backend_under_xdist(pytester: pytest.Pytester) -
                                            "-p", "no:benchmark", "--msprobe-device", "fancy",
                                            "--msprobe-kernels", "lazy_kernels.py:KERNELS")
     result.assert_outcomes(passed=2)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert set(recs) == {"Functional.softmax.0.forward", "Functional.softmax.0.backward"}
     assert {(r["impl"], r["backend"]) for r in recs.values()} == {("impl_mod:softmax (substituted)", "fancy (cpu)")}
     flags = {p.name: p.read_text() for p in pytester.path.glob("torch_at_collection_*.txt")}

@@ -7,8 +7,6 @@ skipped with the import error as the reason.
 from __future__ import annotations
 
 import csv
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,8 @@ import pytest_msprobe.replay  # noqa: F401  (kept across pytester's in-process r
 from pytest_msprobe.execution import NotCheckable, tensors_of
 from pytest_msprobe.inputs import BuildContext, build
 from pytest_msprobe.specs import load_specs
-from tests.helpers import EXAMPLES
+from tests import helpers
+from tests.helpers import EXAMPLES, api_records, copy_dump
 
 IMPORT_ERROR = msmap.import_error()  # imports MindSpore once, before any in-process pytester run
 pytestmark = [pytest.mark.mindspore,
@@ -38,29 +37,18 @@ def ms_tensor(dtype: str = "Float32", shape: list[int] | None = None, mx: Any = 
 
 
 def make_dump(pytester: pytest.Pytester, data: dict[str, Any], name: str = "ms") -> Path:
-    folder = pytester.path / name
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "dump.json"
-    path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "mindspore",
-                                "dump_data_dir": None, "data": data}))
-    return path
+    return helpers.make_dump(pytester, data, name, framework="mindspore")
 
 
-def copy_dump(pytester: pytest.Pytester, source: Path, name: str) -> Path:
-    shutil.copytree(source, pytester.path / name)
-    return pytester.path / name / "dump.json"
 
 
-def records(pytester: pytest.Pytester, out: str = "msprobe_results") -> dict[str, dict[str, Any]]:
-    (path,) = (pytester.path / out).glob("msprobe_records_*.jsonl")
-    return {f"{r['api']}.{r['direction']}": r for r in map(json.loads, path.read_text().splitlines())}
 
 
 def test_statistics_dump_reruns_in_mindspore(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, MS_STATISTICS, "ms")
     result = pytester.runpytest(str(dump), "-rs")
     result.assert_outcomes(passed=20)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert {(r["mode"], r["device"], r["data"]) for r in recs.values()} == {("rerun", "mindspore:CPU", "random")}
     assert recs["Mint.matmul.0.forward"]["impl"] == "mindspore.mint.matmul (bench torch.matmul)"
     linear = recs["MintFunctional.linear.0.backward"]["outputs"]
@@ -73,7 +61,7 @@ def test_tensor_dump_reruns_from_the_saved_inputs(pytester: pytest.Pytester) -> 
     dump = copy_dump(pytester, MS_TENSOR, "ms")
     result = pytester.runpytest(str(dump), "--msprobe-mode", "rerun", "--msprobe-standard", "mindspore")
     result.assert_outcomes(passed=20)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert {(r["mode"], r["data"]) for r in recs.values()} == {("rerun", "real")}
     assert all("msprobe's MindSpore rule" in o["verdict_message"] for r in recs.values() for o in r["outputs"])
 
@@ -81,12 +69,12 @@ def test_tensor_dump_reruns_from_the_saved_inputs(pytester: pytest.Pytester) -> 
 def test_items_are_reproducible_alone(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, MS_STATISTICS, "ms")
     pytester.runpytest(str(dump), "--msprobe-out", "full", "-k", "forward")
-    full = records(pytester, "full")
+    full = api_records(pytester, "full")
     pytester.runpytest(str(dump), "--msprobe-out", "one", "-k", "softmax and forward")
-    alone = records(pytester, "one")["MintFunctional.softmax.0.forward"]
+    alone = api_records(pytester, "one")["MintFunctional.softmax.0.forward"]
     assert alone["outputs"] == full["MintFunctional.softmax.0.forward"]["outputs"]
     pytester.runpytest(str(dump), "--msprobe-out", "other", "-k", "softmax and forward", "--msprobe-seed", "5")
-    other = records(pytester, "other")["MintFunctional.softmax.0.forward"]
+    other = api_records(pytester, "other")["MintFunctional.softmax.0.forward"]
     assert other["outputs"][0]["ms_metrics"] != alone["outputs"][0]["ms_metrics"]
 
 
@@ -129,7 +117,7 @@ def test_ops_without_a_cpu_kernel_skip_with_mindsporess_reason(pytester: pytest.
     dump = make_dump(pytester, data)
     result = pytester.runpytest(str(dump), "-rs")
     result.assert_outcomes(passed=1, skipped=2)  # the op after an unsupported one is unaffected
-    recs = records(pytester)
+    recs = api_records(pytester)
     # MindSpore's own words (2.10 has no CPU kernel for either; a later release may add one)
     assert "cannot run mindspore.mint.nn.functional.gelu on CPU: RuntimeError: The kernel GeluExt unregistered" \
         in recs["MintFunctional.gelu.0.forward"]["message"]

@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from tests.helpers import tensor
-from tests.test_plugin import by_api, make_dump, records
+from tests.helpers import by_api, make_dump, records, tensor
 
 LEAN = ("-p", "no:cacheprovider")
 

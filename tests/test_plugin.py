@@ -3,41 +3,25 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import EXAMPLES, SHARED_DUMPS, shared_dump_dirs, tensor
+from tests.helpers import (
+    EXAMPLES, SHARED_DUMPS, by_api, copy_dump, make_dump, records, shared_dump_dirs, tensor,
+)
 
 TENSOR_EXAMPLE = EXAMPLES / "mlp_fp32_tensor" / "step0" / "rank0"
 BF16_EXAMPLE = EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0"
 
 
-def copy_dump(pytester: pytest.Pytester, source: Path, name: str) -> Path:
-    target = pytester.path / name
-    shutil.copytree(source, target)
-    return target / "dump.json"
 
 
-def make_dump(pytester: pytest.Pytester, data: dict[str, Any], name: str = "d", task: str = "statistics") -> Path:
-    folder = pytester.path / name
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "dump.json"
-    path.write_text(json.dumps({"task": task, "level": "L1", "framework": "pytorch", "dump_data_dir": None,
-                                "data": data}))
-    return path
 
 
-def records(pytester: pytest.Pytester, out: str = "msprobe_results") -> list[dict[str, Any]]:
-    files = list((pytester.path / out).glob("msprobe_records_*.jsonl"))
-    assert len(files) == 1, files
-    return [json.loads(line) for line in files[0].read_text().splitlines()]
 
 
-def by_api(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {f"{r['api']}.{r['direction']}": r for r in recs}
 
 
 def unary(api: str, dtype: str = "torch.float32", shape: list[int] | None = None, **kw: Any) -> dict[str, Any]:

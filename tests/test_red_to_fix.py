@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import by_api, make_dump, records
 from tests.test_html import parse
-from tests.test_plugin import by_api, make_dump, records
 from tests.triage_helpers import PLANTED, assert_same_numbers, gelu_bf16, relu_fp16, run_script, site_dir
 
 LEAN = ("-p", "no:cacheprovider")

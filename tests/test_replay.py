@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from pytest_msprobe.execution import NotCheckable
 from pytest_msprobe.inputs import InputError, parse_dtype
 from pytest_msprobe.specs import load_specs
 from pytest_msprobe.standards import OutputComparison
-from tests.helpers import EXAMPLES
+from tests.helpers import EXAMPLES, api_records, copy_dump
 
 MS_TENSOR = EXAMPLES / "mint_mlp_fp32_tensor" / "step0" / "rank0"
 MS_STATISTICS = EXAMPLES / "mint_mlp_fp32_statistics" / "step0" / "rank0"
@@ -31,14 +30,8 @@ MS_DETAILS = ["API Name", "Bench Dtype", "Tested Dtype", "Shape", "Cosine", "Max
               "Message"]
 
 
-def copy_dump(pytester: pytest.Pytester, source: Path, name: str) -> Path:
-    shutil.copytree(source, pytester.path / name)
-    return pytester.path / name / "dump.json"
 
 
-def records(pytester: pytest.Pytester, out: str = "msprobe_results") -> dict[str, dict[str, Any]]:
-    (path,) = (pytester.path / out).glob("msprobe_records_*.jsonl")
-    return {f"{r['api']}.{r['direction']}": r for r in map(json.loads, path.read_text().splitlines())}
 
 
 def read_csv(path: Path) -> list[list[str]]:
@@ -64,7 +57,7 @@ def test_mindspore_tensor_dump_replays_without_mindspore(pytester: pytest.Pytest
     dump = copy_dump(pytester, MS_TENSOR, "ms")
     result = pytester.runpytest(str(dump), "-rs")
     result.assert_outcomes(passed=20)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert {r["mode"] for r in recs.values()} == {"replay"}
     assert {r["framework"] for r in recs.values()} == {"mindspore"}
     assert {r["device"] for r in recs.values()} == {"recorded"}
@@ -98,7 +91,7 @@ def test_mindspore_standard_is_msprobes_rule(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(str(dump), "--msprobe-standard", "mindspore")
     result.assert_outcomes(passed=19, failed=1)
     result.stdout.fnmatch_lines(["*Mint.add.0.forward: error*", "*is not < 0.001 (msprobe's MindSpore rule)*"])
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert "cosine 1 > 0.99" in recs["Mint.mean.0.forward"]["outputs"][0]["verdict_message"]
     metrics = recs["Mint.add.0.forward"]["outputs"][0]["ms_metrics"]
     assert metrics["max_abs_err"] == pytest.approx(0.01, rel=1e-4)
@@ -136,7 +129,7 @@ def test_renamed_mint_api_replays_through_the_table(pytester: pytest.Pytester) -
     result = pytester.runpytest(str(dump), "-rs", "-k", "dense or no_such_op")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(["*MintFunctional.no_such_op: no torch counterpart (torch.nn.functional.no_such_op*"])
-    assert records(pytester)["MintFunctional.dense.0.forward"]["impl"].endswith("torch.nn.functional.linear)")
+    assert api_records(pytester)["MintFunctional.dense.0.forward"]["impl"].endswith("torch.nn.functional.linear)")
 
 
 def test_unsaved_tensors_are_never_invented(pytester: pytest.Pytester) -> None:
@@ -149,7 +142,7 @@ def test_unsaved_tensors_are_never_invented(pytester: pytest.Pytester) -> None:
     edit_dump(dump, drop)
     result = pytester.runpytest(str(dump), "-rs", "-k", "matmul or add")
     result.assert_outcomes(passed=1, skipped=3)  # both matmul items need the missing input
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert "Mint.matmul.0 input_args.1: the dump saved no tensor for it" in recs["Mint.matmul.0.forward"]["message"]
     add = recs["Mint.add.0.forward"]
     assert add["status"] == "SKIP" and add["outputs"][0]["status"] == "SKIP"
@@ -168,7 +161,7 @@ def test_mindspore_gradient_count_that_does_not_fit_is_skipped(pytester: pytest.
     edit_dump(dump, damage)
     result = pytester.runpytest(str(dump), "-rs", "-k", "backward and (linear or mul)")  # mul.0, mul.1, matmul
     result.assert_outcomes(passed=2, skipped=2)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert recs["MintFunctional.linear.0.backward"]["message"] == (
         "MintFunctional.linear.0: the dump recorded 2 gradients for 3 tensor arguments (3 floating-point): "
         "which is which cannot be told")
@@ -185,7 +178,7 @@ def test_pytorch_tensor_dump_replays_by_autograd_node(pytester: pytest.Pytester)
     dump = copy_dump(pytester, PT_TENSOR, "pt")
     result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-rs")
     result.assert_outcomes(passed=18)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert {r["mode"] for r in recs.values()} == {"replay"}
     assert "framework" not in recs["Functional.linear.0.forward"]  # PyTorch CSV layout
     linear = recs["Functional.linear.0.backward"]
@@ -218,7 +211,7 @@ def test_pytorch_gradient_layout_mismatch_is_skipped_not_compared(pytester: pyte
         data["Functional.gelu.0.backward"]["output"][0]))
     result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-rs", "-k", "backward and (linear or gelu)")
     result.assert_outcomes(passed=1, skipped=2)
-    recs = records(pytester)
+    recs = api_records(pytester)
     assert recs["Functional.linear.1.backward"]["message"].startswith(
         "Functional.linear.1: recorded backward.output.0 has shape [32, 5], input 0 of AddmmBackward0 has [5] here")
     assert recs["Functional.gelu.0.backward"]["message"].startswith(

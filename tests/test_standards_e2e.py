@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import csv
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import EXAMPLES, SHARED_DUMPS, tensor
-from tests.test_plugin import by_api, copy_dump, make_dump, records
+from tests.helpers import EXAMPLES, SHARED_DUMPS, by_api, copy_dump, make_dump, records, tensor
 
 BF16 = EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0"
 FP32_TENSOR = EXAMPLES / "mlp_fp32_tensor" / "step0" / "rank0"
