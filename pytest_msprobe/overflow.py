@@ -24,41 +24,19 @@ from __future__ import annotations
 
 import math
 import time
-import traceback
 from typing import Any
 
 import torch
 
 from . import backends, capture, kernels
-from .dump import Dump, parse_entry_name
+from .dump import Dump
 from .execution import (
     NotCheckable, first_output_dtype, make_side, output_leaves, plan_precision, resolve, run_side, seed_random_apis,
     select_device,
 )
-from .inputs import InputError
 from .metrics import blank_metrics
-from .seeds import item_seed
 from .settings import CheckOptions
 from .specs import in_list
-
-
-def check_overflow(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> dict[str, Any]:
-    from .check import ApiFailure
-
-    name = parse_entry_name(entry_name)
-    record: dict[str, Any] = {
-        "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
-        "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
-        "outputs": [], "timings": {}, "mode": "overflow_check",
-    }
-    try:
-        _run(dump, name, options, specs, record)
-    except (NotCheckable, InputError) as exc:
-        record["status"], record["message"] = "SKIP", str(exc)
-    except (ApiFailure, kernels.KernelError) as exc:
-        record["status"], record["message"] = "error", str(exc)
-        record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
-    return record
 
 
 def overflow_count(value: Any) -> tuple[bool, int, int]:
@@ -84,7 +62,9 @@ def _checkable(value: Any) -> bool:
                                          and (value.is_floating_point() or value.is_complex()))
 
 
-def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
+def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
+                       record: dict[str, Any]) -> None:
+    """check.check_entry's run for an overflow_check dump: fills `record` or raises its skip/error."""
     from .check import _timed, backward_both, checkable_entries, prepared_inputs
 
     api = name.api_name
