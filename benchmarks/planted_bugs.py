@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_msprobe import judge, strict, standards  # noqa: E402
+from pytest_msprobe import judge, standards  # noqa: E402
 from pytest_msprobe.specs import load_specs  # noqa: E402
 from tests.planted_bugs import beyond_rounding, cases  # noqa: E402
 
