@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,12 @@ import pytest
 import torch  # noqa: F401
 import bench_functions  # noqa: F401
 import pytest_msprobe.check  # noqa: F401
-import hypothesis  # noqa: F401  (--msprobe-fuzz imports it inside in-process runs)
+
+# --msprobe-fuzz imports hypothesis inside in-process runs. It is a test extra: pytest also loads this
+# file (testpaths) for `pytest --msprobe-api-info dump.json` after a plain `pip install -e .`, where
+# the test modules that need hypothesis are not collected.
+with contextlib.suppress(ImportError):
+    import hypothesis  # noqa: F401
 
 
 # Dump fixtures under tests/ are data, not something to collect when running our own suite.
