@@ -1,80 +1,198 @@
-"""Detection and false-alarm matrix of each standard on correct kernels and planted precision bugs.
+"""Detection and false alarms of the standards on planted kernel bugs and correct variants, end to end.
 
-    python benchmarks/planted_bugs.py [--seeds 3]
+    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--out DIR]
 
-`original` and `msprobe` are judged without a reference device except where noted; `msprobe+ref`
-gives msprobe's benchmark/ULP algorithms the fp32-computing reference, like a GPU leg would.
+For every dump, one clean run (torch's own CPU kernels) and one run per arm of
+`benchmarks/planted/arms.py`, the arm armed inside the device-call boundary by
+`benchmarks/planted/plugin.py` for the dump's dtype only. An item counts as *effective* when the arm
+changed its output (its metrics differ from the clean run's: inputs are identical by seed). Printed:
+detection of effective bugs per dtype and kind, and false alarms on clean runs and on the correct
+variants' effective items. `original` (msprobe's Layer 1) is read from every run's records.
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import glob
+import json
 import sys
-from collections import defaultdict
+import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from pytest_msprobe import judge, standards  # noqa: E402
-from pytest_msprobe.specs import load_specs  # noqa: E402
-from tests.planted_bugs import beyond_rounding, cases  # noqa: E402
+from benchmarks.planted.arms import ARMS, BY_NAME  # noqa: E402
 
-BF16_AS_FP32 = "torch.bfloat16"
+FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
 
 
-def verdict(case, standard: str, specs) -> str:
-    bench_dtype = "torch.float64"
-    row = standards.compare_tensor("x", case.bench, case.device.astype("float32") if case.dtype == BF16_AS_FP32
-                                   else case.device.astype({"torch.float16": "float16", "torch.float32": "float32"}.get(case.dtype, "float32")),
-                                   bench_dtype=bench_dtype, device_dtype=case.dtype, api_name=case.api, specs=specs)
-    ref_row = None
-    if standard == "msprobe+ref":
-        ref_row = standards.compare_tensor("x", case.bench, case.reference.astype("float32"), bench_dtype=bench_dtype,
-                                           device_dtype=case.dtype, api_name=case.api, specs=specs)
-    name = {"msprobe+ref": "msprobe"}.get(standard, standard)
-    judge.decide(row, name, api_name=case.api, specs=specs, ref_row=ref_row,
-                 arrays=(case.bench, case.device, case.reference, case.sensitivity), reference_results=None)
-    return row.verdict
+def dump_dtype(path: Path) -> str:
+    """The dump's dominant float dtype (the dtype the arms apply to)."""
+    data = json.loads(path.read_text())["data"]
+    counts: collections.Counter[str] = collections.Counter()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("dtype") in FLOAT_DTYPES:
+                counts[node["dtype"]] += 1
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(data)
+    return counts.most_common(1)[0][0] if counts else "torch.float32"
+
+
+def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None) -> dict[str, dict]:
+    """Check every item of the dump (those matching `keyword` when given) with `arm` armed inside the
+    device-call boundary; the records by item. In-process: the same check_entry the plugin's items run."""
+    import torch
+
+    from benchmarks.planted.plugin import _mode
+    from pytest_msprobe import backends
+    from pytest_msprobe.check import check_entry
+    from pytest_msprobe.dump import load_dump
+    from pytest_msprobe.settings import CheckOptions
+    from pytest_msprobe.specs import load_specs
+
+    torch.set_num_threads(1)
+    loaded = load_dump(dump)
+    options = CheckOptions(device="cpu", standard=standard)
+    specs = load_specs()
+    plain = backends.device_call
+    torch_dtype = getattr(torch, dtype.split(".")[1])
+
+    def armed(item_name: str, api: str, phase: str, device: Any, impl: str, fn: Any) -> Any:
+        if arm is None or phase != "forward":
+            return plain(item_name, api, phase, device, impl, fn)
+        with _mode(arm, torch_dtype):
+            return plain(item_name, api, phase, device, impl, fn)
+
+    words = keyword.split(" or ") if keyword else None
+    records = {}
+    backends.device_call = armed
+    try:
+        for name in loaded.entry_names():
+            if words is not None and not any(w in name for w in words):
+                continue
+            rec = check_entry(loaded, name, options, specs)
+            records[f"{rec['api']}.{rec['direction']}"] = rec
+    finally:
+        backends.device_call = plain
+    return records
+
+
+def _stats(rec: dict) -> list:
+    return [{k: (o.get("reference") or {}).get(k) for k in ("max_err", "mean_err", "ref_mean_err", "bias", "bias_zero")}
+            for o in rec.get("outputs", [])]
+
+
+def _message(rec: dict) -> str:
+    return "; ".join(filter(None, [rec.get("message", "")] + [
+        f"{o['name']}: {o.get('verdict_message') or o.get('message')}" for o in rec.get("outputs", [])
+        if (o.get("verdict") or o.get("status")) in ("error", "Warning")]))
+
+
+def _fingerprint(rec: dict) -> list:
+    return [sorted((k, v) for k, v in (o.get("metrics") or {}).items() if v is not None) for o in rec.get("outputs", [])]
+
+
+def _flagged(rec: dict, key: str) -> bool:
+    return rec.get(key) in ("error", "Warning")
+
+
+def _api_keyword(arm: Any) -> str | None:
+    names = set()
+    for fn in arm.impls:
+        if fn == "*":
+            return None
+        names.add(getattr(fn, "__name__", str(fn)).strip("_").replace("scaled_dot_product_attention", "attention"))
+    return " or ".join(sorted(names))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dumps", nargs="+", help="dump.json files or folders holding them")
+    parser.add_argument("--standards", default="strict")
+    parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
+    parser.add_argument("--json", help="write every per-item result to this file")
     args = parser.parse_args()
-    specs = load_specs()
-    standards_ = ("original", "msprobe", "msprobe+ref", "strict")
-    caught: dict[str, int] = defaultdict(int)
-    alarms: dict[str, int] = defaultdict(int)
-    n_bugs = n_correct = 0
-    table: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for seed in range(args.seeds):
-        all_cases = list(cases(seed))
-        correct = {(c.api, c.dtype, c.bench.shape): c.device for c in all_cases if c.kind == "correct:torch"}
-        for case in all_cases:
-            results = {s: verdict(case, s, specs) for s in standards_}
-            flagged = {s: results[s] in ("error", "Warning") for s in standards_}
-            if not case.is_bug:
-                n_correct += 1
-                for s in standards_:
-                    alarms[s] += flagged[s]
+    dumps = []
+    for given in args.dumps:
+        p = Path(given)
+        dumps += sorted(Path(x) for x in glob.glob(str(p / "**" / "dump.json"), recursive=True)) if p.is_dir() else [p]
+    standards = args.standards.split(",")
+    arms = [BY_NAME[a] for a in args.arms.split(",") if a]
+    rows: list[dict] = []
+    started = time.time()
+    for dump in dumps:
+        dtype = dump_dtype(dump)
+        label = dump.parent.parent.parent.name if dump.parent.name.startswith("rank") else dump.parent.name
+        clean = {s: run(dump, None, s, dtype, None) for s in standards}
+        base = clean[standards[0]]
+        for s in standards:
+            for item, rec in clean[s].items():
+                if rec.get("status") != "SKIP":
+                    rows.append({"dump": label, "dtype": dtype, "arm": "clean", "kind": "clean", "what": "torch's own",
+                                 "item": item, "standard": s, "flagged": _flagged(rec, "status"),
+                                 "layer1": _flagged(rec, "layer1_status"), "message": _message(rec)[:400], "stats": _stats(rec)})
+        for arm in arms:
+            if getattr(__import__("torch"), dtype.split(".")[1]) not in arm.dtypes:
                 continue
-            cell = table[(case.kind, case.dtype)]
-            cell["total"] += 1
-            for s in standards_:
-                cell[s] += flagged[s]
-            if beyond_rounding(case, correct[(case.api, case.dtype, case.bench.shape)]):
-                cell["beyond"] += 1
-                n_bugs += 1
-                for s in standards_:
-                    caught[s] += flagged[s]
-    print(f"{n_correct} correct kernels, {sum(c['total'] for c in table.values())} planted bugs of which {n_bugs} "
-          f"move results by more than 1 ULP (fp16/bf16/fp32, {args.seeds} seeds)\n")
-    print(f"{'standard':12} {'detected (beyond rounding)':>27} {'false alarms':>14}")
-    for s in standards_:
-        print(f"{s:12} {caught[s] / max(n_bugs, 1):27.1%} {alarms[s]:>7}/{n_correct}")
-    print(f"\n{'bug':26} {'dtype':9} {'beyond':>6} " + " ".join(f"{s:>11}" for s in standards_))
-    for (kind, dtype), cell in sorted(table.items()):
-        print(f"{kind:26} {dtype[6:]:9} {cell['beyond']:>3}/{cell['total']:<2} "
-              + " ".join(f"{cell[s]:>8}/{cell['total']:<2}" for s in standards_))
+            for s in standards:
+                armed = run(dump, arm, s, dtype, _api_keyword(arm))
+                for item, rec in armed.items():
+                    ref = base.get(item)
+                    if rec.get("status") == "SKIP" or ref is None or ref.get("status") == "SKIP":
+                        continue
+                    if _fingerprint(rec) == _fingerprint(ref):
+                        continue  # the arm did not change this item's output
+                    rows.append({"dump": label, "dtype": dtype, "arm": arm.name, "kind": arm.kind, "what": arm.what,
+                                 "item": item, "standard": s, "flagged": _flagged(rec, "status"),
+                                 "layer1": _flagged(rec, "layer1_status"), "message": _message(rec)[:400], "stats": _stats(rec)})
+        print(f"# {label} ({dtype}) done at {time.time() - started:.0f} s", file=sys.stderr, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    report(rows, standards)
+
+
+def report(rows: list[dict], standards: list[str]) -> None:
+    cols = [f"{s}" for s in standards] + ["original (L1 error/warning)"]
+
+    def rate(sel: list[dict], key: str, s: str) -> str:
+        chosen = [r for r in sel if r["standard"] == s]
+        hits = sum(r[key] for r in chosen)
+        return f"{hits}/{len(chosen)} ({100 * hits / len(chosen):.0f}%)" if chosen else "-"
+
+    for kind, title in (("bug", "Detected effective bugs"), ("variant", "False alarms on correct variants"),
+                        ("clean", "False alarms on torch's own kernels (clean runs)")):
+        sel = [r for r in rows if r["kind"] == kind]
+        print(f"\n## {title}\n")
+        print("| " + " | ".join(["arm", "dtype"] + cols) + " |")
+        print("|" + "---|" * (2 + len(cols)))
+        groups = sorted({(r["arm"], r["dtype"]) for r in sel})
+        for arm, dtype in groups:
+            part = [r for r in sel if r["arm"] == arm and r["dtype"] == dtype]
+            cells = [rate(part, "flagged", s) for s in standards] + [rate(part, "layer1", standards[0])]
+            print(f"| {arm} | {dtype[6:]} | " + " | ".join(cells) + " |")
+        for dtype in FLOAT_DTYPES:
+            part = [r for r in sel if r["dtype"] == dtype]
+            if part:
+                cells = [rate(part, "flagged", s) for s in standards] + [rate(part, "layer1", standards[0])]
+                print(f"| **all** | {dtype[6:]} | " + " | ".join(cells) + " |")
+        if sel:
+            cells = [rate(sel, "flagged", s) for s in standards] + [rate(sel, "layer1", standards[0])]
+            print("| **all** | all | " + " | ".join(cells) + " |")
+    misses = [r for r in rows if r["standard"] == standards[0] and
+              ((r["kind"] == "bug" and not r["flagged"]) or (r["kind"] != "bug" and r["flagged"]))]
+    if misses:
+        print(f"\n## {standards[0]}: missed bugs and false alarms\n")
+        for r in misses:
+            print(f"- {r['kind']} {r['arm']} {r['dump']} {r['item']}: {r['message'][:200]}")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,8 @@ on the test report; `report.py` turns records into msprobe's CSV files.
 """
 from __future__ import annotations
 
-import math
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,21 +14,18 @@ import torch
 from . import backends, capture, judge, kernels, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
-    RAISABLE, Device, NotCheckable, Side, backward, first_output_dtype, hf32_round, make_side, map_structure,
-    output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device, tensors_of,
+    RAISABLE, Device, NotCheckable, backward, first_output_dtype, hf32_round, make_side, map_structure,
+    output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device,
 )
 from .inputs import BuildContext, InputError, build, parse_dtype
 from .seeds import item_seed
 from .settings import CheckOptions
 from .specs import api_settings, in_list
+from .third_run import autocast_round, bench_product, error_kind, third_run
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
 )
-
-
-# strict: how many reference runs with inputs moved by one unit roundoff estimate the conditioning
-PERTURBED_RUNS = 2
 
 
 class ApiFailure(Exception):
@@ -129,13 +124,19 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False, move=device.to_device)
-    bench_side = make_side(args, kwargs, device="cpu", dtype_for=bench_dtype,
+    bench_args, bench_kwargs = args, kwargs
+    if plan.autocast is not None and options.standard == "strict" and \
+            in_list(specs, api, "error_model", "autocast_lower_precision"):
+        # the autocast kernel computes from its inputs rounded to the autocast dtype: so does the bench
+        bench_args, bench_kwargs = (map_structure(lambda v: autocast_round(v, plan.autocast, ctx.requires_grad), x)
+                                    for x in (bench_args, bench_kwargs))
+        record["notes"].append(f"autocast: the bench's inputs are rounded to {plan.autocast}, as the kernel's were")
+    bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
                            requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True)
     record["timings"]["inputs_s"] = time.perf_counter() - started
 
     timings = record["timings"]
-    reference = _reference_side(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
-                                bench_dtype)
+    reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad)
     seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
@@ -151,42 +152,38 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         from bench_functions import postprocess
         leaves_d, leaves_b = (postprocess(api, leaves, args, kwargs, side)
                               for leaves, side in ((leaves_d, "device"), (leaves_b, "bench")))
-    ref_leaves: list[list[Any]] = []  # reference run, then (strict) its perturbed twin
-    if reference is not None:
+    leaves_r: list[Any] | None = None  # the third run's outputs
+    if reference is not None and reference.side is not None:
         record["reference"] = reference.label
-        for i, side in enumerate(reference.sides):
-            if side is None:  # the bench computed exactly this run
-                ref_leaves.append(leaves_b)
-                continue
-            out_r = _timed(timings, f"reference{i}_s", "reference", lambda: run_side(
-                reference.fn, side, autocast=reference.autocast, device_type=reference.device.kind,
-                grad=want_grad), reference.device)
-            ref_leaves.append(_selected(output_leaves(out_r), api, specs))
+        ref_side = reference.side
+        out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
+            reference.fn, ref_side, autocast=reference.autocast, device_type=reference.device.kind,
+            grad=want_grad), reference.device)
+        leaves_r = _selected(output_leaves(out_r), api, specs)
 
     started = time.perf_counter()
+    role = reference.role if reference is not None else "torch"
     if backward_entry is None:
-        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, ref_leaves, api, specs, options)
+        product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
+        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
+                 product=product, autocast=plan.autocast)
     else:
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
         grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
         backward_both(name, leaves_b, leaves_d, cotangents, grad_index, timings, device, resolved.label)
         grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
-        ref_grads = []
-        for k, (leaves_r, side) in enumerate(zip(ref_leaves, reference.sides if reference is not None else ())):
-            if side is None:
-                ref_grads.append(grads_b)
-                continue
-            # the perturbed twins move the recorded gradients too: they are inputs of the backward
-            moved = cotangents if k == 0 or reference.perturb is None else [reference.perturb(c) for c in cotangents]
-            pairs_r = pair_cotangents(leaves_r, moved, grad_index)
+        grads_r = None
+        if leaves_r is not None and reference is not None and reference.side is not None:
+            run, ref_side = reference, reference.side
+            pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
             _timed(timings, "reference_backward_s", "reference backward",
-                   lambda: backward(leaves_r, pairs_r, reference.device.name), reference.device)
-            ref_grads.append([leaf.grad for _, leaf in side.grad_leaves])
+                   lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
+            grads_r = [leaf.grad for _, leaf in ref_side.grad_leaves]
         grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
         positions = [pos for pos, _ in dev_side.grad_leaves]
-        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, ref_grads, api, specs, options,
-                 positions)
+        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, role, api, specs, options,
+                 positions, autocast=plan.autocast)
     timings["compare_s"] = time.perf_counter() - started
     finish_record(record)
 
@@ -255,68 +252,6 @@ def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
     return leaves if selected is None else [leaves[i] for i in selected if i < len(leaves)]
 
 
-@dataclass
-class ReferenceRun:
-    """A third run to compare against; `sides` holds the run and, for strict, its perturbed twins.
-
-    A side is None where the bench already computed that run (same function, inputs and dtypes).
-    """
-
-    sides: list[Side | None]
-    fn: Any
-    autocast: torch.dtype | None
-    device: Device
-    label: str
-    perturb: Any = None  # strict: moves a tensor by one unit roundoff of its dtype (for the twins)
-
-
-def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
-                    args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-                    want_grad: bool, bench_dtype: Any = None) -> ReferenceRun | None:
-    """The third run the chosen standard compares against, or None.
-
-    With --msprobe-reference the API runs on that device in the recorded dtype (three-way check).
-    Otherwise `strict` learns what a correct kernel loses from the API on CPU computing in fp32
-    (fp64 for fp64), rounded to the device dtype, and from a twin run whose inputs are moved by one
-    unit of that precision (the output's conditioning). When the bench computes in exactly those
-    dtypes (`bench_dtype`; fp16/bf16 inputs: fp32), its run is the reference run and is not repeated.
-    """
-    if options.reference_device:
-        ref_device = select_device(options.reference_device)
-        ref = resolve(name.api_type, name.api_name, ref_device, specs)
-        side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
-                         requires_grad=requires_grad, want_grad=want_grad, bench=False)
-        return ReferenceRun([side], ref.device_fn, plan.autocast, ref_device, f"{ref.label} on {ref_device.name}")
-    if options.standard != "strict":
-        return None
-
-    def compute_dtype(t: torch.Tensor) -> torch.dtype:
-        return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
-
-    generator = torch.Generator().manual_seed(0x5EED)
-
-    def perturb(v: Any) -> Any:
-        """Move each float input by one unit roundoff of its own dtype, in a random direction."""
-        if not isinstance(v, torch.Tensor) or not v.is_floating_point():
-            return v
-        t = v.to(compute_dtype(v))
-        signs = torch.randint(0, 2, t.shape, generator=generator, dtype=t.dtype).mul_(2).sub_(1)
-        moved = t * signs.mul_(torch.finfo(v.dtype).eps / 2).add_(1)  # t * (1 +- eps/2), in place
-        if id(v) in requires_grad:
-            requires_grad.add(id(moved))
-        return moved
-
-    inputs = [(args, kwargs)] + [(map_structure(perturb, args), map_structure(perturb, kwargs))
-                                 for _ in range(PERTURBED_RUNS)]
-    same_as_bench = bench_dtype is not None and all(
-        compute_dtype(t) == bench_dtype(t) for t in tensors_of(args) + tensors_of(kwargs) if t.is_floating_point())
-    sides: list[Side | None] = [None] if same_as_bench else []
-    sides += [make_side(a, k, device="cpu", dtype_for=compute_dtype, requires_grad=requires_grad,
-                        want_grad=want_grad, bench=True) for a, k in inputs[len(sides):]]
-    return ReferenceRun(sides, resolved.bench_fn, None, Device("cpu"),
-                        "cpu computing in fp32 (fp64 for fp64), rounded to the device dtype", perturb)
-
-
 def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Device | None) -> Any:
     started = time.perf_counter()
     try:
@@ -369,8 +304,9 @@ def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
     return ("scalar", x, None)
 
 
-def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], refs: list[list[Any]],
-             api: str, specs: dict[str, Any], options: CheckOptions, positions: list[int] | None = None) -> None:
+def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
+             role: str, api: str, specs: dict[str, Any], options: CheckOptions,
+             positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None) -> None:
     capture.stash(compared_bench=bench, compared_device=device, positions=positions)
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
@@ -387,23 +323,35 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
     metric_standard = "msprobe26" if options.standard == "msprobe26" else "msprobe"
     rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy,
                                        standard=metric_standard)
-    ref = [_round_like(r, d) for r, d in zip(refs[0], device)] if refs else None
-    sensitivity = [_sensitivity([run[i] for run in refs[1:]], refs[0][i]) for i in range(len(refs[0]))] \
-        if len(refs) > 1 else None
+    torch_run = magnitude = None
+    if third is not None and role == "torch":
+        torch_run = [_round_like(r, d) for r, d in zip(third, device)]
+    elif third is not None:
+        magnitude = third
     ref_rows = None
-    if ref is not None and options.standard in ("msprobe", "msprobe26"):
-        ref_rows = standards.compare_structure(prefix, bench, ref, api_name=api, specs=specs, converter=_to_numpy,
-                                               standard=metric_standard)
+    if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
+        ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
+                                               converter=_to_numpy, standard=metric_standard)
+    kind = error_kind(api, specs)
+    # an autocast kernel computes in the autocast dtype whatever dtype its results are stored in
+    narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
+        else None
     for i, row in enumerate(rows):
         if positions is not None and i < len(positions):
             row.name = f"{prefix}.{positions[i]}"
         paired = i < len(bench) and len(rows) == len(bench)
+        arrays = None
+        if paired:
+            arrays = _float_arrays(bench[i], device[i], _nth(torch_run, i), _nth(magnitude, i), kind,
+                                   product if i == 0 else None, narrow)
         judge.decide(row, options.standard, api_name=api, specs=specs,
                      ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
-                     arrays=(_float_arrays(bench[i], device[i], ref[i] if ref is not None else None,
-                                           sensitivity[i] if sensitivity is not None else None) if paired else None),
-                     reference_results=options.reference_results)
+                     arrays=arrays, reference_results=options.reference_results)
         record["outputs"].append(row.to_dict())
+
+
+def _nth(values: list[Any] | None, i: int) -> Any:
+    return values[i] if values is not None and i < len(values) else None
 
 
 def _round_like(ref: Any, device: Any) -> Any:
@@ -414,30 +362,21 @@ def _round_like(ref: Any, device: Any) -> Any:
     return ref
 
 
-def _sensitivity(runs: list[Any], ref: Any) -> Any:
-    """Root mean square of the perturbed runs' output changes from the reference run, or None.
+def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
+                  product: Any = None, narrow: torch.dtype | None = None) -> judge.StrictArrays | None:
+    """numpy arrays of a float output for the strict standard, or None.
 
-    hypot accumulates the squares without overflow, in the outputs' own dtype (at least fp32): the
-    result is an error scale, and no fp64 copies of large outputs are made.
-    """
-    if not isinstance(ref, torch.Tensor) or not ref.is_floating_point() or not runs or any(
-            not isinstance(r, torch.Tensor) or r.shape != ref.shape or not r.is_floating_point() for r in runs):
-        return None
-    work = torch.promote_types(ref.dtype, torch.float32)
-    acc = None
-    for run in runs:
-        diff = run.detach().to(work) - ref.detach().to(work)
-        acc = diff.abs_() if acc is None else torch.hypot(acc, diff, out=acc)
-    return acc.div_(math.sqrt(len(runs)))
-
-
-def _float_arrays(bench: Any, device: Any, ref: Any, sensitivity: Any) -> tuple[Any, Any, Any, Any] | None:
-    """numpy arrays of a float tensor triple (+ sensitivity) for the strict standard, or None.
-
-    Kept in their own dtypes (bf16 widened to fp32, exactly), not copied to fp64: strict widens block by block.
+    Kept in their own dtypes (bf16 widened to fp32, exactly); a third run of another shape is left out.
     """
     if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
         return None
-    if bench.shape != device.shape or (ref is not None and (not isinstance(ref, torch.Tensor) or ref.shape != device.shape)):
+    if bench.shape != device.shape:
         return None
-    return tuple(None if t is None else _to_numpy(t)[1] for t in (bench, device, ref, sensitivity))
+
+    def same(x: Any) -> Any:
+        ok = isinstance(x, torch.Tensor) and x.shape == device.shape and x.is_floating_point()
+        return _to_numpy(x)[1] if ok else None
+
+    return judge.StrictArrays(_to_numpy(bench)[1], _to_numpy(device)[1], same(torch_run), same(magnitude), kind,
+                              int(device.shape[-1]) if device.dim() else 1, same(product),
+                              str(narrow) if narrow is not None and narrow.itemsize < device.dtype.itemsize else None)

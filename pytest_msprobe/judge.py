@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import ms_results, strict, verdicts
@@ -14,8 +15,24 @@ from .standards import OutputComparison
 FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
 
 
+@dataclass
+class StrictArrays:
+    """One float output's arrays for the strict standard: bench, device and the third run (torch's
+    kernel in the device dtype, or the magnitude run of a contraction), with the op's kind and the
+    length of the last dimension."""
+
+    bench: Any
+    device: Any
+    torch_run: Any = None
+    magnitude: Any = None
+    kind: str = "elementwise"
+    row: int = 1
+    product: Any = None
+    dtype: str | None = None  # the dtype the kernel computed in, when narrower than the output's (autocast)
+
+
 def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
-           ref_row: OutputComparison | None, arrays: tuple[Any, Any, Any, Any] | None,
+           ref_row: OutputComparison | None, arrays: StrictArrays | None,
            reference_results: str | None) -> None:
     if standard == "original" or row.status == "SKIP":
         row.verdict = row.status
@@ -62,22 +79,21 @@ def _reference_metrics(row: OutputComparison, algorithm: str, ref_row: OutputCom
     return None
 
 
-def _strict(row: OutputComparison, arrays: tuple[Any, Any, Any, Any] | None, th: Mapping[str, Any]) -> None:
+def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str, Any]) -> None:
     """Float tensors: strict.strict_compare; everything else keeps its exact Layer-1 comparison."""
     if arrays is None or not strict.supported(row.device_dtype) or row.shape is None:
         row.verdict = row.status
         if row.status != "error" and row.device_dtype not in FLOAT_DTYPES:
             row.verdict_message = "compared exactly"
         return
-    bench, device, ref, sensitivity = arrays
-    if ref is None:  # no reference run: the ideal kernel (bench correctly rounded) is the reference
-        ref = strict.round_to(bench, row.device_dtype)
-    result = strict.strict_compare(bench, device, ref, row.device_dtype, _rules(th["strict"], row.device_dtype),
-                                   sensitivity)
+    dtype = arrays.dtype or row.device_dtype
+    result = strict.strict_compare(arrays.bench, arrays.device, dtype, _rules(th["strict"], dtype, arrays.kind),
+                                   kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
+                                   product=arrays.product, row=arrays.row)
     row.verdict, row.verdict_message, row.reference = result.status, result.message, result.stats
 
 
-def _mindspore(row: OutputComparison, arrays: tuple[Any, Any, Any, Any] | None, rule: Mapping[str, Any]) -> None:
+def _mindspore(row: OutputComparison, arrays: StrictArrays | None, rule: Mapping[str, Any]) -> None:
     """msprobe's MindSpore rule on float tensors; scalars and int/bool tensors keep their exact comparison
     (msprobe's checker marks every scalar output `error`)."""
     if arrays is None or row.shape is None:
@@ -86,11 +102,14 @@ def _mindspore(row: OutputComparison, arrays: tuple[Any, Any, Any, Any] | None, 
             row.verdict_message = "compared exactly"
         return
     row.verdict, row.verdict_message = ms_results.ms_status(
-        ms_results.ms_metrics(arrays[0], arrays[1], rule["epsilon"]), rule)
+        ms_results.ms_metrics(arrays.bench, arrays.device, rule["epsilon"]), rule)
 
 
-def _rules(rules: Mapping[str, Any], dtype: str) -> Mapping[str, Any]:
-    """strict rules with a per-dtype sub-mapping (from a user's spec file) applied."""
-    specific = rules.get(dtype)
+def _rules(rules: Mapping[str, Any], dtype: str, kind: str = "elementwise") -> Mapping[str, Any]:
+    """strict rules with the op kind's and then the device dtype's sub-mappings applied."""
     flat = {k: v for k, v in rules.items() if not isinstance(v, Mapping)}
-    return {**flat, **specific} if isinstance(specific, Mapping) else flat
+    for key in (kind, dtype):
+        specific = rules.get(key)
+        if isinstance(specific, Mapping):
+            flat.update(specific)
+    return flat

@@ -64,8 +64,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(no device, no MindSpore needed); rerun: run the API on the device; auto (default): "
                          "replay MindSpore tensor dumps, re-run everything else")
     group.addoption("--msprobe-standard", choices=STANDARDS, default=None,
-                    help="judgement: msprobe (8.x new standard, default), original (msprobe's Layer 1 only), "
-                         "msprobe26 (benchmark for every float output), strict (pytest-msprobe's; see README)")
+                    help="judgement: strict (default: what a correct kernel in the device dtype may lose, per kind "
+                         "of op; see README), msprobe (msprobe 8.x's new standard), original (msprobe's Layer 1 "
+                         "only), msprobe26 (benchmark for every float output), mindspore")
     group.addoption("--msprobe-bench-precision", choices=BENCH_PRECISIONS, default="auto",
                     help="auto (default): the bench raises fp16/bf16 to fp32 and fp32 to fp64 (msprobe's rule), "
                          "with per-API choices from api_specs (precision.raise_map_by_api); fp64: every float "

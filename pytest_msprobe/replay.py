@@ -37,6 +37,7 @@ from .metrics import blank_metrics
 from .settings import CheckOptions
 from .specs import api_settings, in_list
 from .standards import OutputComparison
+from .third_run import ReferenceRun, third_run
 
 _TRANSPOSES = ("TBackward0", "TransposeBackward0", "TransposeBackward1", "PermuteBackward0")
 
@@ -157,14 +158,15 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
         leaves_d = check._selected(_recorded(forward.get("output"), dump, max_bytes, "output"), bare, specs)
         timings["recorded_s"] = time.perf_counter() - started
 
-    ref_leaves: list[list[Any]] = []
-    if reference is not None:
+    ref_leaves: list[Any] | None = None
+    role = reference.role if reference is not None else "torch"
+    if reference is not None and reference.side is not None:
         record["reference"] = reference.label
-        for i, side in enumerate(reference.sides):
-            out_r = check._timed(timings, f"reference{i}_s", "reference", lambda: run_side(
-                reference.fn, side, autocast=reference.autocast, device_type=reference.device.kind,
-                grad=want_grad), reference.device)
-            ref_leaves.append(check._selected(output_leaves(out_r), bare, specs))
+        ref_side = reference.side
+        out_r = check._timed(timings, "reference_s", "reference", lambda: run_side(
+            reference.fn, ref_side, autocast=reference.autocast, device_type=reference.device.kind,
+            grad=want_grad), reference.device)
+        ref_leaves = check._selected(output_leaves(out_r), bare, specs)
 
     started = time.perf_counter()
     if backward_entry is None:
@@ -175,7 +177,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             from bench_functions import postprocess
             leaves_d = postprocess(api, leaves_d, args, kwargs, "device")
             leaves_b = postprocess(api, leaves_b, args, kwargs, "bench")
-        _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves,
+        _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role,
                        list(range(len(leaves_b))), bare, specs, options, framework != "pytorch")
     elif ms_dump:
         check._timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
@@ -190,27 +192,25 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             raise NotCheckable(f"{full}: no recorded gradient of a floating-point argument to compare")
         refs = _reference_grads_by_position(reference, ref_leaves, cotangents, grad_index, positions, record)
         _compare_pairs(record, f"{full}.backward.output", [grads_b[p] for p in positions],
-                       [grads_d[p] for p in positions], refs, positions, bare, specs, options, True)
+                       [grads_d[p] for p in positions], refs, role, positions, bare, specs, options, True)
     else:
         grads_b, roles, node = check._timed(timings, "bench_backward_s", "bench backward",
                                             lambda: _node_grads(leaves_b, pairs_b, bench_side, "cpu"), None)
         recorded = _recorded(backward_entry.get("output"), dump, max_bytes, "backward.output")
         slots = _match_slots(full, recorded, grads_b, node, record["notes"])
         record["notes"] += [f"backward.output.{j}: {roles[j]} (input {j} of {node})" for j in slots]
-        refs = []
-        for leaves_r, side in zip(ref_leaves, reference.sides if reference is not None else ()):
+        refs = None
+        if ref_leaves is not None and reference is not None and reference.side is not None:
             try:
-                pairs_r = pair_cotangents(leaves_r, cotangents, grad_index)
-                grads_r = _node_grads(leaves_r, pairs_r, side, reference.device.name)[0]
+                pairs_r = pair_cotangents(ref_leaves, [reference.cotangent(c) for c in cotangents], grad_index)
+                grads_r = _node_grads(ref_leaves, pairs_r, reference.side, reference.device.name)[0]
                 if [tuple(grads_r[j].shape) for j in slots] != [tuple(grads_b[j].shape) for j in slots]:
                     raise NotCheckable("a different autograd layout")
+                refs = [grads_r[j] for j in slots]
             except (NotCheckable, IndexError, AttributeError) as exc:
                 record["notes"].append(f"reference gradients not used: {exc}")
-                refs = []
-                break
-            refs.append([grads_r[j] for j in slots])
         _compare_pairs(record, f"{full}.backward.output", [grads_b[j] for j in slots],
-                       [recorded[j] for j in slots], refs, slots, bare, specs, options, False)
+                       [recorded[j] for j in slots], refs, role, slots, bare, specs, options, False)
     timings["compare_s"] = time.perf_counter() - started
     check.finish_record(record)
 
@@ -390,31 +390,30 @@ def _reference(options: CheckOptions, name: EntryName, specs: dict[str, Any], pl
         ref_device = select_device(options.reference_device)
         side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=requires_grad, want_grad=want_grad, bench=False)
-        return check.ReferenceRun([side], bench_fn, plan.autocast, ref_device, f"{label} on {ref_device.name}")
-    return check._reference_side(options, SimpleNamespace(bench_fn=bench_fn), name, specs, plan, args, kwargs,
-                                 requires_grad, want_grad)
+        return ReferenceRun(side, bench_fn, plan.autocast, ref_device, f"{label} on {ref_device.name}")
+    return third_run(options, SimpleNamespace(bench_fn=bench_fn), name, specs, plan, args, kwargs, requires_grad,
+                     want_grad)
 
 
-def _reference_grads_by_position(reference: Any, ref_leaves: list[list[Any]], cotangents: list[Any],
+def _reference_grads_by_position(reference: Any, ref_leaves: list[Any] | None, cotangents: list[Any],
                                  grad_index: int | None, positions: list[int],
-                                 record: dict[str, Any]) -> list[list[Any]]:
-    refs = []
-    for leaves_r, side in zip(ref_leaves, reference.sides if reference is not None else ()):
-        pairs_r = pair_cotangents(leaves_r, cotangents, grad_index)
-        backward(leaves_r, pairs_r, reference.device.name)
-        by_pos = {pos: leaf.grad for pos, leaf in side.grad_leaves}
-        if any(by_pos.get(p) is None for p in positions):
-            record["notes"].append("reference gradients not used: the reference run has no gradient for every input")
-            return []
-        refs.append([by_pos[p] for p in positions])
-    return refs
+                                 record: dict[str, Any]) -> list[Any] | None:
+    if ref_leaves is None or reference is None or reference.side is None:
+        return None
+    pairs_r = pair_cotangents(ref_leaves, [reference.cotangent(c) for c in cotangents], grad_index)
+    backward(ref_leaves, pairs_r, reference.device.name)
+    by_pos = {pos: leaf.grad for pos, leaf in reference.side.grad_leaves}
+    if any(by_pos.get(p) is None for p in positions):
+        record["notes"].append("reference gradients not used: the reference run has no gradient for every input")
+        return None
+    return [by_pos[p] for p in positions]
 
 
 # ----------------------------------------------------------------------------- comparing
 
 
 def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
-                   refs: list[list[Any]], positions: list[int], api: str, specs: dict[str, Any],
+                   third: list[Any] | None, role: str, positions: list[int], api: str, specs: dict[str, Any],
                    options: CheckOptions, ms_format: bool) -> None:
     """check._compare on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
     checker's metrics on each row of a MindSpore dump (its CSV columns)."""
@@ -422,7 +421,8 @@ def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device
     start = len(record["outputs"])
     if keep:
         check._compare(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
-                       [[run[i] for i in keep] for run in refs], api, specs, options, [positions[i] for i in keep])
+                       None if third is None else [third[i] for i in keep], role, api, specs, options,
+                       [positions[i] for i in keep])
     rows = record["outputs"][start:]
     if ms_format and len(rows) == len(keep):
         epsilon = specs["thresholds"]["mindspore"]["epsilon"]

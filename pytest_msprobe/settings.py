@@ -9,7 +9,7 @@ import pytest
 DEFAULT_SEED = 1234
 DEVICES = ("auto", "npu", "cuda", "cpu")  # the built-in ones; backends.py adds registered devices
 DATA_MODES = ("auto", "random", "real")
-STANDARDS = ("msprobe", "original", "msprobe26", "strict", "mindspore")  # first is the default
+STANDARDS = ("strict", "msprobe", "original", "msprobe26", "mindspore")  # first is the default
 # auto: replay MindSpore tensor dumps, re-run everything else; replay: the device result is the output
 # recorded in the dump; rerun: the API runs again on the device under test (README "MindSpore dumps")
 MODES = ("auto", "rerun", "replay")
@@ -26,7 +26,7 @@ class CheckOptions:
     run_seed: int = DEFAULT_SEED
     data_mode: str = "auto"  # auto: real tensors when the dump has them, else random from statistics
     max_tensor_bytes: int | None = None
-    standard: str = "msprobe"
+    standard: str = "strict"
     reference_device: str | None = None  # third device for the benchmark/ULP/strict comparisons
     reference_results: str | None = None  # an earlier run's details (JSON lines or msprobe CSV)
     specs_file: str | None = None  # the user's api_specs overrides
@@ -39,7 +39,7 @@ class CheckOptions:
 @dataclass
 class Settings:
     check_options: CheckOptions
-    standard: str = "msprobe"
+    standard: str = "strict"
     warning_as_error: bool = False
     out_dir: Path = Path("msprobe_results")
     api_info: list[Path] = field(default_factory=list)

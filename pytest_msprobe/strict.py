@@ -1,24 +1,33 @@
-"""The `strict` standard: representation-aware, conditioning-aware, bias- and outlier-sensitive.
+"""The `strict` standard (the default): what a correct kernel in the device dtype may lose, per kind of op.
 
-Errors are measured against the fp64 bench in units of the device dtype: an output equal to the
-bench correctly rounded to that dtype has zero error, so bf16, fp16 and fp32 are judged on the same
-footing. What a correct kernel may lose beyond rounding (long reductions, cancellation) is learnt
-from a reference run of the same call: the reference device when one is given, else the API on
-CPU computing in fp32 (fp64 for fp64) with the result rounded to the device dtype. Four checks:
+Errors are measured against the bench in units of the device dtype: an output equal to the bench
+correctly rounded to that dtype has zero error, so bf16, fp16 and fp32 are judged on the same footing.
+The error scale of each element is one ULP of the rounded bench, raised to what a correct kernel may
+lose there, by the op's kind (`api_specs/error_model.yaml`):
 
-1. NaN and inf sit at the same positions (with the same signs) as in the rounded bench.
-2. No element is grossly wrong: normalised error <= max(gross_ulp, gross_ref_factor * worst ref error).
-3. The typical error is not much larger than the reference's: mean <= mean_ref_factor * ref mean + slack.
-4. The errors are not biased (absolutely, or towards zero as truncation is): a bias must be both
-   significant (sign-balance z-score over bias_z) and large (mean signed error over bias_min_ulp
-   beyond the reference's own) to fail.
+* elementwise (the default): exact inputs, so the output's own ULPs, or the error of torch's own
+  kernel at that element (the *torch run*: the API on CPU in the device dtype) where torch loses more;
+* exact (IEEE add, mul, div, sqrt, ...): as elementwise, and every element must be the correctly
+  rounded result or torch's own;
+* reduction (softmax, norms, losses, pooling, attention, sums): also the root mean square of the torch
+  run's errors over the element's row (last dimension), so that a cancelled element is judged against
+  the size of the terms of its row, not its own tiny ULPs (flash-style rounding of attention
+  probabilities, another summation order);
+* contraction (linear, matmul, conv, einsum): the size of the terms that produced the element (the
+  *magnitude run*: the API on the absolute values of its inputs) times fp32 accumulation's unit
+  roundoff: fp32 accumulation in any order or split passes, 16-bit accumulation fails.
 
-Numbers live in api_specs/thresholds.yaml (`strict:`); REFERENCE of the rules: README "strict".
+Then four checks, all numbers in api_specs/thresholds.yaml (`strict:`):
+1. NaN and inf sit where the rounded bench (or the torch run) has them, with the same signs.
+2. No element is grossly wrong: normalised error <= gross.
+3. The typical error is not larger than the torch run's: mean <= mean_ref_factor * its mean + slack.
+4. The errors are not biased (in one direction, or towards zero as truncation is): a t-test over rows
+   of the signed errors (in ULPs, clipped to +-1), significant and larger than the torch run's bias.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -29,7 +38,7 @@ _FORMATS = {
     "torch.float32": (23, -126),
     "torch.float64": (52, -1022),
 }
-BLOCK = 1 << 15  # elements per block of the element-wise passes (a float64 block is 256 KiB)
+KINDS = ("elementwise", "exact", "reduction", "contraction")
 
 
 @dataclass
@@ -62,178 +71,151 @@ def ulp(values: np.ndarray, device_dtype: str) -> np.ndarray:
     """Spacing of the device dtype at |values| (the subnormal spacing below the normal range).
 
     From the float64 exponent bits (every fp16/bf16/fp32 value is a normal float64); 0 counts as
-    the binade [0.5, 1), as frexp has it.
+    the smallest normal binade.
     """
     mantissa, emin = _FORMATS[device_dtype]
     a = np.abs(np.asarray(values, dtype=np.float64))
     binade = (a.view(np.uint64) & np.uint64(0x7FF0000000000000)).view(np.float64)  # 2**floor(log2|v|)
-    binade[a == 0] = 0.5
     return np.maximum(binade, 2.0 ** emin) * 2.0 ** -mantissa
 
 
-def _nonfinite_mismatch(device: np.ndarray, rounded: np.ndarray) -> np.ndarray:
-    nan_d, nan_b = np.isnan(device), np.isnan(rounded)
-    inf_d, inf_b = np.isinf(device), np.isinf(rounded)
-    return (nan_d != nan_b) | (inf_d != inf_b) | (inf_d & inf_b & (np.sign(device) != np.sign(rounded)))
+def accumulation_roundoff(device_dtype: str) -> float:
+    """Unit roundoff of the accumulator a correct kernel uses: fp32 up to fp32 outputs, else fp64."""
+    return 2.0 ** -53 if device_dtype == "torch.float64" else 2.0 ** -24
 
 
-def _distinct(bench: np.ndarray, other: np.ndarray) -> np.ndarray:
-    """Indices of distinct (bench, other) pairs: low-precision inputs repeat values, and one rounding
-    error repeated a thousand times is one observation, not a thousand."""
-    keys = bench.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ other.view(np.uint64)
-    return np.unique(keys, return_index=True)[1]
+def _nonfinite_mismatch(values: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+    nan_v, nan_b = np.isnan(values), np.isnan(rounded)
+    inf_v, inf_b = np.isinf(values), np.isinf(rounded)
+    return (nan_v != nan_b) | (inf_v != inf_b) | (inf_v & inf_b & (np.sign(values) != np.sign(rounded)))
 
 
-def _balance(diff: np.ndarray) -> float:
-    """z-score of the sign balance of non-zero errors (|#up - #down| / sqrt(n))."""
-    up, down = int(np.count_nonzero(diff > 0)), int(np.count_nonzero(diff < 0))
-    n = up + down
-    return float(abs(up - down) / np.sqrt(n)) if n else 0.0  # a Python float: records cross xdist (execnet)
+def _groups(n: int, row: int, min_size: int) -> int:
+    """Elements per group: whole rows (the last dimension), merged until a group has min_size elements."""
+    row = max(1, min(row, n))
+    size = row * -(-min_size // row) if row < min_size else row
+    return min(size, n)
 
 
-def _signed_mean(errors: np.ndarray, unit: np.ndarray) -> float:
-    return float(np.mean(np.clip(errors / unit, -1.0, 1.0)))
+def _grouped(values: np.ndarray, size: int) -> np.ndarray:
+    """values as (groups, size), the last partial group padded with NaN (nan-aware reductions skip it)."""
+    pad = -values.size % size
+    if pad:
+        values = np.concatenate([values, np.full(pad, np.nan)])
+    return values.reshape(-1, size)
 
 
-def _normalised(errors: np.ndarray, scale: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    return np.where(exact, 0.0, errors / scale)
+def _row_rms(errors: np.ndarray, size: int) -> np.ndarray:
+    grouped = _grouped(errors, size)
+    rms = np.sqrt(np.nanmean(grouped * grouped, axis=1))
+    return np.repeat(rms, size)[: errors.size]
 
 
-def _blocks(n: int) -> Iterator[slice]:
-    return (slice(i, min(i + BLOCK, n)) for i in range(0, n, BLOCK))
+def _t_statistic(signed: np.ndarray, size: int, min_groups: int) -> tuple[float, float]:
+    """(mean, t) of signed errors, the t-test over group means: rounding errors shared within a row
+    (one normalisation factor per softmax row) are one observation, not a row's worth."""
+    if size * min_groups > signed.size:
+        size = max(1, signed.size // min_groups)
+    means = np.nanmean(_grouped(signed, size), axis=1)
+    mean = float(np.mean(means))
+    spread = float(np.std(means, ddof=1)) if means.size > 1 else 0.0
+    if spread == 0.0:
+        return mean, (0.0 if mean == 0.0 else float(np.copysign(np.inf, mean)))
+    return mean, float(mean / (spread / np.sqrt(means.size)))
 
 
-def _quantile(positives: list[np.ndarray], zeros: int, q: float) -> float:
-    """np.quantile (linear) of `zeros` zeros plus the positive values, partitioning only the positives:
-    the reference is usually within one ULP, so most excess errors are zero."""
-    m = zeros + sum(p.size for p in positives)
-    position = q * (m - 1)
-    low = int(np.floor(position))
-    high = min(low + 1, m - 1)
-    if high < zeros:
-        return 0.0
-    values = np.concatenate(positives)
-    wanted = sorted({i - zeros for i in (low, high) if i >= zeros})
-    part = np.partition(values, wanted)
-    at = {i: (part[i - zeros] if i >= zeros else 0.0) for i in (low, high)}
-    return float(at[low] + (at[high] - at[low]) * (position - low))
+def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rules: Mapping[str, Any], *,
+                   kind: str = "elementwise", torch_run: np.ndarray | None = None,
+                   magnitude: np.ndarray | None = None, product: np.ndarray | None = None,
+                   row: int = 1) -> StrictResult:
+    """Judge one float output (all arrays of one shape, any float dtype; `device` and `torch_run` hold
+    values of the device dtype). `row` is the length of the last dimension. `product` is a contraction's
+    result before its bias was added, whose own rounding a sound kernel may keep.
 
-
-def strict_compare(bench: np.ndarray, device: np.ndarray, reference: np.ndarray, device_dtype: str,
-                   rules: Mapping[str, Any], sensitivity: np.ndarray | None = None) -> StrictResult:
-    """Judge one float output. All arrays hold the same elements (any float dtype); device/reference
-    hold values of the device dtype.
-
-    `sensitivity` is how much the reference kernel's (unrounded) output moves, per element, when its
-    inputs move by one unit roundoff of the device dtype: what a backward-stable kernel in that dtype
-    may lose (cancellation, long reductions, intermediates rounded to the storage dtype).
-
-    The element-wise work runs in blocks of BLOCK elements, converted to float64 block by block, so
-    its dozen temporaries stay in cache: two passes over the data (the noise floor is a quantile over
-    all elements, needed before any element can be judged) instead of one pass per operation.
+    Without a torch run the ideal kernel (the bench correctly rounded) stands in for it.
     """
-    arrays = [np.asarray(x).reshape(-1) for x in (bench, device, reference)]
-    sens_all = None if sensitivity is None else np.asarray(sensitivity).reshape(-1)
-    n = arrays[1].size
-
-    def block(s: slice) -> tuple[np.ndarray, ...]:
-        b, d, r = (np.asarray(x[s], dtype=np.float64) for x in arrays)
-        rounded = round_to(b, device_dtype)
-        return b, d, r, rounded, np.isfinite(d) & np.isfinite(rounded) & np.isfinite(r) & np.isfinite(b)
-
+    b = np.asarray(bench, dtype=np.float64).reshape(-1)
+    d = np.asarray(device, dtype=np.float64).reshape(-1)
+    n = d.size
     stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
-    finite_mask: np.ndarray | None = None  # built only when some element is not finite
-    excess: list[np.ndarray] = []  # the reference's errors beyond one ULP, where positive
-    finite_count = first = 0
     with np.errstate(all="ignore"):
-        for s in _blocks(n):  # pass 1: NaN/inf positions, the reference's excess errors
-            b, d, r, rounded, finite = block(s)
-            if not finite.all():
-                if finite_mask is None:
-                    finite_mask = np.ones(n, dtype=bool)
-                finite_mask[s] = finite
-                bad_dev, bad_ref = _nonfinite_mismatch(d, rounded), _nonfinite_mismatch(r, rounded)
-                # a position where the reference kernel shows the very same non-finite value is inherent
-                mismatch = bad_dev & ~(bad_ref & ((d == r) | (np.isnan(d) & np.isnan(r))))
-                if mismatch.any():
-                    if not stats["nonfinite_mismatch"]:
-                        first = s.start + int(np.flatnonzero(mismatch)[0])
-                    stats["nonfinite_mismatch"] += float(np.count_nonzero(mismatch))
-                b, r, rounded = b[finite], r[finite], rounded[finite]
-            finite_count += b.size
-            e = np.abs(r - b) - ulp(rounded, device_dtype)
-            excess.append(e[e > 0])
-        if stats["nonfinite_mismatch"]:
-            d0, rounded0 = block(slice(first, first + 1))[1:4:2]
-            return StrictResult("error", f"NaN/inf mismatch at {int(stats['nonfinite_mismatch'])} of {n} elements "
-                                         f"(first at flat index {first}: device {float(d0[0])!r}, "
-                                         f"bench {float(rounded0[0])!r})", stats)
-        if not finite_count:
+        rounded = round_to(b, device_dtype)
+        t = rounded if torch_run is None else np.asarray(torch_run, dtype=np.float64).reshape(-1)
+        finite = np.isfinite(d) & np.isfinite(rounded) & np.isfinite(t) & np.isfinite(b)
+        if not finite.all():
+            bad_dev, bad_ref = _nonfinite_mismatch(d, rounded), _nonfinite_mismatch(t, rounded)
+            # a position where torch's own kernel shows the very same non-finite value is inherent
+            mismatch = bad_dev & ~(bad_ref & ((d == t) | (np.isnan(d) & np.isnan(t))))
+            if mismatch.any():
+                first = int(np.flatnonzero(mismatch)[0])
+                stats["nonfinite_mismatch"] = float(np.count_nonzero(mismatch))
+                return StrictResult("error", f"NaN/inf mismatch at {int(stats['nonfinite_mismatch'])} of {n} elements "
+                                             f"(first at flat index {first}: device {float(d[first])!r}, "
+                                             f"bench {float(rounded[first])!r})", stats)
+            b, d, t, rounded = b[finite], d[finite], t[finite], rounded[finite]
+            magnitude = None if magnitude is None else np.asarray(magnitude, dtype=np.float64).reshape(-1)[finite]
+            product = None if product is None else np.asarray(product, dtype=np.float64).reshape(-1)[finite]
+            row = 1  # rows lose their meaning once non-finite elements are dropped
+        m = b.size
+        if not m:
             return StrictResult("pass", "no finite elements; non-finite positions match", stats)
-        # Error scale: one ULP, raised to what a correct kernel may lose beyond rounding: the reference's
-        # typical excess error (long reductions) and, per element, the output's sensitivity to input
-        # perturbations of one unit roundoff (cancellation). Small elements of well-conditioned ops stay
-        # judged in their own ULPs.
-        floor = _quantile(excess, finite_count - sum(e.size for e in excess), rules["noise_quantile"])
-        del excess
-        w_all = np.zeros(n)  # normalised device errors (0 where not finite)
-        sum_w = sum_wr = max_wr = 0.0
-        for s in _blocks(n):  # pass 2: normalised errors of device and reference
-            b, d, r, rounded, finite = block(s)
-            sens = None if sens_all is None else np.asarray(sens_all[s], dtype=np.float64)
-            if finite_mask is not None:
-                b, d, r, rounded = b[finite], d[finite], r[finite], rounded[finite]
-                sens = None if sens is None else sens[finite]
-            if not b.size:
-                continue
-            scale = np.maximum(ulp(rounded, device_dtype), floor)
-            if sens is not None:
-                scale = np.maximum(scale, rules["sensitivity_factor"] * np.nan_to_num(sens, posinf=0.0))
-            w = _normalised(np.abs(d - b), scale, d == rounded)
-            wr = _normalised(np.abs(r - b), scale, r == rounded)
-            if finite_mask is None:
-                w_all[s] = w
-            else:
-                w_all[s][finite] = w
-            sum_w, sum_wr, max_wr = sum_w + float(w.sum()), sum_wr + float(wr.sum()), max(max_wr, float(wr.max()))
-        stats.update(max_err=float(w_all.max()), mean_err=sum_w / finite_count, ref_max_err=max_wr,
-                     ref_mean_err=sum_wr / finite_count, noise_floor=floor)
-        # Bias statistics on at most bias_max_samples evenly spaced finite elements: plenty for a sign test.
-        samples = int(rules["bias_max_samples"])
-        pick = np.linspace(0, finite_count - 1, samples).astype(np.int64) if finite_count > samples \
-            else np.arange(finite_count)
-        b, d, r, rounded, _ = block(pick if finite_mask is None else np.flatnonzero(finite_mask)[pick])
         unit = ulp(rounded, device_dtype)
-        towards_zero = -np.sign(b)
-        for side, values in (("", d), ("ref_", r)):
-            error = values - b
-            distinct = _distinct(b, values)
-            stats[f"{side}bias_z"] = _balance(error[distinct])
-            stats[f"{side}bias_zero_z"] = _balance((error * towards_zero)[distinct])
-            # mean signed error in ULPs, each element clipped to +-1 ULP so that the few large errors of
-            # cancelling elements cannot mask (or fake) a systematic half-ULP shift such as truncation
-            stats[f"{side}bias"] = _signed_mean(error, unit)
-            stats[f"{side}bias_zero"] = _signed_mean(error * towards_zero, unit)
-    problems = []
-    gross_limit = max(rules["gross_ulp"], rules["gross_ref_factor"] * stats["ref_max_err"])
-    gross = int(np.count_nonzero(w_all > gross_limit))
-    if gross:
-        worst = int(np.argmax(w_all))
-        problems.append(f"{gross} of {finite_count} elements exceed {gross_limit:.3g} ULP "
-                        f"(worst {stats['max_err']:.3g} ULP at flat index {worst}: device "
-                        f"{float(arrays[1][worst])!r}, bench {float(arrays[0][worst])!r})")
-    mean_limit = rules["mean_ref_factor"] * stats["ref_mean_err"] + rules["mean_slack_ulp"]
-    if finite_count >= rules["mean_min_elements"] and stats["mean_err"] > mean_limit:  # a mean of few elements is noise
-        problems.append(f"mean error {stats['mean_err']:.3g} ULP > {mean_limit:.3g} "
-                        f"(reference kernel: {stats['ref_mean_err']:.3g} ULP)")
-    for key, what in (("bias", "biased in one direction"), ("bias_zero", "biased towards or away from zero")):
-        # significant (z-score) AND large enough (mean signed error) to be a kernel's bias, not
-        # correlated rounding (e.g. one normalisation factor shared by a whole softmax row)
-        z_limit = max(rules["bias_z"], rules["bias_ref_factor"] * stats[f"ref_{key}_z"])
-        size_limit = rules["bias_min_ulp"] + abs(stats[f"ref_{key}"])
-        if stats[f"{key}_z"] > z_limit and abs(stats[key]) > size_limit:
-            problems.append(f"errors {what}: mean signed error {stats[key]:.3g} ULP (reference "
-                            f"{stats[f'ref_{key}']:.3g}), sign-balance z-score {stats[f'{key}_z']:.3g} > {z_limit:.3g}")
+        scale = unit
+        err_t = np.abs(t - b)
+        if torch_run is not None:
+            scale = np.maximum(scale, rules["torch_factor"] * err_t)
+            if kind == "reduction":
+                scale = np.maximum(scale, rules["row_factor"] * _row_rms(err_t, _groups(m, row, rules["row_min"])))
+        if magnitude is not None:
+            mag = np.abs(np.asarray(magnitude, dtype=np.float64).reshape(-1))
+            scale = np.maximum(scale, rules["accumulation_factor"] * accumulation_roundoff(device_dtype) * mag)
+        if product is not None:
+            scale = np.maximum(scale, ulp(np.asarray(product, dtype=np.float64).reshape(-1), device_dtype))
+        w = np.where(d == rounded, 0.0, np.abs(d - b) / scale)
+        w_t = np.where(t == rounded, 0.0, err_t / scale)
+        worst = int(np.argmax(w))
+        stats.update(max_err=float(w[worst]), mean_err=float(w.mean()), ref_max_err=float(w_t.max()),
+                     ref_mean_err=float(w_t.mean()))
+        problems = []
+        if kind == "exact":
+            wrong = (d != rounded) & (d != t)
+            if wrong.any():
+                first = int(np.flatnonzero(wrong)[0])
+                problems.append(f"not correctly rounded: {int(np.count_nonzero(wrong))} of {m} elements differ from "
+                                f"the correctly rounded result and from torch's (first: device {float(d[first])!r}, "
+                                f"correctly rounded {float(rounded[first])!r})")
+        gross_limit = float(rules["gross"])
+        gross = int(np.count_nonzero(w > gross_limit))
+        if gross:
+            index = worst if finite.all() else int(np.flatnonzero(finite)[worst])
+            problems.append(f"gross error: {gross} of {m} elements exceed {gross_limit:.3g} (worst {w[worst]:.3g} "
+                            f"at flat index {index}: device {float(d[worst])!r}, bench {float(b[worst])!r}, "
+                            f"{abs(d[worst] - b[worst]) / unit[worst]:.3g} ULP)")
+        if m >= rules["min_elements"]:
+            mean_limit = rules["mean_ref_factor"] * stats["ref_mean_err"] + rules["mean_slack"]
+            if stats["mean_err"] > mean_limit:
+                problems.append(f"mean error: {stats['mean_err']:.3g} > limit {mean_limit:.3g} (torch run: "
+                                f"{stats['ref_mean_err']:.3g})")
+            problems += _bias(b, d, t, unit, rules, _groups(m, row, rules["row_min"]), stats)
     if problems:
         return StrictResult("error", "; ".join(problems), stats)
     return StrictResult("pass", "", stats)
+
+
+def _bias(b: np.ndarray, d: np.ndarray, t: np.ndarray, unit: np.ndarray, rules: Mapping[str, Any], size: int,
+          stats: dict[str, float]) -> list[str]:
+    """Systematic shifts: each element's signed error in ULPs, clipped to +-1 so that the few large errors
+    of cancelled elements cannot mask (or fake) a half-ULP shift such as truncation."""
+    problems = []
+    towards_zero = -np.sign(b)
+    min_groups = int(rules["bias_min_groups"])
+    for key, what, sign in (("bias", "biased in one direction", 1.0), ("bias_zero", "biased towards zero", towards_zero)):
+        mean, t_dev = _t_statistic(np.clip((d - b) / unit, -1.0, 1.0) * sign, size, min_groups)
+        ref_mean, t_ref = _t_statistic(np.clip((t - b) / unit, -1.0, 1.0) * sign, size, min_groups)
+        stats[key], stats[f"{key}_t"], stats[f"ref_{key}"], stats[f"ref_{key}_t"] = mean, t_dev, ref_mean, t_ref
+        t_limit = max(float(rules["bias_t"]), rules["bias_ref_factor"] * abs(t_ref))
+        size_limit = rules["bias_min_ulp"] + abs(ref_mean)
+        if abs(t_dev) > t_limit and abs(mean) > size_limit:
+            problems.append(f"bias: errors {what}, mean signed error {mean:.3g} ULP > limit {size_limit:.3g} "
+                            f"(torch run {ref_mean:.3g}), t-statistic {abs(t_dev):.3g} > {t_limit:.3g}")
+    return problems

@@ -1,0 +1,1 @@
+"""Planted kernel bugs and correct kernel variants, armed inside the device-call boundary."""
