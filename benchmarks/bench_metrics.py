@@ -55,13 +55,18 @@ def main() -> None:
                                                   device_dtype=dtype, api_name=api, specs=specs), args.repeat)
         algo = standards.algorithm_for(api, dtype, specs["categories"])
         print(f"  msprobe metrics  {dtype:15} {algo:20} {t:6.3f} s")
-    rules = specs["thresholds"]["strict"]
-    for dtype in ("torch.float32", "torch.bfloat16"):
-        device = strict.round_to(bench64, dtype)
-        t = best(lambda: strict.strict_compare(bench64, device, device, dtype, rules, np.abs(bench64) * 1e-8),
-                 args.repeat)
-        print(f"  strict checks    {dtype:15} {'':20} {t:6.3f} s")
+    from pytest_msprobe.judge import _rules
 
+    for dtype, storage in (("torch.float32", np.float32), ("torch.bfloat16", np.float32)):
+        device = strict.round_to(bench64 * (1 + 2e-3 * rng.standard_normal(args.numel)), dtype).astype(storage)
+        torch_run = strict.round_to(bench64, dtype).astype(storage)
+        bench = bench64.astype(np.float64 if dtype == "torch.float32" else np.float32)
+        for kind in ("elementwise", "reduction", "contraction"):
+            rules = _rules(specs["thresholds"]["strict"], dtype, kind)
+            extra = {"magnitude": np.abs(bench) * 8} if kind == "contraction" else {"torch_run": torch_run}
+            t = best(lambda: strict.strict_compare(bench, device, dtype, rules, kind=kind, row=1024, **extra),
+                     args.repeat)
+            print(f"  strict checks    {dtype:15} {kind:20} {t:6.3f} s")
 
 if __name__ == "__main__":
     main()

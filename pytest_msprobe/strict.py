@@ -52,7 +52,7 @@ def supported(device_dtype: str) -> bool:
     return device_dtype in _FORMATS
 
 
-def round_to(values: np.ndarray, device_dtype: str) -> np.ndarray:
+def round_to(values: np.ndarray, device_dtype: str, all_finite: bool = False) -> np.ndarray:
     """Round (float64) values to the device dtype, returned as float64; bf16 via fp32, as a kernel would."""
     if device_dtype == "torch.float16":
         return values.astype(np.float16).astype(np.float64)
@@ -60,10 +60,10 @@ def round_to(values: np.ndarray, device_dtype: str) -> np.ndarray:
         return values.astype(np.float32).astype(np.float64)
     if device_dtype == "torch.bfloat16":
         bits = values.astype(np.float32).view(np.uint32)
-        finite = np.isfinite(values)
         rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        out = np.where(finite, rounded, bits).view(np.float32)
-        return out.astype(np.float64)
+        if not all_finite:
+            rounded = np.where(np.isfinite(values), rounded, bits)
+        return rounded.view(np.float32).astype(np.float64)
     return values.astype(np.float64)
 
 
@@ -97,31 +97,33 @@ def _groups(n: int, row: int, min_size: int) -> int:
     return min(size, n)
 
 
-def _grouped(values: np.ndarray, size: int) -> np.ndarray:
-    """values as (groups, size), the last partial group padded with NaN (nan-aware reductions skip it)."""
-    pad = -values.size % size
-    if pad:
-        values = np.concatenate([values, np.full(pad, np.nan)])
-    return values.reshape(-1, size)
-
-
-def _row_rms(errors: np.ndarray, size: int) -> np.ndarray:
-    grouped = _grouped(errors, size)
-    rms = np.sqrt(np.nanmean(grouped * grouped, axis=1))
-    return np.repeat(rms, size)[: errors.size]
-
-
-def _t_statistic(signed: np.ndarray, size: int, min_groups: int) -> tuple[float, float]:
-    """(mean, t) of signed errors, the t-test over group means: rounding errors shared within a row
-    (one normalisation factor per softmax row) are one observation, not a row's worth."""
-    if size * min_groups > signed.size:
-        size = max(1, signed.size // min_groups)
-    means = np.nanmean(_grouped(signed, size), axis=1)
-    mean = float(np.mean(means))
-    spread = float(np.std(means, ddof=1)) if means.size > 1 else 0.0
+def _t_statistic(sums: np.ndarray, counts: np.ndarray, min_groups: int) -> tuple[float, float]:
+    """(mean, t) of signed errors from their per-group sums: the t-test over group means, so rounding
+    errors shared within a row (one normalisation factor per softmax row) are one observation, not a
+    row's worth. Fewer than min_groups groups: no test (t = 0)."""
+    total = float(counts.sum())
+    mean = float(sums.sum()) / total if total else 0.0
+    if counts.size < min_groups:
+        return mean, 0.0  # too few rows for a test: no bias verdict
+    means = sums / counts
+    spread = float(np.std(means, ddof=1))
     if spread == 0.0:
         return mean, (0.0 if mean == 0.0 else float(np.copysign(np.inf, mean)))
-    return mean, float(mean / (spread / np.sqrt(means.size)))
+    return mean, float(np.mean(means) / (spread / np.sqrt(means.size)))
+
+
+class _Totals:
+    """What the blocked pass accumulates: sums and maxima of the normalised errors, the first gross and
+    wrongly rounded elements, and per-group sums of the signed errors for the bias test."""
+
+    def __init__(self) -> None:
+        self.sum_w = self.sum_t = self.max_t = 0.0
+        self.max_w, self.worst, self.gross, self.wrong, self.first_wrong = -1.0, 0, 0, 0, -1
+        self.bias: dict[str, list[np.ndarray]] = {k: [] for k in ("bias", "ref_bias", "bias_zero", "ref_bias_zero")}
+        self.counts: list[np.ndarray] = []
+
+
+BLOCK = 1 << 15  # elements per block: a dozen float64 temporaries of a block stay in cache
 
 
 def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rules: Mapping[str, Any], *,
@@ -132,17 +134,21 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     values of the device dtype). `row` is the length of the last dimension. `product` is a contraction's
     result before its bias was added, whose own rounding a sound kernel may keep.
 
-    Without a torch run the ideal kernel (the bench correctly rounded) stands in for it.
+    Without a torch run the ideal kernel (the bench correctly rounded) stands in for it. The work runs
+    in blocks of whole rows, so its temporaries stay in cache.
     """
-    b = np.asarray(bench, dtype=np.float64).reshape(-1)
-    d = np.asarray(device, dtype=np.float64).reshape(-1)
-    n = d.size
+    arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product}
+    flat = {k: np.asarray(v).reshape(-1) for k, v in arrays.items() if v is not None}
+    n = flat["d"].size
     stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
     with np.errstate(all="ignore"):
-        rounded = round_to(b, device_dtype)
-        t = rounded if torch_run is None else np.asarray(torch_run, dtype=np.float64).reshape(-1)
-        finite = np.isfinite(d) & np.isfinite(rounded) & np.isfinite(t) & np.isfinite(b)
-        if not finite.all():
+        finite = None
+        if not all(np.isfinite(flat[k]).all() for k in ("b", "d", "t") if k in flat):
+            b = flat["b"].astype(np.float64)
+            d = flat["d"].astype(np.float64)
+            rounded = round_to(b, device_dtype)
+            t = rounded if "t" not in flat else flat["t"].astype(np.float64)
+            finite = np.isfinite(d) & np.isfinite(rounded) & np.isfinite(t) & np.isfinite(b)
             bad_dev, bad_ref = _nonfinite_mismatch(d, rounded), _nonfinite_mismatch(t, rounded)
             # a position where torch's own kernel shows the very same non-finite value is inherent
             mismatch = bad_dev & ~(bad_ref & ((d == t) | (np.isnan(d) & np.isnan(t))))
@@ -152,66 +158,103 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
                 return StrictResult("error", f"NaN/inf mismatch at {int(stats['nonfinite_mismatch'])} of {n} elements "
                                              f"(first at flat index {first}: device {float(d[first])!r}, "
                                              f"bench {float(rounded[first])!r})", stats)
-            b, d, t, rounded = b[finite], d[finite], t[finite], rounded[finite]
-            magnitude = None if magnitude is None else np.asarray(magnitude, dtype=np.float64).reshape(-1)[finite]
-            product = None if product is None else np.asarray(product, dtype=np.float64).reshape(-1)[finite]
+            flat = {k: v[finite] for k, v in flat.items()}
             row = 1  # rows lose their meaning once non-finite elements are dropped
-        m = b.size
+        m = flat["d"].size
         if not m:
             return StrictResult("pass", "no finite elements; non-finite positions match", stats)
-        unit = ulp(rounded, device_dtype)
-        scale = unit
-        err_t = np.abs(t - b)
-        if torch_run is not None:
-            scale = np.maximum(scale, rules["torch_factor"] * err_t)
-            if kind == "reduction":
-                scale = np.maximum(scale, rules["row_factor"] * _row_rms(err_t, _groups(m, row, rules["row_min"])))
-        if magnitude is not None:
-            mag = np.abs(np.asarray(magnitude, dtype=np.float64).reshape(-1))
-            scale = np.maximum(scale, rules["accumulation_factor"] * accumulation_roundoff(device_dtype) * mag)
-        if product is not None:
-            scale = np.maximum(scale, ulp(np.asarray(product, dtype=np.float64).reshape(-1), device_dtype))
-        w = np.where(d == rounded, 0.0, np.abs(d - b) / scale)
-        w_t = np.where(t == rounded, 0.0, err_t / scale)
-        worst = int(np.argmax(w))
-        stats.update(max_err=float(w[worst]), mean_err=float(w.mean()), ref_max_err=float(w_t.max()),
-                     ref_mean_err=float(w_t.mean()))
-        problems = []
-        if kind == "exact":
-            wrong = (d != rounded) & (d != t)
-            if wrong.any():
-                first = int(np.flatnonzero(wrong)[0])
-                problems.append(f"not correctly rounded: {int(np.count_nonzero(wrong))} of {m} elements differ from "
-                                f"the correctly rounded result and from torch's (first: device {float(d[first])!r}, "
-                                f"correctly rounded {float(rounded[first])!r})")
-        gross_limit = float(rules["gross"])
-        gross = int(np.count_nonzero(w > gross_limit))
-        if gross:
-            index = worst if finite.all() else int(np.flatnonzero(finite)[worst])
-            problems.append(f"gross error: {gross} of {m} elements exceed {gross_limit:.3g} (worst {w[worst]:.3g} "
-                            f"at flat index {index}: device {float(d[worst])!r}, bench {float(b[worst])!r}, "
-                            f"{abs(d[worst] - b[worst]) / unit[worst]:.3g} ULP)")
-        if m >= rules["min_elements"]:
-            mean_limit = rules["mean_ref_factor"] * stats["ref_mean_err"] + rules["mean_slack"]
-            if stats["mean_err"] > mean_limit:
-                problems.append(f"mean error: {stats['mean_err']:.3g} > limit {mean_limit:.3g} (torch run: "
-                                f"{stats['ref_mean_err']:.3g})")
-            problems += _bias(b, d, t, unit, rules, _groups(m, row, rules["row_min"]), stats)
+        # groups of whole rows; a small output is cut into bias_min_groups blocks so the bias test can run
+        size = min(_groups(m, row, int(rules["row_min"])), max(1, m // int(rules["bias_min_groups"])))
+        block = size * max(1, BLOCK // size)
+        acc = _Totals()
+        for start in range(0, m, block):
+            _block(flat, slice(start, min(start + block, m)), size, device_dtype, rules, kind, acc)
+    stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
+    index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
+    problems = []
+    if acc.wrong:
+        d0, b0 = float(flat["d"][acc.first_wrong]), float(flat["b"][acc.first_wrong])
+        problems.append(f"not correctly rounded: {acc.wrong} of {m} elements differ from the correctly rounded "
+                        f"result and from torch's (first: device {d0!r}, correctly rounded "
+                        f"{float(round_to(np.array([b0]), device_dtype)[0])!r})")
+    if acc.gross:
+        d0, b0 = float(flat["d"][acc.worst]), float(flat["b"][acc.worst])
+        unit = float(ulp(round_to(np.array([b0]), device_dtype), device_dtype)[0])
+        problems.append(f"gross error: {acc.gross} of {m} elements exceed {float(rules['gross']):.3g} (worst "
+                        f"{acc.max_w:.3g} at flat index {index}: device {d0!r}, bench {b0!r}, "
+                        f"{abs(d0 - b0) / unit:.3g} ULP)")
+    if m >= rules["min_elements"]:
+        mean_limit = rules["mean_ref_factor"] * stats["ref_mean_err"] + rules["mean_slack"]
+        if stats["mean_err"] > mean_limit:
+            problems.append(f"mean error: {stats['mean_err']:.3g} > limit {mean_limit:.3g} (torch run: "
+                            f"{stats['ref_mean_err']:.3g})")
+        problems += _bias(acc, rules, stats)
     if problems:
         return StrictResult("error", "; ".join(problems), stats)
     return StrictResult("pass", "", stats)
 
 
-def _bias(b: np.ndarray, d: np.ndarray, t: np.ndarray, unit: np.ndarray, rules: Mapping[str, Any], size: int,
-          stats: dict[str, float]) -> list[str]:
-    """Systematic shifts: each element's signed error in ULPs, clipped to +-1 so that the few large errors
-    of cancelled elements cannot mask (or fake) a half-ULP shift such as truncation."""
-    problems = []
+def _block(flat: dict[str, np.ndarray], s: slice, size: int, device_dtype: str, rules: Mapping[str, Any], kind: str,
+           acc: _Totals) -> None:
+    """One block of whole groups: normalised errors, gross and wrongly rounded elements, group sums."""
+    b = flat["b"][s].astype(np.float64)
+    d = flat["d"][s].astype(np.float64)
+    rounded = round_to(b, device_dtype, all_finite=True)
+    t = flat["t"][s].astype(np.float64) if "t" in flat else rounded
+    unit = ulp(rounded, device_dtype)
+    err_t = np.abs(t - b)
+    scale = unit
+    starts = np.arange(0, b.size, size)
+    counts = np.diff(np.append(starts, b.size))
+    if "t" in flat:
+        scale = np.maximum(scale, rules["torch_factor"] * err_t)
+        if kind == "reduction":
+            rms = np.sqrt(np.add.reduceat(err_t * err_t, starts) / counts)
+            scale = np.maximum(scale, rules["row_factor"] * np.repeat(rms, counts))
+    if "mag" in flat:
+        mag = np.abs(flat["mag"][s].astype(np.float64))
+        scale = np.maximum(scale, rules["accumulation_factor"] * accumulation_roundoff(device_dtype) * mag)
+    if "prod" in flat:
+        scale = np.maximum(scale, ulp(flat["prod"][s].astype(np.float64), device_dtype))
+    diff = d - b
+    w = np.abs(diff) / scale
+    w[d == rounded] = 0.0
+    w_t = err_t / scale
+    w_t[t == rounded] = 0.0
+    worst = int(np.argmax(w))
+    if w[worst] > acc.max_w:
+        acc.max_w, acc.worst = float(w[worst]), s.start + worst
+    acc.sum_w += float(w.sum())
+    acc.sum_t += float(w_t.sum())
+    acc.max_t = max(acc.max_t, float(w_t.max()))
+    acc.gross += int(np.count_nonzero(w > rules["gross"]))
+    if kind == "exact":
+        wrong = (d != rounded) & (d != t)
+        if wrong.any():
+            if acc.first_wrong < 0:
+                acc.first_wrong = s.start + int(np.argmax(wrong))
+            acc.wrong += int(np.count_nonzero(wrong))
+    # signed errors in ULPs, each clipped to +-1 so that the few large errors of cancelled elements
+    # cannot mask (or fake) a systematic half-ULP shift such as truncation
+    signed_d = np.clip(diff / unit, -1.0, 1.0)
+    signed_t = np.clip((t - b) / unit, -1.0, 1.0)
     towards_zero = -np.sign(b)
+    acc.bias["bias"].append(np.add.reduceat(signed_d, starts))
+    acc.bias["ref_bias"].append(np.add.reduceat(signed_t, starts))
+    acc.bias["bias_zero"].append(np.add.reduceat(signed_d * towards_zero, starts))
+    acc.bias["ref_bias_zero"].append(np.add.reduceat(signed_t * towards_zero, starts))
+    acc.counts.append(counts)
+
+
+def _bias(acc: _Totals, rules: Mapping[str, Any], stats: dict[str, float]) -> list[str]:
+    """Systematic shifts, in one direction or towards zero: significant over rows and larger than the
+    torch run's own."""
+    problems = []
+    counts = np.concatenate(acc.counts)
     min_groups = int(rules["bias_min_groups"])
-    for key, what, sign in (("bias", "biased in one direction", 1.0), ("bias_zero", "biased towards zero", towards_zero)):
-        mean, t_dev = _t_statistic(np.clip((d - b) / unit, -1.0, 1.0) * sign, size, min_groups)
-        ref_mean, t_ref = _t_statistic(np.clip((t - b) / unit, -1.0, 1.0) * sign, size, min_groups)
+    for key, what in (("bias", "biased in one direction"), ("bias_zero", "biased towards zero")):
+        mean, t_dev = _t_statistic(np.concatenate(acc.bias[key]), counts, min_groups)
+        ref_mean, t_ref = _t_statistic(np.concatenate(acc.bias[f"ref_{key}"]), counts, min_groups)
         stats[key], stats[f"{key}_t"], stats[f"ref_{key}"], stats[f"ref_{key}_t"] = mean, t_dev, ref_mean, t_ref
         t_limit = max(float(rules["bias_t"]), rules["bias_ref_factor"] * abs(t_ref))
         size_limit = rules["bias_min_ulp"] + abs(ref_mean)

@@ -56,8 +56,13 @@ def test_mindspore_tensor_dump_replays_without_mindspore(pytester: pytest.Pytest
     """auto mode replays a MindSpore tensor dump: recorded outputs vs the raised-precision torch bench."""
     dump = copy_dump(pytester, MS_TENSOR, "ms")
     result = pytester.runpytest(str(dump), "-rs")
-    result.assert_outcomes(passed=20)
+    # MindSpore's own fp32 silu (the recorded output) is 10-15 ULP off: the default standard flags it
+    # as a fast approximation; msprobe's MindSpore rule (cosine, max abs error) passes it
+    result.assert_outcomes(passed=18, failed=2)
+    result.stdout.fnmatch_lines(["*MintFunctional.silu.0.forward: error*", "*output.0: gross error:*ULP)*"])
     recs = api_records(pytester)
+    msrule = pytester.runpytest(str(dump), "--msprobe-standard", "mindspore", "--msprobe-out", "ms_rule")
+    assert msrule.parseoutcomes()["passed"] == 20
     assert {r["mode"] for r in recs.values()} == {"replay"}
     assert {r["framework"] for r in recs.values()} == {"mindspore"}
     assert {r["device"] for r in recs.values()} == {"recorded"}
@@ -223,7 +228,7 @@ def test_replay_with_pytorch_and_mindspore_dumps_writes_both_layouts(pytester: p
     pt = copy_dump(pytester, PT_TENSOR, "pt")
     ms = copy_dump(pytester, MS_TENSOR, "ms")
     result = pytester.runpytest(str(pt), str(ms), "--msprobe-mode", "replay", "-k", "forward")
-    result.assert_outcomes(passed=22)
+    result.assert_outcomes(passed=21, failed=1)  # MindSpore's fp32 silu, see above
     out = pytester.path / "msprobe_results"
     (pt_details,) = out.glob("accuracy_checking_details_*[0-9].csv")
     (ms_details,) = out.glob("accuracy_checking_details_*_mindspore.csv")

@@ -18,19 +18,19 @@ def test_shipped_specs_hold_every_section() -> None:
     specs = load_specs()
     for key in ("thresholds", "categories", "unsupported_types", "precision", "backward", "apis"):
         assert key in specs
-    assert specs["thresholds"]["strict"]["gross_ulp"] > 0
+    assert specs["thresholds"]["strict"]["gross"] > 0
 
 
 def test_user_overrides_merge_and_per_api_settings(tmp_path: Path) -> None:
     specs = load_specs(user_file=user(tmp_path, """
 thresholds:
-  strict: {gross_ulp: 8.0, torch.bfloat16: {gross_ulp: 16.0}}
+  strict: {gross: 8.0, torch.bfloat16: {gross: 16.0}}
 apis:
   my_matmul: {algorithm: ulp_compare, grad_index: 0, thresholds: {rtol: {torch.float16: 0.01}}}
   flaky_op: {skip: "vendor bug 123, fixed in CANN 9"}
 """))
-    assert specs["thresholds"]["strict"]["gross_ulp"] == 8.0
-    assert specs["thresholds"]["strict"]["gross_ulp"] != load_specs()["thresholds"]["strict"]["gross_ulp"]
+    assert specs["thresholds"]["strict"]["gross"] == 8.0
+    assert specs["thresholds"]["strict"]["gross"] != load_specs()["thresholds"]["strict"]["gross"]
     assert thresholds_for(specs, "my_matmul")["rtol"]["torch.float16"] == 0.01
     assert thresholds_for(specs, "other")["rtol"]["torch.float16"] == load_specs()["thresholds"]["rtol"]["torch.float16"]
     assert specs["apis"]["flaky_op"]["skip"].startswith("vendor bug")
@@ -44,8 +44,8 @@ def test_user_file_may_choose_an_fp64_attention_bench(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("thresholds: {strict: {gross_ulpp: 3}}", "thresholds.strict: unknown key 'gross_ulpp'"),
-    ("thresholds: {strict: {gross_ulp: big}}", "thresholds.strict.gross_ulp: expected a number"),
+    ("thresholds: {strict: {grosss: 3}}", "thresholds.strict: unknown key 'grosss'"),
+    ("thresholds: {strict: {gross: big}}", "thresholds.strict.gross: expected a number"),
     ("thresholds: {rtol: {torch.float16: 1e-3}}", "read as a string"),
     ("nonsense: 1", "unknown key 'nonsense'"),
     ("apis: {mm: {algorithm: magic}}", "apis.mm.algorithm: 'magic' is not one of"),
@@ -65,7 +65,7 @@ def test_bad_user_file_names_file_key_and_problem(tmp_path: Path, text: str, mes
 
 
 def test_bad_specs_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".yaml", my_specs="thresholds: {strict: {gross_ulpp: 3}}")
+    pytester.makefile(".yaml", my_specs="thresholds: {strict: {grosss: 3}}")
     result = pytester.runpytest("--msprobe-specs", "my_specs.yaml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--msprobe-specs:*my_specs.yaml: thresholds.strict: unknown key 'gross_ulpp'*"])
+    result.stderr.fnmatch_lines(["*--msprobe-specs:*my_specs.yaml: thresholds.strict: unknown key 'grosss'*"])
