@@ -113,7 +113,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
                           options.standard)
     if plan.hf32:
-        args = [hf32_round(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args]
+        args = [_hf32(a, ctx.requires_grad) for a in args]
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
                   device=device, name=name, want_grad=want_grad)  # --msprobe-save-error-data/-repro/-fuzz
 
@@ -250,6 +250,16 @@ def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
     """Only the outputs api_specs says are comparable (e.g. attention_out of npu_fusion_attention)."""
     selected = specs.get("forward_output_index", {}).get(api)
     return leaves if selected is None else [leaves[i] for i in selected if i < len(leaves)]
+
+
+def _hf32(value: Any, requires_grad: set[int]) -> Any:
+    """An fp32 tensor rounded to HF32, keeping its place among the inputs that require a gradient."""
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
+        return value
+    rounded = hf32_round(value)
+    if id(value) in requires_grad:
+        requires_grad.add(id(rounded))
+    return rounded
 
 
 def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Device | None) -> Any:

@@ -29,7 +29,7 @@ import torch
 from . import check, mindspore, ms_results
 from .dump import Dump, EntryName
 from .execution import (
-    RAISABLE, Device, NotCheckable, backward, hf32_round, make_side, output_leaves, pair_cotangents, plan_precision,
+    RAISABLE, Device, NotCheckable, backward, make_side, output_leaves, pair_cotangents, plan_precision,
     resolve, run_side, seed_random_apis, select_device, tensors_of,
 )
 from .inputs import TENSOR_TYPES, BuildContext, InputError, _load_saved, _shape, build, parse_dtype
@@ -122,8 +122,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
                           options.bench_precision, options.standard)
     if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes)
-        bench_args = [hf32_round(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
-                      for a in bench_args]
+        bench_args = [check._hf32(a, ctx.requires_grad) for a in bench_args]
 
     def bench_dtype(t: torch.Tensor) -> torch.dtype:
         if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):

@@ -222,3 +222,15 @@ def test_magnitude_run_is_the_api_on_absolute_values() -> None:
     assert run3 is not None and run3.role == "magnitude" and run3.side is not None
     out = run_side(run3.fn, run3.side, autocast=None, device_type="cpu", grad=False)
     assert torch.allclose(out, 0.5 * b.abs() + 2.0 * x.abs() @ w.T.abs())
+
+
+def test_hf32_rounded_conv_inputs_keep_their_gradients(write_dump) -> None:
+    """fp32 conv2d inputs are rounded to HF32 (Ascend's cube precision); their gradients are still checked."""
+    data = {"Functional.conv2d.0.forward": {
+        "input_args": [tensor("torch.float32", [2, 3, 8, 8], requires_grad=True),
+                       tensor("torch.float32", [4, 3, 3, 3], requires_grad=True)],
+        "input_kwargs": {}, "output": [tensor("torch.float32", [2, 4, 6, 6])]},
+        "Functional.conv2d.0.backward": {"input": [tensor("torch.float32", [2, 4, 6, 6])], "output": []}}
+    record = run(write_dump, data, "Functional.conv2d.0.backward")
+    assert record["status"] == "pass", record["message"]
+    assert [o["name"].rsplit(".", 1)[-1] for o in record["outputs"]] == ["0", "1"]
