@@ -128,12 +128,19 @@ def main() -> None:
     standards = args.standards.split(",")
     arms = [BY_NAME[a] for a in args.arms.split(",") if a]
     rows: list[dict] = []
+    costs: list[tuple[str, float, float, float]] = []
     started = time.time()
     for dump in dumps:
         dtype = dump_dtype(dump)
         label = dump.parent.parent.parent.name if dump.parent.name.startswith("rank") else dump.parent.name
         clean = {s: run(dump, None, s, dtype, None) for s in standards}
         base = clean[standards[0]]
+        spent = collections.Counter()
+        for rec in base.values():
+            for key, value in (rec.get("timings") or {}).items():
+                spent["third" if key.startswith("reference") else key.removesuffix("_backward_s").removesuffix("_s")] \
+                    += value
+        costs.append((label, spent["bench"], spent["third"], spent["device"]))
         for s in standards:
             for item, rec in clean[s].items():
                 if rec.get("status") != "SKIP":
@@ -158,6 +165,10 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     report(rows, standards)
+    print("\n## Cost of the third run (clean runs, first standard)\n")
+    print("| dump | bench s | third run s | third / bench | device s |\n|---|---|---|---|---|")
+    for label, bench, third, device in costs:
+        print(f"| {label} | {bench:.2f} | {third:.2f} | {third / bench if bench else 0:.2f} | {device:.2f} |")
 
 
 def report(rows: list[dict], standards: list[str]) -> None:
