@@ -29,7 +29,7 @@ FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
 
 
 def dump_dtype(path: Path) -> str:
-    """The dump's dominant float dtype (the dtype the arms apply to)."""
+    """The dump's dominant float output dtype (the dtype the arms apply to)."""
     data = json.loads(path.read_text())["data"]
     counts: collections.Counter[str] = collections.Counter()
 
@@ -43,7 +43,9 @@ def dump_dtype(path: Path) -> str:
             for value in node:
                 walk(value)
 
-    walk(data)
+    for name, entry in data.items():  # outputs: an autocast step's dtype is its kernels' output dtype
+        if name.endswith(".forward") and isinstance(entry, dict):
+            walk(entry.get("output"))
     return counts.most_common(1)[0][0] if counts else "torch.float32"
 
 
