@@ -25,9 +25,12 @@ the same way, and msprobe's own tools read it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -83,21 +86,35 @@ class _Writer:
         self.files: list[str] = []
 
     def leaf(self, t: Any, data_name: str, requires_grad: bool = False, type_name: str = "torch.Tensor") -> dict:
-        import torch
-
         enc: dict[str, Any] = {"type": type_name if type_name in TENSOR_TYPES else "torch.Tensor",
                                "dtype": str(t.dtype), "shape": list(t.shape), **_stats(t),
                                "requires_grad": bool(requires_grad)}
         if t.numel() == 0:
             return enc  # msprobe saves no file for an empty tensor; its statistics rebuild it
-        self.tensor_dir.mkdir(parents=True, exist_ok=True)
-        path = self.tensor_dir / data_name
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(t.detach().cpu().contiguous().clone(), tmp)
-        os.replace(tmp, path)
+        self.store(t.detach().cpu().contiguous().clone(), data_name)
         self.files.append(data_name)
         enc["data_name"] = data_name
         return enc
+
+    def store(self, t: Any, data_name: str) -> None:
+        import torch
+
+        self.tensor_dir.mkdir(parents=True, exist_ok=True)
+        path = self.tensor_dir / data_name
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(t, tmp)
+        os.replace(tmp, path)
+
+
+class _Memory(_Writer):
+    """Keeps the tensors by data name instead of writing them (a repro script embeds them)."""
+
+    def __init__(self) -> None:
+        super().__init__(Path())
+        self.tensors: dict[str, Any] = {}
+
+    def store(self, t: Any, data_name: str) -> None:
+        self.tensors[data_name] = t
 
 
 def _enc_leaf_count(enc: Any) -> int:
@@ -141,10 +158,36 @@ def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: P
 
     if "args" not in captured:
         return None  # failed before its inputs existed (nothing to save)
+    writer = _Writer(folder)
+    entries, index = _item_entries(dump, entry_name, captured, writer, outputs=True)
+    return {"entries": entries, "files": writer.files, "index": index,
+            "forward_from": parse_entry_name(entry_name).direction,
+            "task": "overflow_check" if captured.get("mode") == "overflow_check" else "tensor"}
+
+
+def inputs_in_memory(dump: Any, entry_name: str,
+                     captured: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(dump entries, tensors by data name) of one item's inputs as its check built them, and of a
+    backward item's recorded gradients: saved error data without the outputs, kept in memory (what a
+    repro script replays through `temporary_dump`). None when the check failed before its inputs existed."""
+    if "args" not in captured:
+        return None
+    writer = _Memory()
+    entries, _ = _item_entries(dump, entry_name, captured, writer, outputs=False)
+    return entries, writer.tensors
+
+
+def _item_entries(dump: Any, entry_name: str, captured: Mapping[str, Any], writer: _Writer,
+                  outputs: bool) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The item's dump entries with its tensors handed to `writer`, and the data names by group.
+
+    `outputs`: also the device outputs (gradients) and the bench's; otherwise the recorded outputs stay
+    as statistics only (the check reads nothing but their dtypes)."""
+    from .dump import parse_entry_name
+
     name = parse_entry_name(entry_name)
     fwd_name, bwd_name = f"{name.full_name}.forward", f"{name.full_name}.backward"
     forward = dump.entry(fwd_name) if isinstance(dump.entry(fwd_name), dict) else {}
-    writer = _Writer(folder)
     requires_grad = captured.get("requires_grad") or set()
     index: dict[str, list[str]] = {}
 
@@ -163,22 +206,22 @@ def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: P
     args = _encode(captured["args"], args_enc, in_prefix, saver("inputs", True))
     kwargs = {k: _encode(v, kwargs_enc.get(k), f"{in_prefix}.{k}", saver("inputs", True))
               for k, v in captured["kwargs"].items()}
-    fwd_entry: dict[str, Any] = {"input_args": args, "input_kwargs": kwargs, "output": forward.get("output", [])}
+    fwd_entry: dict[str, Any] = {"input_args": args, "input_kwargs": kwargs,
+                                 "output": _statistics_only(forward.get("output", []))}
     entries: dict[str, Any] = {fwd_name: fwd_entry}
-    if name.direction == "forward" and "out_d" in captured:
+    if outputs and name.direction == "forward" and "out_d" in captured:
         fwd_entry["output"] = _encode(captured["out_d"], forward.get("output"), f"{fwd_name}.output",
                                       saver("device_outputs"))
-        bench = writer_bench(writer, captured["out_b"], f"{fwd_name}.output.bench")
-        index["bench_outputs"] = bench
+        index["bench_outputs"] = writer_bench(writer, captured["out_b"], f"{fwd_name}.output.bench")
     if name.direction == "backward":
         backward = dump.entry(bwd_name) if isinstance(dump.entry(bwd_name), dict) else {}
         cot = captured.get("cotangents") or []
         raw = backward.get("input")
         bwd_entry: dict[str, Any] = {"input": _encode(cot, raw if isinstance(raw, list) else None,
                                                       f"{bwd_name}.input", saver("cotangents")),
-                                     "output": backward.get("output", [])}
+                                     "output": _statistics_only(backward.get("output", []))}
         positions = captured.get("positions")
-        if "compared_device" in captured and positions is not None:
+        if outputs and "compared_device" in captured and positions is not None:
             slots = sum(1 for v in _leaves([captured["args"], captured["kwargs"]]) if _is_tensor(v))
             grads: list[Any] = [None] * max(slots, max(positions, default=-1) + 1)
             on_grad = saver("device_grads")
@@ -188,8 +231,16 @@ def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: P
             index["bench_grads"] = writer_bench(writer, captured["compared_bench"], f"{bwd_name}.output.bench",
                                                 positions)
         entries[bwd_name] = bwd_entry
-    return {"entries": entries, "files": writer.files, "index": index, "forward_from": name.direction,
-            "task": "overflow_check" if captured.get("mode") == "overflow_check" else "tensor"}
+    return entries, index
+
+
+def _statistics_only(enc: Any) -> Any:
+    """A recorded encoding without its tensor file names (they belong to the source dump's folder)."""
+    if isinstance(enc, list):
+        return [_statistics_only(e) for e in enc]
+    if isinstance(enc, dict):
+        return {k: _statistics_only(v) for k, v in enc.items() if k not in ("data_name", "datapath")}
+    return enc
 
 
 def _is_tensor(v: Any) -> bool:
@@ -205,6 +256,36 @@ def writer_bench(writer: _Writer, values: Any, prefix: str, positions: list[int]
             k = positions[i] if positions is not None and i < len(positions) else i
             names.append(writer.leaf(v, f"{prefix}.{k}.pt")["data_name"])
     return names
+
+
+@contextlib.contextmanager
+def temporary_dump(entries: Mapping[str, Any], tensors: Mapping[str, Any] | None = None,
+                   files: Mapping[str, Path] | None = None, prefix: str = "msprobe_") -> Iterator[Any]:
+    """`entries` as a `task: tensor` dump in a temporary folder (`tensors` saved and `files` copied under
+    their data names), for a check of one call on given inputs (fuzz examples, repro scripts). The folder
+    is removed, and forgotten by the dump cache, when the block ends."""
+    import torch
+
+    from .dump import _CACHE, load_dump
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        folder = Path(tmp)
+        tensor_dir = folder / "dump_tensor_data"
+        tensor_dir.mkdir()
+        for data_name, t in (tensors or {}).items():
+            torch.save(t, tensor_dir / data_name)
+        for data_name, source in (files or {}).items():
+            target = tensor_dir / data_name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+        doc = {"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": str(tensor_dir),
+               "data": dict(entries)}
+        (folder / "dump.json").write_text(json.dumps(doc, allow_nan=True), encoding="utf-8")
+        try:
+            yield load_dump(folder / "dump.json")
+        finally:
+            for key in [k for k in _CACHE if k[0].startswith(str(folder.resolve()))]:
+                del _CACHE[key]
 
 
 # ----------------------------------------------------------------------------- the shared files (controller)

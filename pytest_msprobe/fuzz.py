@@ -25,11 +25,8 @@ and failure, alone or under xdist.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shlex
-import shutil
-import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -418,37 +415,24 @@ class FuzzItem(pytest.Item):
 
         def run(example: dict) -> tuple[dict, dict, Any]:
             from . import capture
-            from .dump import _CACHE
+            from .errordata import temporary_dump
 
-            import torch
-
-            with tempfile.TemporaryDirectory(prefix="msprobe_fuzz_") as tmp:
-                folder = Path(tmp)
-                (folder / "dump_tensor_data").mkdir()
-                args = entry.get("input_args") or []
-                kwargs = entry.get("input_kwargs") or {}
-                for i, (path, leaf, space) in enumerate(spaces):
-                    data_name = f"fuzz.{i}.pt"
-                    torch.save(materialize(space, example[space.where]), folder / "dump_tensor_data" / data_name)
-                    if path[0] == "input_args":
-                        args = _replace(args, path[1:], {**leaf, "data_name": data_name})
-                    else:
-                        kwargs = _replace(kwargs, path[1:], {**leaf, "data_name": data_name})
-                new_entry = {**entry, "input_args": args, "input_kwargs": kwargs}
-                for data_name in _data_names([args, kwargs]):  # saved tensors that are not fuzzed come along
-                    source = dump.tensor_dir / data_name
-                    if not data_name.startswith("fuzz.") and source.is_file() and ".." not in Path(data_name).parts:
-                        target = folder / "dump_tensor_data" / data_name
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(source, target)
-                doc = {"task": "tensor", "level": "L1", "framework": "pytorch",
-                       "dump_data_dir": str(folder / "dump_tensor_data"), "data": {self.target: new_entry}}
-                (folder / "dump.json").write_text(json.dumps(doc, allow_nan=True))
-                example_dump = load_dump(folder / "dump.json")
-                with capture.capturing() as captured:
-                    record = check_entry(example_dump, self.target, options, specs)
-                for key in [k for k in _CACHE if k[0].startswith(str(folder.resolve()))]:
-                    del _CACHE[key]
+            args = entry.get("input_args") or []
+            kwargs = entry.get("input_kwargs") or {}
+            drawn = {}
+            for i, (path, leaf, space) in enumerate(spaces):
+                data_name = f"fuzz.{i}.pt"
+                drawn[data_name] = materialize(space, example[space.where])
+                if path[0] == "input_args":
+                    args = _replace(args, path[1:], {**leaf, "data_name": data_name})
+                else:
+                    kwargs = _replace(kwargs, path[1:], {**leaf, "data_name": data_name})
+            saved = {n: dump.tensor_dir / n for n in _data_names([args, kwargs])  # tensors not fuzzed come along
+                     if not n.startswith("fuzz.") and ".." not in Path(n).parts and (dump.tensor_dir / n).is_file()}
+            new_entry = {**entry, "input_args": args, "input_kwargs": kwargs}
+            with temporary_dump({self.target: new_entry}, drawn, saved, prefix="msprobe_fuzz_") as example_dump, \
+                    capture.capturing() as captured:
+                record = check_entry(example_dump, self.target, options, specs)
             return record, captured, example_dump
 
         @hypothesis.settings(max_examples=n, database=None, deadline=None, derandomize=False, print_blob=False,

@@ -1,33 +1,41 @@
-"""`--msprobe-repro DIR`: one standalone Python script per failing item (REFERENCE §9.3, op_generate).
+"""`--msprobe-repro DIR`: one Python script per failing item, which reruns it with the plugin's own check.
 
-The script is a template: a JSON `SPEC` (the call, the precision plan, the thresholds and the numbers
-the item reported), the inputs, and `repro_runtime.py` copied verbatim (torch only; torch_npu on an
-NPU host, `bench_functions` for `NPU.*` ops). It never imports pytest_msprobe.
+The check logic is written once. A script holds the item's inputs as its check built them (after
+msprobe's dtype fixes and HF32 rounding; a backward item's recorded gradients too) in the form of
+saved error data (`errordata.inputs_in_memory`: dump entries whose tensors have data names), the
+check options and the numbers the item reported. Run, it writes them as a one-item `task: tensor`
+dump in a temporary folder and calls `pytest_msprobe.check.check_entry` on it, the function every
+item runs: the device call, the bench, the third run and the standard's verdict are the plugin's.
+So it needs pytest-msprobe installed (torch_npu on an NPU host, the `--msprobe-kernels` module when
+the item substituted a kernel).
 
-* Inputs are the tensors both sides got (after msprobe's dtype fixes and HF32 rounding). Up to
-  `EMBED_LIMIT` bytes they are embedded (a base64 `torch.save` blob); larger ones go to
+* Up to `EMBED_LIMIT` bytes of tensors are embedded (a base64 `torch.save` blob); larger ones go to
   `<script>.pt` beside the script, loaded with `weights_only=True`.
-* "The same numbers" means, per compared output: cosine, max abs error, 双百/双千/双万, the binary
-  error rate, the worst element (index, device and bench values, errors), the Layer-1 status, and
-  under `strict` every statistic strict judged by (max/mean error in ULPs, the reference's, the noise
-  floor, the bias z-scores and sizes) and its verdict; plus the item's status. The script prints
-  them, compares them with the item's record (embedded) and says whether they are the same. The
-  Layer-2 verdicts of msprobe's new standard other than binary consistency are shown as recorded.
+* It prints the failure table the item printed, then compares every number of the new record with
+  the item's (per output: Layer-1 metrics, the worst element, the standard's statistics and
+  comparison cells, status and verdict; the item's status) and says whether they are the same;
+  `--json` prints the record as one JSON object. Exit status 1 when the verdict is `error`, so the
+  script doubles as the check of a fix.
 
 The worker that ran the item writes its script (unique name per item), so nothing is shared.
 """
 from __future__ import annotations
 
+import argparse
 import base64
+import dataclasses
 import io
 import json
 import math
 import re
+import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 EMBED_LIMIT = 256 * 1024  # bytes of tensor data embedded in the script; the rest goes to <script>.pt
-RUNTIME = Path(__file__).with_name("repro_runtime.py")
+# what the script compares per output: everything the item's verdict rests on
+COMPARED = ("status", "verdict", "algorithm", "device_dtype", "bench_dtype", "shape", "metrics", "worst",
+            "reference", "compare")
 
 
 def script_name(nodeid: str) -> str:
@@ -38,99 +46,21 @@ def script_name(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", stem).strip("_") + ".py"
 
 
-class _Encoder:
-    def __init__(self) -> None:
-        self.tensors: dict[str, Any] = {}
-        self.ids: dict[int, str] = {}
+def build_spec(dump: Any, entry_name: str, captured: Mapping[str, Any], record: Mapping[str, Any], options: Any,
+               nodeid: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(SPEC, tensors by data name) of one item from what its check stashed; None without inputs."""
+    from .errordata import inputs_in_memory
 
-    def tensor(self, t: Any) -> str:
-        key = self.ids.get(id(t))
-        if key is None:
-            key = self.ids[id(t)] = f"t{len(self.ids)}"
-            self.tensors[key] = t.detach().cpu().clone()
-        return key
-
-    def value(self, v: Any) -> Any:
-        import torch
-
-        from .inputs import DeviceArg
-
-        if isinstance(v, torch.Tensor):
-            return {"__tensor__": self.tensor(v)}
-        if isinstance(v, torch.Size):
-            return {"__size__": list(v)}
-        if isinstance(v, list):
-            return [self.value(x) for x in v]
-        if isinstance(v, tuple):
-            return {"__tuple__": [self.value(x) for x in v]}
-        if isinstance(v, dict):
-            return {"__dict__": {str(k): self.value(x) for k, x in v.items()}}
-        if isinstance(v, float) and not math.isfinite(v):
-            return {"__float__": repr(v)}
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        if isinstance(v, slice):
-            return {"__slice__": [v.start, v.stop, v.step]}
-        if v is Ellipsis:
-            return {"__ellipsis__": True}
-        if isinstance(v, torch.dtype):
-            return {"__dtype__": str(v).split(".")[1]}
-        if isinstance(v, torch.memory_format):
-            return {"__memory_format__": str(v).split(".")[1]}
-        if isinstance(v, DeviceArg):
-            return {"__device__": v.recorded}
-        if type(v).__module__ == "numpy" and hasattr(v, "dtype") and hasattr(v, "shape"):
-            return {"__ndarray__": self.tensor(torch.from_numpy(v))}
-        if hasattr(v, "item") and type(v).__module__ == "numpy":  # numpy scalar
-            return v.item()
-        raise TypeError(f"cannot write a {type(v).__name__} argument into a repro script")
-
-
-def build_spec(captured: Mapping[str, Any], record: Mapping[str, Any], options: Any,
-               specs: Mapping[str, Any], nodeid: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(SPEC, tensors) of one item from what its check stashed."""
-    from .specs import api_settings, thresholds_for
-
-    name = captured["name"]
-    enc = _Encoder()
-    args = enc.value(list(captured["args"]))
-    kwargs = {str(k): enc.value(v) for k, v in captured["kwargs"].items()}
-    cotangents = enc.value(list(captured.get("cotangents") or []))
-    requires_grad = [key for obj_id, key in enc.ids.items() if obj_id in (captured.get("requires_grad") or ())]
-    plan = captured["plan"]
-    api = name.api_name
-    user = api_settings(specs, api)
-    th = thresholds_for(specs, api)
+    saved = inputs_in_memory(dump, entry_name, captured)
+    if saved is None:
+        return None
+    entries, tensors = saved
     spec = {
-        "item": nodeid, "api": name.full_name, "api_type": name.api_type, "api_name": api,
-        "direction": name.direction, "bench_name": specs.get("aliases", {}).get(api, api),
-        "device": captured["device"].name, "seed": record["seed"], "standard": options.standard,
-        "plan": {"raise_to": None if plan.raise_to is None else str(plan.raise_to),
-                 "autocast": None if plan.autocast is None else str(plan.autocast), "hf32": bool(plan.hf32)},
-        "args": args, "kwargs": kwargs, "cotangents": cotangents, "requires_grad": requires_grad,
-        "grad_index": user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api)),
-        "selected_outputs": specs.get("forward_output_index", {}).get(api),
-        "npu_postprocess": name.api_type == "NPU", "dropout": api in specs.get("dropout_apis", []),
-        "reference_device": options.reference_device, "perturbed_runs": _perturbed_runs(),
-        "kernels": getattr(options, "kernels", None) if record.get("kernel") else None,  # --msprobe-kernels
-        "thresholds": {"layer1": th["layer1"], "rel_err_eps": th["rel_err_eps"], "strict": th["strict"],
-                       "dropout": th["dropout"], "thousandth_verdict": th["thousandth_verdict"]},
-        "expected": {"status": record.get("status"), "message": str(record.get("message") or "")[:2000],
-                     "outputs": [_expected(o) for o in record.get("outputs") or ()]},
+        "item": nodeid, "entry": entry_name, "entries": entries, "options": dataclasses.asdict(options),
+        "expected": {"status": record.get("status"), "seed": record.get("seed"), "device": record.get("device"),
+                     "outputs": [{k: out.get(k) for k in ("name", *COMPARED)} for out in record.get("outputs") or ()]},
     }
-    return spec, enc.tensors
-
-
-def _perturbed_runs() -> int:
-    from .check import PERTURBED_RUNS
-
-    return PERTURBED_RUNS
-
-
-def _expected(out: Mapping[str, Any]) -> dict[str, Any]:
-    keep = ("name", "status", "verdict", "algorithm", "device_dtype", "bench_dtype", "shape", "metrics", "worst",
-            "reference", "compare")
-    return {k: out.get(k) for k in keep}
+    return spec, tensors
 
 
 def render(spec: Mapping[str, Any], tensors: Mapping[str, Any], script: Path) -> str:
@@ -160,21 +90,25 @@ def render(spec: Mapping[str, Any], tensors: Mapping[str, Any], script: Path) ->
     else:
         spec_literal = f"json.loads(r'''{spec_json}''')"
     blob_lines = "\n".join(f"    {blob[i:i + 100]!r}" for i in range(0, len(blob), 100)) or "    ''"
-    expected = spec["expected"]
-    header = f'''#!/usr/bin/env python3
-"""Standalone reproducer of {spec["api"]}.{spec["direction"]}, written by pytest-msprobe --msprobe-repro.
+    options, expected = spec["options"], spec["expected"]
+    return f'''#!/usr/bin/env python3
+"""Reproducer of {spec["entry"]}, written by pytest-msprobe --msprobe-repro.
 
 Item:     {spec["item"]}
-Reported: {expected["status"]} under the `{spec["standard"]}` standard (seed {spec["seed"]}, device {spec["device"]})
+Reported: {expected["status"]} under the `{options["standard"]}` standard (seed {expected["seed"]}, device {expected["device"]})
 
-Run:  python {script.name}               # prints the metrics and the verdict; exit status 1 on error
+Run:  python {script.name}               # prints the numbers and the verdict; exit status 1 on error
       python {script.name} --device cpu  # another device under test
-      python {script.name} --json        # the numbers as one JSON object
-Needs only torch (torch_npu on an NPU host; bench_functions for NPU.* ops), not pytest-msprobe.
-Edit SPEC or the runtime below to experiment with the call.
+      python {script.name} --json        # the item's record as one JSON object
+It runs pytest-msprobe's own check (pytest_msprobe.check.check_entry) on the inputs below, so
+pytest-msprobe must be installed. Edit SPEC (the call's entries, the options) to experiment.
 """
 import base64
 import json
+import os
+import sys
+
+from pytest_msprobe.repro import main
 
 SPEC = {spec_literal}
 
@@ -182,25 +116,107 @@ TENSOR_BLOB = (
 {blob_lines}
 )
 TENSORS_FILE = {tensors_file!r}  # larger inputs, beside this script
-'''
-    footer = '''
 
 if __name__ == "__main__":
-    sys.exit(main(SPEC, load_tensors("".join(TENSOR_BLOB), TENSORS_FILE, os.path.dirname(os.path.abspath(__file__)))))
+    sys.exit(main(SPEC, "".join(TENSOR_BLOB), TENSORS_FILE, os.path.dirname(os.path.abspath(__file__))))
 '''
-    return header + "\n" + RUNTIME.read_text(encoding="utf-8") + footer
 
 
-def write_script(folder: Path, captured: Mapping[str, Any], record: Mapping[str, Any], options: Any,
-                 specs: Mapping[str, Any], nodeid: str, name: str | None = None) -> Path | None:
+def write_script(folder: Path, dump: Any, entry_name: str, captured: Mapping[str, Any], record: Mapping[str, Any],
+                 options: Any, nodeid: str, name: str | None = None) -> Path | None:
     """Write the repro of one item; None when the check failed before its inputs existed."""
-    if "args" not in captured or "plan" not in captured:
+    if "plan" not in captured:
+        return None
+    built = build_spec(dump, entry_name, captured, record, options, nodeid)
+    if built is None:
         return None
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / (name or script_name(nodeid))
-    spec, tensors = build_spec(captured, record, options, specs, nodeid)
-    text = render(spec, tensors, script)
+    text = render(*built, script)
     tmp = script.with_name(f".{script.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(script)
     return script
+
+
+# ----------------------------------------------------------------------------- in the script
+
+
+def load_tensors(blob: str, file_name: str | None, here: str) -> dict[str, Any]:
+    import torch
+
+    tensors: dict[str, Any] = {}
+    if blob:
+        tensors.update(torch.load(io.BytesIO(base64.b64decode(blob)), map_location="cpu", weights_only=True))
+    if file_name:
+        tensors.update(torch.load(Path(here) / file_name, map_location="cpu", weights_only=True))
+    return tensors
+
+
+def rerun(spec: Mapping[str, Any], tensors: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
+    """The item's record, from check_entry on its saved inputs with its options (`device` replaces its device)."""
+    import torch
+
+    from .check import check_entry
+    from .errordata import temporary_dump
+    from .settings import CheckOptions
+    from .specs import load_specs
+
+    options = CheckOptions(**{**spec["options"], "data_mode": "real"})
+    if device:
+        options = dataclasses.replace(options, device=device, device_index=None)
+    torch.set_num_threads(options.threads)  # as every process that runs items (CPU reductions depend on it)
+    specs = load_specs(user_file=options.specs_file)
+    with temporary_dump(spec["entries"], tensors, prefix="msprobe_repro_") as dump:
+        record = check_entry(dump, spec["entry"], options, specs)
+    record["standard"] = options.standard
+    return record
+
+
+def differences(record: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
+    """What differs from the numbers the item reported (empty: the same)."""
+    found = []
+    if record.get("status") != expected.get("status"):
+        found.append(f"status {record.get('status')}, item {expected.get('status')}")
+    mine = {o["name"]: o for o in record.get("outputs") or ()}
+    theirs = {o["name"]: o for o in expected.get("outputs") or ()}
+    if list(mine) != list(theirs):
+        found.append(f"outputs {list(mine)}, item {list(theirs)}")
+    for name in mine.keys() & theirs.keys():
+        for key in COMPARED:
+            found += [f"{name} {path}: {a!r}, item {b!r}"
+                      for path, a, b in _unequal(mine[name].get(key), theirs[name].get(key), key)]
+    return found
+
+
+def _unequal(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
+    """Leaves of two JSON-like values that differ (numbers to 1e-9 relative: BLAS sums may run in another order)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return [d for k in dict.fromkeys([*a, *b]) for d in _unequal(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _unequal(x, y, f"{path}[{i}]")]
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        same = a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+        return [] if same else [(path, a, b)]
+    return [] if a == b else [(path, a, b)]
+
+
+def main(spec: Mapping[str, Any], blob: str, tensors_file: str | None, here: str,
+         argv: Sequence[str] | None = None) -> int:
+    """What a repro script runs: the item again, its numbers, and whether they are the item's."""
+    from .report import format_failure
+
+    parser = argparse.ArgumentParser(description=f"Rerun {spec['entry']} ({spec['item']}) as pytest-msprobe ran it.")
+    parser.add_argument("--device", default=None, help=f"device under test (default: {spec['options']['device']})")
+    parser.add_argument("--json", action="store_true", help="print the item's record as one JSON object")
+    opts = parser.parse_args(argv)
+    record = rerun(spec, load_tensors(blob, tensors_file, here), opts.device)
+    found = differences(record, spec["expected"])
+    record.update(same_as_item=not found, differences=found)
+    if opts.json:
+        print(json.dumps(record, allow_nan=True, default=str))
+    else:
+        print(format_failure(record, f"python {Path(sys.argv[0]).name}"))
+        print(f"verdict: {record['status']} (the item reported {spec['expected']['status']})")
+        print("same numbers as the item: " + ("yes" if not found else "NO\n  " + "\n  ".join(found)))
+    return 1 if record["status"] == "error" else 0

@@ -133,12 +133,13 @@ class Triage:
             record["error_data"] = saved
 
     def _repro(self, item: Any, record: dict[str, Any], captured: dict[str, Any], folder: Path) -> None:
+        from .dump import load_dump
         from .repro import write_script
-        from .specs import load_specs
 
         settings = item.config.stash[SETTINGS_KEY]
-        specs = load_specs(user_file=settings.check_options.specs_file)
-        script = write_script(folder, captured, record, settings.check_options, specs, item.nodeid)
+        dump = captured.get("dump") or load_dump(item.path)
+        script = write_script(folder, dump, captured.get("entry_name", item.name), captured, record,
+                              settings.check_options, item.nodeid)
         if script is not None:
             record["repro"] = str(script)
 
