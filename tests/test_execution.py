@@ -234,3 +234,17 @@ def test_hf32_rounded_conv_inputs_keep_their_gradients(write_dump) -> None:
     record = run(write_dump, data, "Functional.conv2d.0.backward")
     assert record["status"] == "pass", record["message"]
     assert [o["name"].rsplit(".", 1)[-1] for o in record["outputs"]] == ["0", "1"]
+
+
+def test_strict_judges_what_layer1_cannot_compare(write_dump) -> None:
+    """int16 outputs are compared exactly, empty outputs of the recorded shape pass, complex ones skip."""
+    data = {"Tensor.short.0.forward": {"input_args": [tensor("torch.float32", [4, 8], mx=100.0, mn=-100.0)],
+                                       "input_kwargs": {}, "output": [tensor("torch.int16", [4, 8])]},
+            "Torch.polar.0.forward": {"input_args": [tensor("torch.float32", [4], mx=2.0, mn=0.5), tensor()],
+                                      "input_kwargs": {}, "output": [tensor("torch.complex64", [4])]}}
+    data["Torch.polar.0.forward"]["input_args"][1]["shape"] = [4]
+    short = run(write_dump, data, "Tensor.short.0.forward", standard="strict")
+    assert short["status"] == "pass" and short["outputs"][0]["verdict_message"] == "compared exactly"
+    assert short["outputs"][0]["status"] == "error"  # msprobe's Layer 1: int16 "cannot compare"
+    polar = run(write_dump, data, "Torch.polar.0.forward", standard="strict")
+    assert polar["status"] == "SKIP" and "complex output" in polar["message"]
