@@ -209,7 +209,7 @@ def _block(flat: dict[str, np.ndarray], s: slice, size: int, device_dtype: str, 
     counts = np.diff(np.append(starts, b.size))
     if "t" in flat:
         scale = np.maximum(scale, rules["torch_factor"] * err_t)
-        if kind == "reduction":
+        if kind in ("reduction", "contraction"):  # a contraction with a torch run: another summation order
             rms = np.sqrt(np.add.reduceat(err_t * err_t, starts) / counts)
             scale = np.maximum(scale, rules["row_factor"] * np.repeat(rms, counts))
     if "mag" in flat:
