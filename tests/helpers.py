@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,38 @@ def by_api(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def api_records(pytester: pytest.Pytester, out: str = "msprobe_results") -> dict[str, dict[str, Any]]:
     return by_api(records(pytester, out))
+
+
+# A torch-function mode that replaces the torch functions of IMPLS ({F.gelu: fn(orig, *args, **kwargs)});
+# the code that uses it defines IMPLS.
+DEVICE_MODE = """
+from torch.overrides import TorchFunctionMode
+
+
+class DeviceSide(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        impl = IMPLS.get(func)
+        return func(*args, **(kwargs or {})) if impl is None else impl(func, *args, **(kwargs or {}))
+"""
+
+_DEVICE_CALL_HOOK = """
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_msprobe_device_call(phase):
+    if phase != "forward":  # the backward runs the autograd graph of the replaced forward
+        return (yield)
+    with DeviceSide():
+        return (yield)
+"""
+
+
+def device_side_conftest(impls: str) -> str:
+    """A conftest whose replacements (`impls` defines IMPLS) apply only inside the device call of each item.
+
+    Only the device side sees them, as with a real device's kernel: the bench and strict's torch run
+    (torch's own kernel on the CPU in the device dtype) keep torch's, so a replacement that also reached
+    them would be judged against itself.
+    """
+    return textwrap.dedent(impls) + DEVICE_MODE + _DEVICE_CALL_HOOK

@@ -22,7 +22,7 @@ import pytest
 from pytest_msprobe import __main__ as cli
 from pytest_msprobe import baseline, devices, shard
 from pytest_msprobe.report import read_jsonl
-from tests.helpers import EXAMPLES, copy_dump, make_dump, tensor
+from tests.helpers import EXAMPLES, copy_dump, device_side_conftest, make_dump, tensor
 
 pytest.importorskip("xdist")
 
@@ -33,22 +33,18 @@ VOLATILE = ("timings", "duration_s")
 LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
 XDIST = ("-n", "2", "-p", "xdist", *LEAN)
 
-# Corrupts the fp32 (device-side) gelu result while PLANT_BUG is set: a failure that can be "fixed".
-PLANTED_BUG = """
-import os
-import torch.nn.functional as F
-_gelu = F.gelu
-def gelu(x, *a, **k):
-    y = _gelu(x, *a, **k)
-    return y * 1.05 if os.environ.get("PLANT_BUG") and str(y.dtype) == "torch.float32" else y
-F.gelu = gelu
-def pytest_unconfigure():
-    F.gelu = _gelu
-"""
+# Corrupts the device's gelu result (inside the device call only) while PLANT_BUG is set: a failure
+# that can be "fixed".
+PLANTED_BUG = device_side_conftest("""
+    import os
+    import torch.nn.functional as F
 
+    def gelu(orig, x, *a, **k):
+        y = orig(x, *a, **k)
+        return y * 1.05 if os.environ.get("PLANT_BUG") else y
 
-
-
+    IMPLS = {F.gelu: gelu}
+""")
 
 
 def relu_dump(pytester: pytest.Pytester, count: int, name: str = "d") -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import (
-    EXAMPLES, SHARED_DUMPS, by_api, copy_dump, make_dump, records, shared_dump_dirs, tensor,
+    EXAMPLES, SHARED_DUMPS, by_api, copy_dump, device_side_conftest, make_dump, records, shared_dump_dirs, tensor,
 )
 
 TENSOR_EXAMPLE = EXAMPLES / "mlp_fp32_tensor" / "step0" / "rank0"
@@ -129,24 +129,16 @@ def test_bf16_warning_is_visible_and_can_fail(pytester: pytest.Pytester) -> None
     pytester.runpytest(str(dump), "--msprobe-standard", "msprobe").assert_outcomes(passed=1)
 
 
-def corrupt_gelu(pytester: pytest.Pytester, dtype: str) -> None:
-    """A conftest whose F.gelu is 5% off for outputs of `dtype` (the device side; the raised bench is not)."""
-    pytester.makeconftest(f"""
-        import torch
+def corrupt_gelu(pytester: pytest.Pytester) -> None:
+    """A conftest whose F.gelu is 5% off inside the device call (the bench and strict's torch run are not)."""
+    pytester.makeconftest(device_side_conftest("""
         import torch.nn.functional as F
-        _gelu = F.gelu
-        def gelu(x, *a, **k):
-            y = _gelu(x, *a, **k)
-            return y * 1.05 if y.dtype == torch.{dtype} else y
-        F.gelu = gelu
-        def pytest_unconfigure():
-            F.gelu = _gelu
-    """)
+        IMPLS = {F.gelu: lambda orig, x, *a, **k: orig(x, *a, **k) * 1.05}
+    """))
 
 
 def test_planted_bug_fails_with_readable_report(pytester: pytest.Pytester) -> None:
-    # The device runs gelu in fp32, the bench in fp64: corrupt only the fp32 result.
-    corrupt_gelu(pytester, "float32")
+    corrupt_gelu(pytester)  # the device runs gelu in fp32, the bench in fp64
     dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", shape=[32, 32], mx=3.0, mn=0.5)})
     result = pytester.runpytest(str(dump))
     result.assert_outcomes(failed=1)
@@ -213,8 +205,10 @@ def test_npu_device_without_torch_npu_skips_clearly(pytester: pytest.Pytester) -
 def test_xdist_gives_the_same_records_and_one_set_of_files(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
-    pytester.runpytest(str(dump), "--msprobe-out", "serial")
-    result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "-n", "2", "-p", "xdist")
+    # msprobe's standard: its run also writes the api_precision_compare pair
+    pytester.runpytest(str(dump), "--msprobe-out", "serial", "--msprobe-standard", "msprobe")
+    result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "-n", "2", "-p", "xdist",
+                                           "--msprobe-standard", "msprobe")
     assert result.ret in (0, 1), result.stdout.str()
     serial, parallel = records(pytester, "serial"), records(pytester, "parallel")
     strip = ("timings",)
@@ -237,7 +231,7 @@ def test_shared_pytorch_dumps_run_without_crash_type_errors(pytester: pytest.Pyt
 
 
 def test_bench_precision_option_raises_the_bench_and_reruns_with_it(pytester: pytest.Pytester) -> None:
-    corrupt_gelu(pytester, "bfloat16")  # the device side; the bench runs in fp32 or fp64
+    corrupt_gelu(pytester)  # the device side; the bench runs in fp32 or fp64
     dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", "torch.bfloat16", [32, 32], mx=3.0, mn=0.5)})
     pytester.runpytest(str(dump), "--msprobe-out", "auto").assert_outcomes(failed=1)
     assert records(pytester, "auto")[0]["outputs"][0]["bench_dtype"] == "torch.float32"

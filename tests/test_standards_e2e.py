@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EXAMPLES, SHARED_DUMPS, by_api, copy_dump, make_dump, records, tensor
+from tests.helpers import EXAMPLES, SHARED_DUMPS, by_api, copy_dump, device_side_conftest, make_dump, records, tensor
 
 BF16 = EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0"
 FP32_TENSOR = EXAMPLES / "mlp_fp32_tensor" / "step0" / "rank0"
@@ -30,32 +30,29 @@ def test_strict_has_no_false_alarm_on_correct_cpu_kernels(pytester: pytest.Pytes
 
 
 def test_strict_catches_a_truncating_kernel_that_original_only_warns_about(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest("""
+    pytester.makeconftest(device_side_conftest("""
         import torch
         import torch.nn.functional as F
-        _gelu = F.gelu
-        def gelu(x, *a, **k):
-            y = _gelu(x, *a, **k)
-            if y.dtype != torch.bfloat16:
-                return y
-            exact = _gelu(x.float(), *a, **k)          # the device truncates instead of rounding
-            return (exact.view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
-        F.gelu = gelu
-        def pytest_unconfigure():
-            F.gelu = _gelu
-    """)
+
+        def gelu(orig, x, *a, **k):  # the device truncates instead of rounding
+            exact = orig(x.float(), *a, **k)
+            return (exact.view(torch.int32) & -65536).view(torch.float32).to(x.dtype)
+
+        IMPLS = {F.gelu: gelu}
+    """))
     data = {"Functional.gelu.0.forward": {"input_args": [tensor("torch.bfloat16", [64, 64], mx=3.0, mn=-3.0)],
                                           "input_kwargs": {}, "output": [tensor("torch.bfloat16", [64, 64])]}}
     dump = make_dump(pytester, data)
     result = pytester.runpytest(str(dump), "--msprobe-standard", "strict")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*towards or away from zero*"])
+    result.stdout.fnmatch_lines(["*biased towards zero*"])
     assert pytester.runpytest(str(dump), "--msprobe-standard", "original").ret == 0  # a Warning at most
 
 
 def test_three_way_run_writes_api_precision_compare_files(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, FP32_TENSOR, "mlp")
-    result = pytester.runpytest(str(dump), "--msprobe-reference", "cpu", "--msprobe-device", "cpu")
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-reference", "cpu",
+                                "--msprobe-device", "cpu")
     assert result.ret == 0, result.stdout.str()
     recs = by_api(records(pytester))
     linear = recs["Functional.linear.0.forward"]["outputs"][0]
@@ -75,7 +72,7 @@ def test_three_way_run_writes_api_precision_compare_files(pytester: pytest.Pytes
 
 def test_without_reference_benchmark_apis_fall_back_to_layer1_and_say_so(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, FP32_TENSOR, "mlp")
-    pytester.runpytest(str(dump), "-k", "gelu and forward")
+    pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "-k", "gelu and forward")
     (rec,) = records(pytester)
     assert rec["outputs"][0]["verdict"] == rec["outputs"][0]["status"]
     assert "needs a reference" in rec["outputs"][0]["verdict_message"]
@@ -83,12 +80,13 @@ def test_without_reference_benchmark_apis_fall_back_to_layer1_and_say_so(pyteste
 
 def test_reference_results_from_an_earlier_run(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, FP32_TENSOR, "mlp")
-    pytester.runpytest(str(dump), "--msprobe-out", "gpu")
+    pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-out", "gpu")
     (jsonl,) = (pytester.path / "gpu").glob("msprobe_records_*.jsonl")
     (details_csv,) = (pytester.path / "gpu").glob("accuracy_checking_details_*.csv")
     for reference in (jsonl, details_csv):
         out = f"npu_{reference.suffix[1:]}"
-        result = pytester.runpytest(str(dump), "--msprobe-reference-results", str(reference), "--msprobe-out", out)
+        result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-reference-results",
+                                    str(reference), "--msprobe-out", out)
         assert result.ret == 0, result.stdout.str()
         gelu = by_api(records(pytester, out))["Functional.gelu.0.forward"]["outputs"][0]
         # same run, same numbers: the reference metrics read back are the item's own (CSV: 14 decimals)
@@ -98,7 +96,7 @@ def test_reference_results_from_an_earlier_run(pytester: pytest.Pytester) -> Non
 
 def test_reference_results_that_do_not_match_skip_with_the_reason(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, FP32_TENSOR, "mlp")
-    pytester.runpytest(str(dump), "--msprobe-out", "gpu")
+    pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-out", "gpu")
     (details_csv,) = (pytester.path / "gpu").glob("accuracy_checking_details_*.csv")
     rows = list(csv.reader(details_csv.open(encoding="utf-8-sig")))
     rows = [r for r in rows if not r[0].startswith("Functional.linear.1.")]  # the GPU run lacked this API
@@ -108,7 +106,8 @@ def test_reference_results_that_do_not_match_skip_with_the_reason(pytester: pyte
     broken = pytester.path / "broken.csv"
     with broken.open("w", encoding="utf-8-sig", newline="") as fh:
         csv.writer(fh).writerows(rows)
-    result = pytester.runpytest(str(dump), "--msprobe-reference-results", str(broken), "-rs", "-k", "gelu or linear")
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-reference-results", str(broken),
+                                "-rs", "-k", "gelu or linear")
     text = result.stdout.str()
     assert "no row Functional.linear.1.forward.output.0" in text
     assert "broken.csv:" in text and "column 均方根误差: 'abc' is not a number" in text
@@ -126,7 +125,8 @@ def test_user_specs_change_algorithm_and_skip(pytester: pytest.Pytester) -> None
     dump = copy_dump(pytester, FP32_TENSOR, "mlp")
     pytester.makefile(".yaml", specs="apis:\n  gelu: {algorithm: thousandth_threshold}\n  "
                                      "layer_norm: {skip: 'known vendor issue'}\n")
-    result = pytester.runpytest(str(dump), "--msprobe-specs", "specs.yaml", "-k", "gelu or layer_norm", "-rs")
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-specs", "specs.yaml",
+                                "-k", "gelu or layer_norm", "-rs")
     result.stdout.fnmatch_lines(["*known vendor issue (--msprobe-specs)*"])
     gelu = by_api(records(pytester))["Functional.gelu.0.forward"]["outputs"][0]
     assert gelu["algorithm"] == "thousandth_threshold" and gelu["compare"]["thousandth_status"] == "pass"

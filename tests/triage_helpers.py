@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import tensor
+from tests.helpers import DEVICE_MODE, device_side_conftest, tensor
 
 # Device-side bugs, armed only inside the device call (as a real device's kernels differ; the bench and
 # strict's torch run use torch's own kernels), each in the dtype the device runs:
@@ -17,10 +17,9 @@ from tests.helpers import tensor
 #  * torch.matmul (fp16): every element 1% too large;
 #  * relu (fp16): doubled for inputs in (2.995, 3.0), just below a recorded Max of 3: random inputs from
 #    statistics (Min at index 0, Max at the end, uniform between) almost never land there.
-ARMED = """
+BUGS = """
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 
 def gelu(orig, x, *a, **k):
@@ -44,33 +43,16 @@ def matmul(orig, a, b, *x, **k):
     return y * 1.01 if y.dtype == torch.float16 else y
 
 
-BUGS = {F.gelu: gelu, F.relu: relu, torch.matmul: matmul}
-
-
-class Planted(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        bug = BUGS.get(func)
-        return func(*args, **(kwargs or {})) if bug is None else bug(func, *args, **(kwargs or {}))
+IMPLS = {F.gelu: gelu, F.relu: relu, torch.matmul: matmul}
 """
 
-# A conftest arming the bugs around the device call of every item (its forward; the backward runs the
-# armed forward's autograd graph).
-PLANTED = ARMED + """
-import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_msprobe_device_call(phase):
-    if phase != "forward":
-        return (yield)
-    with Planted():
-        return (yield)
-"""
+# A conftest arming the bugs around the device call of every item.
+PLANTED = device_side_conftest(BUGS)
 
 # For repro scripts, which run outside pytest: the "buggy vendor library" of the environment, a device
 # plugin installed under the entry point `cpu` (it replaces the built-in cpu device) whose backend arms
 # the bugs inside its boundary, i.e. around exactly the device call.
-VENDOR = ARMED + """
+VENDOR = BUGS + DEVICE_MODE + """
 import contextlib
 
 from pytest_msprobe.backends import CpuBackend
@@ -78,7 +60,7 @@ from pytest_msprobe.backends import CpuBackend
 
 class PlantedCpu(CpuBackend):
     def boundary(self, api, phase):
-        return Planted() if phase == "forward" else contextlib.nullcontext()
+        return DeviceSide() if phase == "forward" else contextlib.nullcontext()
 """
 
 
