@@ -15,13 +15,12 @@ import html
 import math
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 ULP_LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(0, 21)] + [">2^20"]
 MAX_X_BINS = 16
 POSITION_BUCKETS = 48
 WORST_KEPT = 8
-GROSS_ULP = 4.0
 
 
 # ----------------------------------------------------------------------------- worker side (numpy)
@@ -31,8 +30,19 @@ def _r(x: float) -> float:
     return float(f"{x:.6g}") if math.isfinite(x) else x
 
 
-def summarize(bench: Sequence[Any], device: Sequence[Any], names: Sequence[Any]) -> list[dict[str, Any]]:
-    """Bounded summaries of the compared (bench, device) pairs of one item."""
+def gross_limit(specs: Mapping[str, Any], api_name: str, dtype: str) -> float:
+    """strict's gross-error limit for an output of the API (api_specs/thresholds.yaml `strict: gross`, with
+    the op kind's and the dtype's overrides), drawn on the plots."""
+    from .judge import _rules
+    from .specs import thresholds_for
+    from .third_run import error_kind
+
+    return float(_rules(thresholds_for(specs, api_name)["strict"], dtype, error_kind(api_name, specs))["gross"])
+
+
+def summarize(bench: Sequence[Any], device: Sequence[Any], names: Sequence[Any],
+              gross: Callable[[str], float]) -> list[dict[str, Any]]:
+    """Bounded summaries of the compared (bench, device) pairs of one item; `gross(dtype)` is strict's limit."""
     import numpy as np
     import torch
 
@@ -92,7 +102,7 @@ def summarize(bench: Sequence[Any], device: Sequence[Any], names: Sequence[Any])
             "position_max_ulp": [_r(float(v)) for v in pos_max],
             "worst": worst, "exact": int(np.count_nonzero(err == 0)), "nonfinite_mismatch": int(nonfinite.sum()),
             "max_ulp": _r(float(finite_err.max())) if finite_err.size else 0.0,
-            "mean_ulp": _r(float(finite_err.mean())) if finite_err.size else 0.0,
+            "mean_ulp": _r(float(finite_err.mean())) if finite_err.size else 0.0, "gross": gross(dtype),
         })
     return out
 
@@ -130,10 +140,13 @@ def svg_heatmap(s: Mapping[str, Any]) -> str:
     for xi, label in enumerate(xl):
         x = left + xi * cw + cw / 2
         parts.append(f'<text x="{x}" y="{top + len(yl) * ch + 12}" class="xl">{html.escape(label)}</text>')
-    gross_y = top + (len(yl) - 1 - 4) * ch  # above the "<=4" row: strict's gross-error limit
-    parts.append(f'<line x1="{left}" x2="{left + cw * len(xl)}" y1="{gross_y}" y2="{gross_y}" class="limit"/>')
+    # strict's gross-error limit, on the log2 scale of the rows (row 2 + k holds errors in (2^(k-1), 2^k])
+    log_limit = min(max(math.log2(s["gross"]), -1.0), 21.0)
+    k = math.ceil(log_limit)
+    gross_y = top + (len(yl) - k - 2) * ch - (log_limit - k + 1) * ch
+    parts.append(f'<line x1="{left}" x2="{left + cw * len(xl)}" y1="{gross_y:.1f}" y2="{gross_y:.1f}" class="limit"/>')
     parts.append(f'<text x="{left}" y="{height - 6}" class="t">|bench| (decade; 0 = zero) → count per cell; '
-                 f'dashed: 4 ULP</text></svg>')
+                 f'dashed: {s["gross"]:g} ULP, strict\'s gross-error limit (in units of at least one ULP)</text></svg>')
     return "".join(parts)
 
 
@@ -150,8 +163,7 @@ def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None =
              f'<line x1="{left}" x2="{width - 10}" y1="{height - bottom}" y2="{height - bottom}" class="axis"/>']
     for i, v in enumerate(scaled):
         h = (height - top - bottom) if v is None else (height - top - bottom) * v / peak
-        colour = "#b00" if v is None else "#d9534f" if (red[i] if red is not None else values[i] > GROSS_ULP) \
-            else "#5b8fd9"
+        colour = "#b00" if v is None else "#d9534f" if red is not None and red[i] else "#5b8fd9"
         label = labels[i] if labels else str(i)
         parts.append(f'<rect x="{left + i * bw:.1f}" y="{height - bottom - h:.1f}" width="{max(bw - 1, 1):.1f}" '
                      f'height="{max(h, 0.5):.1f}" fill="{colour}"><title>{html.escape(label)}: {values[i]:.6g}'
@@ -169,7 +181,9 @@ def output_plots(s: Mapping[str, Any]) -> str:
         return (f'<p>{html.escape(s["name"])} ({html.escape(s["dtype"])}): {s.get("mismatches")} of {s["numel"]} '
                 f'elements differ (compared exactly)</p>')
     hist = [sum(col[yi] for col in s["counts"]) for yi in range(len(s["y_labels"]))]
-    beyond = [yi >= 5 for yi in range(len(hist))]  # the bins above 4 ULP, strict's gross-error limit
+    # the bins that hold errors beyond strict's gross-error limit (bin yi: errors up to 2^(yi-2) ULP)
+    beyond = [yi >= 1 and 2.0 ** (yi - 2) > s["gross"] for yi in range(len(hist))]
+    over = [v > s["gross"] for v in s["position_max_ulp"]]
     rows = "".join(f"<tr><td>{w['index']}</td><td>{w['bench']:.8g}</td><td>{w['device']:.8g}</td>"
                    f"<td>{w['ulp']:.4g}</td></tr>" for w in s["worst"])
     return (f'<div class="output"><h4>{html.escape(s["name"])} <small>{html.escape(s["dtype"])} {s["shape"]}: '
@@ -177,7 +191,7 @@ def output_plots(s: Mapping[str, Any]) -> str:
             f'{", %d NaN/inf mismatches" % s["nonfinite_mismatch"] if s["nonfinite_mismatch"] else ""}</small></h4>'
             f'<div class="plots">{svg_heatmap(s)}'
             f'{svg_bars(hist, "histogram of errors (ULP), elements per bin", s["y_labels"], red=beyond)}'
-            f'{svg_bars(s["position_max_ulp"], "largest error (ULP) per slice of the flat index")}</div>'
+            f'{svg_bars(s["position_max_ulp"], "largest error (ULP) per slice of the flat index", red=over)}</div>'
             f'<table class="worst"><tr><th>worst index</th><th>bench</th><th>device</th><th>ULP</th></tr>{rows}'
             f'</table></div>')
 

@@ -114,7 +114,7 @@ class Triage:
         if repro_dir and precision:
             steps.append(("--msprobe-repro", lambda: self._repro(item, record, captured, repro_dir)))
         if (self.html_file or self.pytest_html) and precision:
-            steps.append(("--msprobe-html", lambda: self._summary(record, captured)))
+            steps.append(("--msprobe-html", lambda: self._summary(record, captured, settings.check_options)))
         for option, step in steps:
             try:
                 step()
@@ -144,12 +144,17 @@ class Triage:
             record["repro"] = str(script)
 
     @staticmethod
-    def _summary(record: dict[str, Any], captured: dict[str, Any]) -> None:
-        from .html_report import summarize
+    def _summary(record: dict[str, Any], captured: dict[str, Any], options: Any) -> None:
+        from .dump import parse_entry_name
+        from .html_report import gross_limit, summarize
+        from .specs import load_specs
 
         if "compared_device" in captured:
+            specs = load_specs(user_file=options.specs_file)
+            api = parse_entry_name(f"{record['api']}.{record['direction']}").api_name
             record["error_summary"] = summarize(captured["compared_bench"], captured["compared_device"],
-                                                [o.get("name") for o in record.get("outputs") or ()])
+                                                [o.get("name") for o in record.get("outputs") or ()],
+                                                lambda dtype: gross_limit(specs, api, dtype))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:

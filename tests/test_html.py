@@ -122,3 +122,30 @@ def test_pytest_html_gets_the_same_plots(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=2)
     page = (pytester.path / "ph.html").read_text(encoding="utf-8")  # pytest-html 4 keeps extras in a JSON blob
     assert page.count("plot heatmap") == 2 and page.count("histogram of errors") == 2
+
+
+def test_plots_draw_stricts_gross_limit_of_the_ops_kind() -> None:
+    """The dashed line and the red bars follow `strict: gross` of api_specs (a reduction's own), not a constant."""
+    import torch
+
+    from pytest_msprobe.html_report import gross_limit, output_plots, summarize
+    from pytest_msprobe.specs import load_specs
+
+    specs = load_specs()
+    rules = specs["thresholds"]["strict"]
+    assert gross_limit(specs, "gelu", "torch.bfloat16") == rules["gross"]
+    assert gross_limit(specs, "softmax", "torch.bfloat16") == rules["reduction"]["gross"]
+    bench = torch.linspace(1.0, 1.9, 64, dtype=torch.float64)  # one bf16 ULP is 2**-7 in [1, 2)
+    device = bench.to(torch.bfloat16)
+    device[3] += 5 * 2 ** -7  # 5 ULP: beyond a limit of 4, within one of 6
+    for limit, red_bins in ((4.0, True), (6.0, False)):
+        (summary,) = summarize([bench], [device], ["out"], lambda dtype, limit=limit: limit)
+        assert summary["gross"] == limit and summary["max_ulp"] > 4.5
+        page = output_plots(summary)
+        assert f"dashed: {limit:g} ULP" in page
+        # the histogram's (4, 8] ULP bin may hold errors beyond either limit: red; the largest error per slice
+        # of the flat index is red only beyond the limit
+        bar = re.search(r'fill="(#[0-9a-f]+)"><title>≤8: ', page)
+        assert bar is not None and bar.group(1) == "#d9534f"
+        slices = re.findall(r'fill="(#[0-9a-f]+)"><title>\d+: ([\d.e+-]+)</title>', page)
+        assert any(colour == "#d9534f" for colour, v in slices) == red_bins
