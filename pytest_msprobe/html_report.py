@@ -30,7 +30,7 @@ def _r(x: float) -> float:
     return float(f"{x:.6g}") if math.isfinite(x) else x
 
 
-def gross_limit(specs: Mapping[str, Any], api_name: str, dtype: str) -> float:
+def gross_limit(specs: dict[str, Any], api_name: str, dtype: str) -> float:
     """strict's gross-error limit for an output of the API (api_specs/thresholds.yaml `strict: gross`, with
     the op kind's and the dtype's overrides), drawn on the plots."""
     from .judge import _rules
