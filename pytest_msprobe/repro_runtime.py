@@ -748,6 +748,17 @@ def differences(result, expected):
     return found
 
 
+def _json_safe(v):
+    """JSON has no NaN or infinity: such numbers are written as the strings "nan", "inf", "-inf"."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
 def _fmt(v):
     if v is None:
         return "-"
@@ -769,7 +780,7 @@ def main(spec, tensors, argv=None):
     result["same_as_item"] = not found
     result["differences"] = found
     if opts.json:
-        print(json.dumps(result, allow_nan=True))
+        print(json.dumps(_json_safe(result), allow_nan=False))
     else:
         print("%s.%s  standard=%s  device=%s  seed=%s" % (spec["api"], spec["direction"], spec["standard"],
                                                          opts.device or spec["device"], spec["seed"]))
