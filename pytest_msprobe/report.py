@@ -268,23 +268,28 @@ def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
     return paths
 
 
-def dump_labels(dumps: Sequence[str]) -> dict[str, str]:
-    """{dump path: file-name-safe label}; all labels empty when there is at most one dump."""
-    distinct = list(dict.fromkeys(d for d in dumps))
+def dump_tails(dumps: Sequence[str]) -> dict[str, str]:
+    """{dump path: its path past the folders all dumps share} (`rank1/dump.json`); "" with one dump."""
+    distinct = list(dict.fromkeys(dumps))
     if len(distinct) <= 1:
         return dict.fromkeys(distinct, "")
-    parts = {}
-    for dump in distinct:
-        path = PurePosixPath(dump.replace("\\", "/"))
-        parts[dump] = [p for p in path.parent.parts if p not in ("", ".", "/")] + (
-            [path.stem] if path.name != "dump.json" else [])
-    shared = 0
-    while all(len(p) > shared + 1 for p in parts.values()) and len({p[shared] for p in parts.values()}) == 1:
+    paths = {dump: PurePosixPath(dump.replace("\\", "/")) for dump in distinct}
+    folders = {dump: [p for p in path.parent.parts if p not in ("", ".", "/")] for dump, path in paths.items()}
+    shared = 0  # every dump keeps at least its own folder
+    while all(len(f) > shared + 1 for f in folders.values()) and len({f[shared] for f in folders.values()}) == 1:
         shared += 1
+    return {dump: "/".join([*folders[dump][shared:], path.name]) for dump, path in paths.items()}
+
+
+def dump_labels(dumps: Sequence[str]) -> dict[str, str]:
+    """{dump path: file-name-safe label of its tail} (`rank1`, `step1_rank3`); "" with one dump."""
     labels: dict[str, str] = {}
-    for dump, p in parts.items():
-        label = re.sub(r"[^A-Za-z0-9_.\-]+", "_", "_".join(p[shared:])).strip("_") or "dump"
-        labels[dump] = label if label not in labels.values() else f"{label}_{len(labels)}"
+    for dump, tail in dump_tails(dumps).items():
+        path = PurePosixPath(tail)
+        parts = [*path.parent.parts] + ([path.stem] if path.name != "dump.json" else [])
+        label = re.sub(r"[^A-Za-z0-9_.\-]+", "_", "_".join(p for p in parts if p != ".")).strip("_")
+        label = label or ("dump" if tail else "")
+        labels[dump] = label if not label or label not in labels.values() else f"{label}_{len(labels)}"
     return labels
 
 

@@ -54,3 +54,27 @@ def by_api(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def api_records(pytester: pytest.Pytester, out: str = "msprobe_results") -> dict[str, dict[str, Any]]:
     return by_api(records(pytester, out))
+
+
+# F.gelu 5% off where its fp32 input reaches 2.5 (the fp64 bench is untouched)
+GELU_OFF_ABOVE_2_5 = """
+import torch.nn.functional as F
+_gelu = F.gelu
+def gelu(x, *a, **k):
+    y = _gelu(x, *a, **k)
+    return y * 1.05 if float(x.max()) > 2.5 and str(y.dtype) == "torch.float32" else y
+F.gelu = gelu
+def pytest_unconfigure():
+    F.gelu = _gelu
+"""
+
+
+def two_ranks_same_names(pytester: pytest.Pytester) -> None:
+    """step0/rank0 and step0/rank1 with the same calls (gelu, relu); rank1's gelu fails, everything else passes."""
+    pytester.makeconftest(GELU_OFF_ABOVE_2_5)
+    for rank, top in (("rank0", 1.0), ("rank1", 3.0)):
+        gelu = {"input_args": [tensor(shape=[16, 16], mx=top, mn=0.5)], "input_kwargs": {},
+                "output": [tensor(shape=[16, 16])]}
+        relu = {"input_args": [tensor()], "input_kwargs": {}, "output": [tensor()]}
+        make_dump(pytester, {"Functional.gelu.0.forward": gelu, "Functional.relu.0.forward": relu},
+                  name=f"step0/{rank}")
