@@ -12,6 +12,7 @@ from pathlib import Path
 from . import baseline
 from .journal import final_records
 from .report import JSONL_PREFIX, read_jsonl, summary_counts, write_results
+from .summary import file_lines
 
 
 def records_of(source: Path) -> list[dict]:
@@ -40,8 +41,8 @@ def merge(args: argparse.Namespace) -> int:
     paths = write_results(records, Path(args.output))
     counts = summary_counts(records)
     print(f"{len(records)} records from {len(batches)} inputs: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
-    for kind, path in paths.items():
-        print(f"{kind}: {path}")
+    for line in file_lines(paths):
+        print(line)
     return 0
 
 

@@ -52,22 +52,41 @@ class Baseline:
     def __init__(self, entries: list[tuple[str, str]]) -> None:
         self.entries = entries
 
+    def xfail_reason(self, nodeid: str) -> str | None:
+        reason = match(self.entries, nodeid)
+        return None if reason is None else f"msprobe baseline: {reason}"
+
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
-            reason = match(self.entries, item.nodeid)
+            reason = self.xfail_reason(item.nodeid)
             if reason is not None:
-                item.add_marker(pytest.mark.xfail(strict=True, reason=f"msprobe baseline: {reason}"))
+                item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+def xfail_reason(config: pytest.Config, nodeid: str) -> str | None:
+    """The strict-xfail reason the baseline gives this item, if any (also for results taken from the journal)."""
+    plugin = config.pluginmanager.get_plugin("msprobe-baseline")
+    return plugin.xfail_reason(nodeid) if plugin is not None else None
 
 
 def failures(records: Iterable[Mapping[str, Any]], warning_as_error: bool = False) -> list[dict[str, str]]:
-    """Baseline entries for the failing items of a run, one per entry name, in record order."""
+    """Baseline entries for the failing items of a run, in record order: one per entry name when it fails
+    in every dump that has it, else one per failing dump (`*rank1/dump.json::<entry>`), so the entry's
+    passing calls in the other dumps do not become XPASS(strict) failures."""
+    from .report import dump_tails
+    from .summary import reason
+
+    records = list(records)
     bad = {"error", "Warning"} if warning_as_error else {"error"}
+    tails = dump_tails([str(rec.get("dump") or "") for rec in records])
+    passing = {f"{rec['api']}.{rec['direction']}" for rec in records if rec.get("status") not in bad}
     seen: dict[str, dict[str, str]] = {}
     for rec in records:
         if rec.get("status") in bad:
             name = f"{rec['api']}.{rec['direction']}"
-            first_line = str(rec.get("message") or rec["status"]).strip().splitlines() or [""]
-            seen.setdefault(name, {"api": name, "reason": f"TODO review: {rec['status']}: {first_line[0][:200]}"})
+            tail = tails.get(str(rec.get("dump") or ""))
+            pattern = f"*{tail}::{name}" if name in passing and tail else name
+            seen.setdefault(pattern, {"api": pattern, "reason": f"TODO review: {reason(rec)[:400]}"})
     return list(seen.values())
 
 

@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -160,6 +161,11 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
         ) from exc
     except UnicodeDecodeError as exc:
         raise DumpError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    except RecursionError:
+        raise DumpError(f"{path}: arrays or objects nested deeper than Python's JSON parser allows (about "
+                        f"{sys.getrecursionlimit()} levels); msprobe never writes such a file") from None
+    except ValueError as exc:  # valid JSON Python refuses, e.g. an integer of more than 4300 digits
+        raise DumpError(f"{path}: {exc}") from None
     except OSError as exc:
         raise DumpError(f"{path}: cannot read dump file ({exc.strerror})") from exc
     if not isinstance(raw, dict):

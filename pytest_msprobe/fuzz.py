@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import shlex
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -64,8 +65,8 @@ def _leaves(enc: Any, path: tuple) -> Iterator[tuple[tuple, dict]]:
         for i, v in enumerate(enc):
             yield from _leaves(v, path + (i,))
     elif isinstance(enc, dict) and enc.get("type") in TENSOR_TYPES:
-        if isinstance(enc.get("Max"), (int, float)) and isinstance(enc.get("Min"), (int, float)) \
-                and isinstance(enc.get("shape"), list):
+        if isinstance(enc.get("shape"), list) and all(isinstance(v, float) or (  # 10**400: the item's skip
+                isinstance(v, int) and abs(v) <= sys.float_info.max) for v in (enc.get("Max"), enc.get("Min"))):
             yield path, enc
     elif isinstance(enc, dict) and "type" not in enc:
         for k, v in enc.items():

@@ -25,6 +25,7 @@ TENSOR_TYPES = (
     "mindspore.Tensor",  # MindSpore dumps: dtype strings like Float32 (parse_dtype), .npy files
     "mindspore.Parameter",
 )
+MAX_NESTING = 64  # argument lists/dicts nested deeper than this are refused (as dump.iter_leaves stops)
 _FLOAT8 = ("torch.float8_e4m3fn", "torch.float8_e5m2", "torch.float8_e4m3fnuz", "torch.float8_e5m2fnuz")
 
 
@@ -89,13 +90,19 @@ def _shape(leaf: dict[str, Any], where: str) -> list[int]:
     return shape
 
 
-def _stat(leaf: dict[str, Any], key: str) -> float | None:
-    """A numeric statistic; bools (bool tensors) count as 0/1, anything else as missing."""
+def _stat(leaf: dict[str, Any], key: str, where: str = "") -> float | None:
+    """A numeric statistic; bools (bool tensors) count as 0/1, anything else as missing. JSON integers
+    have no size limit: one past float64 (10**400) is a bad value, not an OverflowError."""
     value = leaf.get(key)
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            digits = str(abs(value))
+            raise InputError(f"{where + ': ' if where else ''}statistic {key}={'-' if value < 0 else ''}{digits[:10]}... ({len(digits)} "
+                             f"digits) is beyond float64; the dump is corrupt") from None
     return None
 
 
@@ -103,6 +110,8 @@ def build(value: Any, ctx: BuildContext, where: str, *, kwarg: str | None = None
     """Turn one argument encoding (nested lists/dicts allowed) into a Python/torch value."""
     if value is None:
         return None
+    if where.count(".") > MAX_NESTING:  # msprobe nests a few levels (tuples of tensors); deeper is corrupt
+        raise InputError(f"{where.split('.')[0]}: arguments nested more than {MAX_NESTING} levels deep")
     if isinstance(value, list):
         return [build(v, ctx, f"{where}.{i}") for i, v in enumerate(value)]
     if not isinstance(value, dict):
@@ -212,8 +221,8 @@ def _random(
     numel = math.prod(shape)
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
-    hi = _stat(leaf, "Max")
-    lo = _stat(leaf, "Min")
+    hi = _stat(leaf, "Max", where)
+    lo = _stat(leaf, "Min", where)
     if hi is None or lo is None:
         raise InputError(
             f"{where}: statistics Max={leaf.get('Max')!r} Min={leaf.get('Min')!r} are not numbers; "

@@ -111,6 +111,17 @@ class DumpFile(pytest.File):
         return load_dump(self.path)
 
 
+def failure_text(record: dict[str, Any], rerun: str = "") -> str:
+    """What a failed item prints: the failure table, after the traceback of an exception it raised.
+    Also the text of a failure taken from the journal (--msprobe-resume)."""
+    from .report import format_failure
+
+    text = format_failure(record, record.get("rerun") or rerun)
+    if record.get("traceback"):
+        text = f"{record['traceback'].rstrip()}\n\n{text}"
+    return text
+
+
 class ApiItem(pytest.Item):
     """One recorded API call in one direction; runs device and bench and applies the standard."""
 
@@ -162,13 +173,7 @@ class ApiItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ApiCheckFailed):
-            from .report import format_failure
-
-            record = excinfo.value.record
-            text = format_failure(record, record.get("rerun", self.rerun_command()))
-            if record.get("traceback"):
-                text = f"{record['traceback'].rstrip()}\n\n{text}"
-            return text
+            return failure_text(excinfo.value.record, self.rerun_command())
         return str(super().repr_failure(excinfo, style=style))
 
     def reportinfo(self) -> tuple[Path, int, str]:

@@ -258,9 +258,13 @@ class KernelSelection:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if self.run_all:
             return
+        from .fuzz import FuzzItem
+
         keep, drop = [], []
-        for item in items:
-            if isinstance(item, ApiItem) and api_key(item.name) not in self.table.mapping:
+        for item in items:  # an API without a kernel: its item and its [fuzz] item (--msprobe-fuzz)
+            name = item.name if isinstance(item, ApiItem) else getattr(item, "target", None) \
+                if isinstance(item, FuzzItem) else None
+            if name is not None and api_key(name) not in self.table.mapping:
                 drop.append(item)
             else:
                 keep.append(item)

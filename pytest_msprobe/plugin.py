@@ -102,12 +102,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "python -m pytest_msprobe merge")
     group.addoption("--msprobe-baseline", default=None, metavar="FILE",
                     help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
+    group.addoption("--msprobe-allow-all-skipped", action="store_true", default=None,
+                    help="exit 0 when every API item was skipped (by default such a run checked nothing and fails)")
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
     parser.addini("msprobe_threads", "default for --msprobe-threads", default="")
     parser.addini("msprobe_timeout", "default for --msprobe-timeout (seconds)", default="")
     parser.addini("msprobe_baseline", "default for --msprobe-baseline", default="")
+    parser.addini("msprobe_allow_all_skipped", "default for --msprobe-allow-all-skipped", type="bool", default=False)
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
     parser.addini("msprobe_kernels", "default for --msprobe-kernels (a path is relative to the ini file)", default="")
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
@@ -243,7 +246,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if record is None and (record := guard.record_for_exception(item, call, report)) is not None:
             report.user_properties += summary.junit_properties(record)
         if record is not None:
-            record["entry_key"] = journal.item_key(item)  # what --msprobe-resume matches
+            record["item_id"] = journal.item_id(item.path, item.name)  # what --msprobe-resume finds ...
+            record["entry_key"] = journal.item_key(item)  # ... and checks
             report.msprobe = record  # travels to the xdist controller with the report
     return report
 
@@ -278,29 +282,47 @@ class ResultCollector:
         self.config = config
         self.records: list[dict[str, Any]] = []
         self.written: dict[str, Path] = {}
+        self.removed: list[Path] = []
         self.journal = config.stash.get(journal.JOURNAL_KEY, None)  # controller only
         self.resumed = self.known = 0
+        self.nothing_checked: str | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, "msprobe", None)
         if record is not None:  # on call reports, and on xdist's report of a crashed item
             self.records.append(record)
             self.known += hasattr(report, "wasxfail") and report.skipped
-            if self.journal is not None:
+            resumed = getattr(report, "msprobe_resumed", False)
+            self.resumed += resumed
+            if self.journal is not None and not resumed:
                 self.journal.write(record)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
+        result = yield
+        if self.journal is None or self.config.option.collectonly:
+            return result
+        if self.journal.resumed:
+            journal.report_resumed(self.config, session, self.journal)
+        allowed = self.config.option.msprobe_allow_all_skipped
+        if allowed is None:
+            allowed = self.config.getini("msprobe_allow_all_skipped")
+        self.nothing_checked = None if allowed else summary.nothing_checked(self.records)
+        if self.nothing_checked:
+            session.testsfailed += 1  # exit status 1: a gate that checked nothing is not green
+        return result
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.journal is None or self.config.option.collectonly:
             return
-        self.journal.close()
-        resumed = self.journal.resumed_records()
-        if not self.records and not resumed:
-            return
-        from .report import write_results
+        unreported = [] if self.journal.reported else self.journal.resumed_records()  # e.g. after Ctrl-C
+        if self.records or unreported:
+            from .report import write_results
 
-        self.resumed = len(resumed)
-        self.records = journal.final_records(resumed, self.records)
-        self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)
+            self.records = journal.final_records(unreported, self.records)
+            self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)
+            self.removed = self.journal.supersede(self.written)
+        self.journal.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.written:
@@ -308,3 +330,10 @@ class ResultCollector:
         terminalreporter.section("msprobe")
         for line in summary.terminal_lines(self.config, self.records, self.written, self.resumed, self.known):
             terminalreporter.write_line(line)
+        for line in summary.warned_lines(self.records, every="p" in terminalreporter.reportchars):
+            terminalreporter.write_line(line)
+        if self.removed:
+            terminalreporter.write_line(f"removed {len(self.removed)} file(s) of an earlier run, superseded by "
+                                        f"these: {', '.join(p.name for p in self.removed)}")
+        if self.nothing_checked:
+            terminalreporter.write_line(self.nothing_checked, red=True, bold=True)

@@ -22,13 +22,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import ms_results
 from .metrics import METRIC_KEYS
+from .summary import output_reasons, severity, short_name
 
 __all__ = [
     "DETAILS_HEADER", "RESULT_HEADER", "STATUSES", "timestamp", "api_results", "details_rows",
@@ -240,19 +242,61 @@ def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
                    precision: int = 14) -> dict[str, Path]:
     """Write the result CSV, details CSV (msprobe names, one shared timestamp) and a JSONL archive.
 
-    The JSONL keeps everything the CSVs flatten away (seed, worst element, durations) so later
-    tooling can re-render or re-judge a run without re-executing it. Records are written in the
-    order given; the caller decides that order (e.g. collection order).
+    msprobe's CSVs name a call without its dump, so a run over several dumps (ranks, steps, models)
+    writes one CSV set per dump, as msprobe does per rank: `..._<ts>_<dump label>.csv`, the label being
+    the dump's folder past the folders all dumps share (`rank0`, `step1_rank3`). Keys are then
+    `<kind>:<label>`. The one JSONL keeps every record with its dump, and everything the CSVs flatten
+    away (seed, worst element, durations), so later tooling can re-render or re-judge a run without
+    re-executing it. Records are written in the order given (the caller decides, e.g. dump order).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ts = ts or timestamp()
-    paths = {
-        "result": out_dir / f"{RESULT_PREFIX}{ts}.csv",
-        "details": out_dir / f"{DETAILS_PREFIX}{ts}.csv",
-        "jsonl": out_dir / f"{JSONL_PREFIX}{ts}.jsonl",
-    }
-    # MindSpore dumps get msprobe's MindSpore checker files (ms_results.py); beside PyTorch ones, with a suffix.
+    groups: dict[str, list[dict]] = {}
+    labels = dump_labels([str(rec.get("dump") or "") for rec in records])
+    for rec in records:
+        groups.setdefault(labels.get(str(rec.get("dump") or ""), ""), []).append(rec)
+    paths: dict[str, Path] = {}
+    for label, group in groups.items() if groups else [("", [])]:
+        written = _write_set(group, out_dir, f"{ts}_{label}" if label else ts, precision)
+        paths.update({f"{k}:{label}" if label else k: v for k, v in written.items()})
+    paths["jsonl"] = out_dir / f"{JSONL_PREFIX}{ts}.jsonl"
+    with open(paths["jsonl"], "w", encoding="utf-8", newline="\n") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False, allow_nan=True))
+            f.write("\n")
+    return paths
+
+
+def dump_tails(dumps: Sequence[str]) -> dict[str, str]:
+    """{dump path: its path past the folders all dumps share} (`rank1/dump.json`); "" with one dump."""
+    distinct = list(dict.fromkeys(dumps))
+    if len(distinct) <= 1:
+        return dict.fromkeys(distinct, "")
+    paths = {dump: PurePosixPath(dump.replace("\\", "/")) for dump in distinct}
+    folders = {dump: [p for p in path.parent.parts if p not in ("", ".", "/")] for dump, path in paths.items()}
+    shared = 0  # every dump keeps at least its own folder
+    while all(len(f) > shared + 1 for f in folders.values()) and len({f[shared] for f in folders.values()}) == 1:
+        shared += 1
+    return {dump: "/".join([*folders[dump][shared:], path.name]) for dump, path in paths.items()}
+
+
+def dump_labels(dumps: Sequence[str]) -> dict[str, str]:
+    """{dump path: file-name-safe label of its tail} (`rank1`, `step1_rank3`); "" with one dump."""
+    labels: dict[str, str] = {}
+    for dump, tail in dump_tails(dumps).items():
+        path = PurePosixPath(tail)
+        parts = [*path.parent.parts] + ([path.stem] if path.name != "dump.json" else [])
+        label = re.sub(r"[^A-Za-z0-9_.\-]+", "_", "_".join(p for p in parts if p != ".")).strip("_")
+        label = label or ("dump" if tail else "")
+        labels[dump] = label if not label or label not in labels.values() else f"{label}_{len(labels)}"
+    return labels
+
+
+def _write_set(records: list[dict], out_dir: Path, stem: str, precision: int) -> dict[str, Path]:
+    """One msprobe file set: run_ut's result and details CSVs (the MindSpore checker's for MindSpore
+    records, with `_mindspore` beside PyTorch ones) and api_precision_compare's for msprobe standards."""
+    paths = {"result": out_dir / f"{RESULT_PREFIX}{stem}.csv", "details": out_dir / f"{DETAILS_PREFIX}{stem}.csv"}
     ms_records = [rec for rec in records if ms_results.is_mindspore(rec)]
     pt_records = [rec for rec in records if not ms_results.is_mindspore(rec)] if ms_records else records
     if pt_records or not ms_records:
@@ -266,18 +310,14 @@ def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
             writer.writerow(DETAILS_HEADER)
             writer.writerows(details_rows(pt_records, precision=precision))
     if ms_records:
-        ms_paths = ms_results.write_files(ms_records, out_dir, ts, suffix="_mindspore" if pt_records else "",
+        ms_paths = ms_results.write_files(ms_records, out_dir, stem, suffix="_mindspore" if pt_records else "",
                                           precision=precision)
         paths.update(ms_paths if not pt_records else {f"mindspore_{k}": v for k, v in ms_paths.items()})
-    with open(paths["jsonl"], "w", encoding="utf-8", newline="\n") as f:
-        for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False, allow_nan=True))
-            f.write("\n")
     if any(rec.get("standard") in ("msprobe", "msprobe26") for rec in records):
         from .verdicts import COMPARE_KEYS
 
         judged = [rec for rec in records if rec.get("standard") in ("msprobe", "msprobe26")]
-        paths.update(write_compare_results(judged, out_dir, ts, COMPARE_KEYS, precision))
+        paths.update(write_compare_results(judged, out_dir, stem, COMPARE_KEYS, precision))
     return paths
 
 
@@ -316,13 +356,6 @@ def _num(value: Any) -> str:
     return str(value)
 
 
-def _short_name(name: str, direction: str) -> str:
-    """'Functional.linear.0.forward.output.0' -> 'output.0' (the API is already in the header)."""
-    marker = f".{direction}."
-    cut = name.rfind(marker)
-    return name[cut + len(marker):] if cut >= 0 else name
-
-
 def _short_dtype(dtype: Any) -> str:
     if dtype is None:
         return "-"
@@ -351,13 +384,13 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
     if record.get("kernel") or record.get("backend", record.get("device")) != record.get("device"):
         lines.append(f"implementation: {record.get('impl')} on {record.get('backend')}")  # --msprobe-kernels/-device
     table: list[tuple[str, ...]] = []
-    outputs = sorted(record.get("outputs") or (), key=_severity)  # worst output first
+    outputs = sorted(record.get("outputs") or (), key=severity)  # worst output first
     for out in outputs:
         metrics = out.get("metrics") or {}
         worst = out.get("worst") or {}
         shape = out.get("shape")
         table.append((
-            _short_name(str(out.get("name", "")), direction),
+            short_name(str(out.get("name", "")), direction),
             "-" if shape is None else str(tuple(shape)),
             _short_dtype(out.get("device_dtype")),
             _short_dtype(out.get("bench_dtype")),
@@ -374,22 +407,25 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
         for row in [_FAILURE_COLUMNS, *table]:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         for out in outputs:
-            verdict = out.get("verdict") or out.get("status")
-            text = out.get("verdict_message") or out.get("message")
-            if text and verdict not in (PASS, None):
-                short = _short_name(str(out.get("name", "")), direction)
-                lines.append(f"{short}: {_indent(str(text))}")
+            if (out.get("verdict") or out.get("status")) not in (PASS, None):
+                short = short_name(str(out.get("name", "")), direction)
+                lines += [f"{short}: {_indent(text)}" for text in output_reasons(out)]
     message = str(record.get("message") or "")
     if message:
         lines.append(f"message: {_indent(message)}")
+    notes = [str(note) for note in record.get("notes") or ()]
+    lines += [f"note: {_indent(note)}" for note in notes]
+    if any("NaN planted" in note for note in notes) and any(_is_nan((o.get("metrics") or {}).get("cosine"))
+                                                             for o in outputs):
+        lines.append("cause: the recorded statistics hold NaN, so a NaN was planted in the inputs (note above); "
+                     "it reaches the output on both sides, and a cosine over NaN is nan")
     lines.append(f"seed: {record.get('seed')}")
     lines.append(f"rerun: {rerun}")
     return "\n".join(lines)
 
 
-def _severity(out: Mapping[str, Any]) -> int:
-    order = {ERROR: 0, WARNING: 1, SKIP: 2, PASS: 3}
-    return order.get(str(out.get("verdict") or out.get("status")), 4)
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _indent(text: str) -> str:

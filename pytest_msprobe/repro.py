@@ -201,6 +201,17 @@ def _unequal(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
     return [] if a == b else [(path, a, b)]
 
 
+def _json_safe(value: Any) -> Any:
+    """Strict JSON: non-finite numbers become the strings "nan", "inf" and "-inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def main(spec: Mapping[str, Any], blob: str, tensors_file: str | None, here: str,
          argv: Sequence[str] | None = None) -> int:
     """What a repro script runs: the item again, its numbers, and whether they are the item's."""
@@ -214,7 +225,7 @@ def main(spec: Mapping[str, Any], blob: str, tensors_file: str | None, here: str
     found = differences(record, spec["expected"])
     record.update(same_as_item=not found, differences=found)
     if opts.json:
-        print(json.dumps(record, allow_nan=True, default=str))
+        print(json.dumps(_json_safe(record), allow_nan=False, default=str))
     else:
         print(format_failure(record, f"python {Path(sys.argv[0]).name}"))
         print(f"verdict: {record['status']} (the item reported {spec['expected']['status']})")

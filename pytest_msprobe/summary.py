@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 WORST_SHOWN = 10
@@ -40,8 +40,53 @@ def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
     return props
 
 
+_SEVERITY = {"error": 0, "Warning": 1, "SKIP": 2, "pass": 3}
+
+
+def severity(out: Mapping[str, Any]) -> int:
+    """Sort key of an output by its verdict: error, Warning, SKIP, pass."""
+    return _SEVERITY.get(str(out.get("verdict") or out.get("status")), 4)
+
+
+def short_name(name: str, direction: str) -> str:
+    """'Functional.linear.0.forward.output.0' -> 'output.0' (the API is already named)."""
+    marker = f".{direction}."
+    cut = name.rfind(marker)
+    return name[cut + len(marker):] if cut >= 0 else name
+
+
+def output_reasons(out: Mapping[str, Any]) -> list[str]:
+    """Why an output got its verdict: the selected standard's message, then msprobe's Layer-1 message when
+    Layer 1 did not pass and says something else (e.g. which original check a fallback verdict applied)."""
+    verdict_message = str(out.get("verdict_message") or "").strip()
+    message = str(out.get("message") or "").strip()
+    texts = [verdict_message] if verdict_message else []
+    if message and message != verdict_message:
+        if not verdict_message:
+            texts.append(message)
+        elif out.get("status") in ("error", "Warning"):
+            texts.append(f"original standard (Layer 1) {out['status']}: {message}")
+    return texts
+
+
+def reason(record: Mapping[str, Any]) -> str:
+    """One line saying why an item got its status: its worst output's reasons, else its message."""
+    direction = str(record.get("direction", ""))
+    for out in sorted(record.get("outputs") or (), key=severity):
+        texts = output_reasons(out) if (out.get("verdict") or out.get("status")) not in ("pass", None) else []
+        if texts:
+            return f"{short_name(str(out.get('name', '')), direction)}: " + "; ".join(" ".join(t.split()) for t in texts)
+    return " ".join(str(record.get("message") or "").split()) or str(record.get("status", ""))
+
+
+def label(record: Mapping[str, Any]) -> str:
+    """The item as pytest names it (dump and entry), for records that have no node id the API name."""
+    return str(record.get("nodeid") or f"{record.get('api')}.{record.get('direction')}")
+
+
 def worst(records: Iterable[Mapping[str, Any]], n: int = WORST_SHOWN) -> list[str]:
-    """Failed items, lowest cosine first, then largest error; those without metrics (crash, exception) last."""
+    """Failed items, lowest cosine first, then largest error; those without metrics (crash, exception) last.
+    Each is named by its node id, so the dump it came from is known."""
     def rank(rec: Mapping[str, Any]) -> tuple[int, float, float]:
         m = key_metrics(rec)
         return (0 if m else 1, m.get("min_cosine", 1.0), -m.get("max_abs_err", 0.0))
@@ -50,9 +95,47 @@ def worst(records: Iterable[Mapping[str, Any]], n: int = WORST_SHOWN) -> list[st
     for rec in sorted((r for r in records if r.get("status") == "error"), key=rank)[:n]:
         m = key_metrics(rec)
         numbers = "  ".join(f"{k}={v:.6g}" for k, v in m.items() if k != "max_cosine")
-        message = str(rec.get("message") or "").strip().splitlines()
-        lines.append(f"{rec['api']}.{rec['direction']}  {numbers or (message[0][:120] if message else '')}".rstrip())
+        lines.append(f"{label(rec)}  {numbers or reason(rec)[:120]}".rstrip())
     return lines
+
+
+def warned_lines(records: Iterable[Mapping[str, Any]], every: bool = False, n: int = WORST_SHOWN) -> list[str]:
+    """Items passed with msprobe's Warning and why, as pytest's short summary writes its lines
+    (every one with -rA / -rp, else the first n)."""
+    warned = [r for r in records if r.get("status") == "Warning"]
+    if not warned:
+        return []
+    more = "" if every or len(warned) <= n else f"; the first {n}, -rA lists all"
+    lines = [f"warned items ({len(warned)}, passed; --msprobe-warning-as-error fails them{more}):"]
+    return lines + [f"WARNED {label(r)} - {reason(r)}" for r in (warned if every else warned[:n])]
+
+
+def nothing_checked(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The line that fails a run whose every API item was skipped: a gate that checked nothing is not green."""
+    if not records or any(r.get("status") != "SKIP" for r in records):
+        return None
+    which = f"all {len(records)} API items were" if len(records) > 1 else "the only API item was"
+    return (f"msprobe: {which} skipped, so nothing was checked (e.g. "
+            f"{reason(records[0])[:160]}): exit status 1; --msprobe-allow-all-skipped (ini "
+            "msprobe_allow_all_skipped) accepts such a run")
+
+
+def file_lines(written: Mapping[str, Any], shown: int = 3) -> list[str]:
+    """The files of a run; per-dump CSV sets (keys `<kind>:<label>`) for the first `shown` dumps."""
+    plain = [f"{kind}: {path}" for kind, path in written.items() if ":" not in kind]
+    per_dump: dict[str, list[str]] = {}
+    for kind, path in written.items():
+        if ":" in kind:
+            per_dump.setdefault(kind.split(":", 1)[1], []).append(getattr(path, "name", str(path)))
+    if not per_dump:
+        return plain
+    first = next(p for k, p in written.items() if ":" in k)
+    lines = [f"one CSV set per dump ({len(per_dump)} dumps) in {getattr(first, 'parent', '')}:"]
+    for name, files in list(per_dump.items())[:shown]:
+        lines.append(f"  {name}: {', '.join(files)}")
+    if len(per_dump) > shown:
+        lines.append(f"  ... and {len(per_dump) - shown} more set(s) named the same way")
+    return lines + plain
 
 
 def header_lines(config: Any) -> list[str]:
@@ -101,7 +184,7 @@ def terminal_lines(config: Any, records: list[dict[str, Any]], written: Mapping[
         lines.append(f"worst failures ({len(bad)} of {counts.get('error', 0)}):")
         lines += [f"  {line}" for line in bad]
     lines.append(f"seed: {config.stash[SETTINGS_KEY].check_options.run_seed}")
-    lines += [f"{kind}: {path}" for kind, path in written.items()]
+    lines += file_lines(written)
     journal = config.stash.get(JOURNAL_KEY, None)
     if journal is not None:
         lines.append(f"journal: {journal.path}")

@@ -69,13 +69,19 @@ def stable(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["nodeid"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in recs}
 
 
-def csv_rows(folder: Path, kind: str) -> list[list[str]]:
-    (path,) = folder.glob(f"accuracy_checking_{kind}_*.csv")
+def csv_rows(folder: Path, kind: str, dump: str = "") -> list[list[str]]:
+    """The one CSV of that kind (of that dump's set, when the run had several dumps)."""
+    (path,) = folder.glob(f"accuracy_checking_{kind}_*{'_' + dump if dump else ''}.csv")
     return list(csv.reader(path.open(encoding="utf-8-sig")))
 
 
 def journal_lines(folder: Path) -> list[dict[str, Any]]:
     return read_jsonl(folder / "msprobe_journal.jsonl")
+
+
+def journaled(folder: Path) -> int:
+    """Records in the journal: one per item that ran (items taken from it are not written again)."""
+    return sum("nodeid" in line for line in journal_lines(folder))
 
 
 def ran(result: pytest.RunResult) -> int:
@@ -191,8 +197,10 @@ def test_crash_fails_one_item_and_keeps_every_other_result(pytester: pytest.Pyte
     assert ["Functional.gelu.0", "error", "pass"] in csv_rows(pytester.path / "msprobe_results", "result")
     # a crash is not a finished result: resuming reruns exactly that item
     monkeypatch.setenv("NO_CRASH", "1")
+    before = journaled(pytester.path / "msprobe_results")
     result = pytester.runpytest(str(dump), "--msprobe-resume")
-    assert ran(result) == 1 and result.parseoutcomes()["deselected"] == 17
+    assert ran(result) == 18 and journaled(pytester.path / "msprobe_results") == before + 1  # gelu ran again
+    result.stdout.fnmatch_lines(["*17 taken from the journal (--msprobe-resume)*"])
     assert len(records(pytester.path / "msprobe_results")) == 18
 
 
@@ -248,8 +256,9 @@ def test_killed_run_resumes_to_exactly_one_result_per_item(pytester: pytest.Pyte
     finished = {r["nodeid"] for r in journal_lines(pytester.path / "msprobe_results") if "nodeid" in r}
     assert 30 <= len(finished) < total
     result = pytester.runpytest_subprocess(str(dump), *XDIST, "--msprobe-resume")
-    result.assert_outcomes(passed=total - len(finished))
+    result.assert_outcomes(passed=total)  # the journaled items are reported with their results
     result.stdout.fnmatch_lines([f"*{len(finished)} taken from the journal (--msprobe-resume)*"])
+    assert journaled(pytester.path / "msprobe_results") == total  # only the unfinished ones ran
     final = records(pytester.path / "msprobe_results")
     assert sorted(r["nodeid"] for r in final) == sorted(f"d/dump.json::Functional.relu.{i}.forward" for i in range(total))
     assert len(csv_rows(pytester.path / "msprobe_results", "result")) == total + 1
@@ -262,9 +271,11 @@ def test_resume_reruns_edited_entries_and_keeps_the_journal_seed(pytester: pytes
     doc = json.loads(dump.read_text())
     doc["data"]["Functional.gelu.0.forward"]["input_args"][0]["Max"] = 2.0  # edit a finished call
     dump.write_text(json.dumps(doc))
+    before = journaled(pytester.path / "msprobe_results")
     result = pytester.runpytest(str(dump), "--msprobe-resume")
     # the edited forward entry reruns both gelu items (backward replays the forward call)
-    assert ran(result) == 2 and result.parseoutcomes()["deselected"] == 16
+    assert ran(result) == 18 and journaled(pytester.path / "msprobe_results") == before + 2
+    result.stdout.fnmatch_lines(["*16 taken from the journal (--msprobe-resume)*"])
     result.stdout.fnmatch_lines(["*msprobe: seed 77,*", "*resuming from*: 18 finished item(s) there*"])
     final = stable(records(pytester.path / "msprobe_results"))
     assert final.keys() == first.keys()
@@ -313,8 +324,10 @@ def test_shards_merged_equal_a_single_run(pytester: pytest.Pytester) -> None:
                      "-o", str(pytester.path / "merged")]) == 0
     single, merged = pytester.path / "single", pytester.path / "merged"
     assert stable(records(merged)) == stable(records(single))
-    for kind in ("result", "details"):
-        assert csv_rows(merged, kind) == csv_rows(single, kind)
+    for kind in ("result", "details"):  # one set per dump, the same as a single run's
+        assert len(list(merged.glob(f"accuracy_checking_{kind}_*.csv"))) == 2
+        for dump in ("a", "b"):
+            assert csv_rows(merged, kind, dump) == csv_rows(single, kind, dump)
     with pytest.raises(SystemExit, match="no msprobe_records"):
         cli.main(["merge", str(pytester.path / "a"), "-o", str(merged)])
 

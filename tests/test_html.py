@@ -114,7 +114,8 @@ def test_chromium_loads_sorts_filters_and_renders_the_plots(pytester: pytest.Pyt
 
 
 def test_pytest_html_gets_the_same_plots(pytester: pytest.Pytester) -> None:
-    pytest.importorskip("pytest_html", reason="pytest-html is not installed (the extras are optional)")
+    import pytest_html  # noqa: F401  (the test extra installs it: this test must run, not skip)
+
     pytester.makeconftest(PLANTED)
     dump = make_dump(pytester, gelu_bf16())
     result = pytester.runpytest_subprocess(str(dump), "--msprobe-standard", "strict", "--html", "ph.html",

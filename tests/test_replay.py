@@ -230,9 +230,9 @@ def test_replay_with_pytorch_and_mindspore_dumps_writes_both_layouts(pytester: p
     result = pytester.runpytest(str(pt), str(ms), "--msprobe-mode", "replay", "-k", "forward")
     result.assert_outcomes(passed=21, failed=1)  # MindSpore's fp32 silu, see above
     out = pytester.path / "msprobe_results"
-    (pt_details,) = out.glob("accuracy_checking_details_*[0-9].csv")
-    (ms_details,) = out.glob("accuracy_checking_details_*_mindspore.csv")
-    (ms_result,) = out.glob("accuracy_checking_result_*_mindspore.csv")
+    (pt_details,) = out.glob("accuracy_checking_details_*_pt.csv")  # one set per dump, each in its layout
+    (ms_details,) = out.glob("accuracy_checking_details_*_ms.csv")
+    (ms_result,) = out.glob("accuracy_checking_result_*_ms.csv")
     assert len(read_csv(pt_details)[0]) == 23 and read_csv(ms_details)[0] == MS_DETAILS
     assert {row[0].split(".")[0] for row in read_csv(pt_details)[1:]} == {"Functional", "Tensor"}
     assert [row[0] for row in read_csv(ms_result)[1:]][:2] == ["MintFunctional.linear.0", "MintFunctional.relu.0"]

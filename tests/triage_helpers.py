@@ -107,8 +107,23 @@ def run_script(script: Path, site: Path, *args: str) -> tuple[int, dict[str, Any
                           cwd=script.parent, timeout=300)
     if "--json" in args:
         assert proc.stdout.strip(), proc.stderr
-        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+        return proc.returncode, _numbers(json.loads(proc.stdout.strip().splitlines()[-1], parse_constant=_not_json))
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"--json printed {name}, which is not JSON")
+
+
+def _numbers(value: Any) -> Any:
+    """The script's JSON writes non-finite numbers as "nan", "inf", "-inf": back to floats for comparing."""
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    return value
 
 
 def close(a: Any, b: Any, rel: float = 1e-12) -> bool:
