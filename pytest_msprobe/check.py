@@ -336,25 +336,32 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
 
 def _preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[str, Any],
                 requires_grad: set[int]) -> tuple[list[Any], dict[str, Any]]:
-    """msprobe's dtype conversions for CPU kernels (int32 targets -> int64, int histc input -> fp32)."""
+    """msprobe's dtype conversions for CPU kernels: `convert` (int32 targets -> int64) and
+    `preprocess.int_input_to_float` (an integer first argument of histc -> float32, any integer dtype)."""
     conversions = []
     for rule in specs.get("convert", {}).values():
         if api in rule.get("apis", []):
             conversions.append((parse_dtype(rule["from"]), parse_dtype(rule["to"])))
-    if not conversions:
+    to_float = in_list(specs, api, "preprocess", "int_input_to_float") and bool(args) and \
+        isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() and not args[0].is_complex() \
+        and args[0].dtype != torch.bool
+    if not conversions and not to_float:
         return args, kwargs
 
-    def convert(v: Any) -> Any:
+    def convert(v: Any, dst: torch.dtype | None = None) -> Any:
         if isinstance(v, torch.Tensor):
-            for src, dst in conversions:
+            for src, to in conversions if dst is None else [(v.dtype, dst)]:
                 if v.dtype == src:
-                    new = v.to(dst)
+                    new = v.to(to)
                     if id(v) in requires_grad:
                         requires_grad.add(id(new))
                     return new
         return v
 
-    return [convert(a) for a in args], {k: convert(v) for k, v in kwargs.items()}
+    args = [convert(a) for a in args]
+    if to_float:
+        args[0] = convert(args[0], torch.float32)
+    return args, {k: convert(v) for k, v in kwargs.items()}
 
 
 def _to_numpy(x: Any) -> tuple[str, Any, str | None]:

@@ -199,3 +199,20 @@ def test_strict_reference_run_reuses_the_bench_when_it_computes_the_same(write_d
         for a, b in zip(reused[direction]["outputs"], separate[direction]["outputs"]):
             assert a["reference"]["mean_err"] != a["reference"]["ref_mean_err"]
             assert (a["verdict"], a["reference"]) == (b["verdict"], b["reference"])
+
+
+@pytest.mark.parametrize("dtype", ["torch.int32", "torch.int64", "torch.int8", "torch.uint8"])
+def test_integer_histc_input_becomes_float(write_dump, dtype: str) -> None:
+    """api_specs preprocess.int_input_to_float: CPU histc has no integer kernel (int32 and int64 alike)."""
+    data = {"Torch.histc.0.forward": {
+        "input_args": [tensor(dtype, [64], mx=9, mn=0)],
+        "input_kwargs": {"bins": {"type": "int", "value": 10}, "min": {"type": "int", "value": 0},
+                         "max": {"type": "int", "value": 9}},
+        "output": [tensor("torch.float32", [10])]}}
+    record = run(write_dump, data, "Torch.histc.0.forward")
+    assert record["status"] == "pass", record["message"]
+    (out,) = record["outputs"]
+    assert out["device_dtype"] == "torch.float32" and out["shape"] == [10]
+    assert out["metrics"]["max_abs_err"] == 0.0
+    with pytest.raises((NotImplementedError, RuntimeError)):  # what CPU histc does without the conversion
+        torch.histc(torch.zeros(4, dtype=getattr(torch, dtype.split(".")[1])), bins=4)
