@@ -174,3 +174,23 @@ def test_in_english_keeps_unknown_text_and_order() -> None:
     assert in_english("Relative error is less than 0.001") == "Relative error is less than 0.001"
     assert in_english("ERROR: 绝对误差错误率超过阈值ERROR: inf/nan错误率超过阈值") == (
         "ERROR: absolute error ratio above the threshold; ERROR: inf/nan error ratio above the threshold")
+
+
+def test_chromium_wraps_a_long_message_inside_the_window(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pytest_msprobe.html_report import write_html
+
+    chromium()
+    long = ("The shape of bench torch.Size([4096, 4096]) and npu torch.Size([4096, 4095]) not equal; "
+            "Functional.scaled_dot_product_attention.0.forward.output.0.but_also_a_very_long_unbroken_name_" * 3)
+    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu"))
+    page = write_html(tmp_path / "r.html", [_record(long[:290])], [], settings).read_text("utf-8")
+    probe = ("<script>var c=document.querySelector('td.msg');document.body.setAttribute('data-probe',"
+             "[document.documentElement.scrollWidth<=window.innerWidth,c.getBoundingClientRect().height>"
+             "2*parseFloat(getComputedStyle(c).lineHeight)].join(','));</script></body>")
+    (tmp_path / "probe.html").write_text(page.replace("</body>", probe), encoding="utf-8")
+    dom = run_chromium("--dump-dom", "--window-size=1300,800", "--virtual-time-budget=2000",
+                       (tmp_path / "probe.html").as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert parse(dom.stdout).body.get("data-probe") == "true,true"  # no horizontal overflow; several lines
