@@ -109,6 +109,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if resolved.kernel:
         record["kernel"] = resolved.kernel
     if resolved.reference_vs_reference:
+        record["reference_only"] = True  # counted apart: such a pass says nothing about a vendor kernel
         record["notes"].append("reference-vs-reference: the device side runs the bench function in the recorded "
                                "dtype, not a vendor kernel")
 

@@ -22,6 +22,7 @@ from .settings import (
 from .shard import parse_shard
 
 DUMP_BASENAME = "dump.json"
+REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
 
 
 def _seed(value: str) -> int | str:
@@ -265,7 +266,12 @@ def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any])
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
     record = getattr(report, "msprobe", None)
-    if report.when == "call" and report.passed and record and record.get("status") == "Warning":
+    if report.when != "call" or not report.passed or not record:
+        return None
+    if record.get("reference_only"):  # an NPU op run as its bench on both sides: not counted as passed
+        word = "WARNED" if record.get("status") == "Warning" else "PASSED"
+        return REFERENCE_ONLY, "r", (f"{word} (reference only)", {"yellow": True})
+    if record.get("status") == "Warning":
         return "warned", "W", ("WARNED", {"yellow": True})
     return None
 

@@ -155,9 +155,28 @@ def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> l
                 _shape_cell(out.get("shape")),
             ]
             row += [_cell(metrics.get(key), precision) for key in METRIC_KEYS]
-            row += [str(out.get("status") or BLANK), str(out.get("message") or "")]
+            row += [str(out.get("status") or BLANK), marked(rec, str(out.get("message") or ""))]
             rows.append(row)
     return rows
+
+
+REFERENCE_ONLY_MARK = "[reference only: the device side ran the bench function, no vendor kernel]"
+
+
+def marked(rec: Mapping[str, Any], message: str) -> str:
+    """A reference-vs-reference item's message says so (an NPU op checked on a machine without an NPU)."""
+    if not rec.get("reference_only"):
+        return message
+    return f"{REFERENCE_ONLY_MARK} {message}".rstrip()
+
+
+def reference_only(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Statuses of the items that compared the bench with itself (counted apart from real passes)."""
+    counts: dict[str, int] = {}
+    for rec in records:
+        if rec.get("reference_only"):
+            counts[str(rec.get("status"))] = counts.get(str(rec.get("status")), 0) + 1
+    return counts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -348,6 +367,8 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
     direction = str(record.get("direction", ""))
     lines = [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
              f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')})"]
+    if record.get("reference_only"):
+        lines.append(REFERENCE_ONLY_MARK)
     if record.get("kernel") or record.get("backend", record.get("device")) != record.get("device"):
         lines.append(f"implementation: {record.get('impl')} on {record.get('backend')}")  # --msprobe-kernels/-device
     table: list[tuple[str, ...]] = []
