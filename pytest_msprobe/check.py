@@ -6,6 +6,7 @@ on the test report; `report.py` turns records into msprobe's CSV files.
 from __future__ import annotations
 
 import math
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         return run_external(dump, name, options, specs, record)
 
     device = select_device(options.device, options.device_index)
-    resolved = resolve(name.api_type, api, device, specs)
+    resolved = resolve(name.api_type, api, device, specs, forward)
     resolved = kernels.substitute(options.kernels, name.api_type, api, resolved)  # --msprobe-kernels
     record["device"] = device.name
     record["backend"] = device.label
@@ -121,7 +122,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if plan.hf32:
         args = [hf32_round(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args]
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
-                  device=device, name=name, want_grad=want_grad)  # --msprobe-save-error-data/-repro/-fuzz
+                  device=device, name=name, want_grad=want_grad,
+                  resolved=resolved)  # --msprobe-save-error-data/-repro/-fuzz
 
     def bench_dtype(t: torch.Tensor) -> torch.dtype:
         if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
@@ -141,11 +143,19 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
     device_fn = backends.runner(device, api_key, resolved.device_fn)
-    out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
-        entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
-            device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
-    out_b = _timed(timings, "bench_s", "bench", lambda: run_side(
-        resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad), None)
+
+    def run_bench() -> Any:
+        return run_side(resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad)
+
+    try:
+        out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
+            entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
+                device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
+    except ApiFailure as failure:
+        if record["data"] == "random":
+            _broken_precondition(failure, run_bench)
+        raise
+    out_b = _timed(timings, "bench_s", "bench", run_bench, None)
     capture.stash(out_d=out_d, out_b=out_b)
     leaves_d, leaves_b = _selected(output_leaves(out_d), api, specs), _selected(output_leaves(out_b), api, specs)
     if name.api_type == "NPU":  # rows an NPU op leaves unwritten (output_postprocess, api_specs/bench_functions.yaml)
@@ -284,7 +294,7 @@ def _reference_side(options: CheckOptions, resolved: Any, name: Any, specs: dict
     """
     if options.reference_device:
         ref_device = select_device(options.reference_device)
-        ref = resolve(name.api_type, name.api_name, ref_device, specs)
+        ref = resolve(name.api_type, name.api_name, ref_device, specs, getattr(resolved, "call", None))
         side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=requires_grad, want_grad=want_grad, bench=False)
         return ReferenceRun([side], ref.device_fn, plan.autocast, ref_device, f"{ref.label} on {ref_device.name}")
@@ -333,6 +343,24 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
     finally:
         timings[key] = timings.get(key, 0.0) + time.perf_counter() - started  # the twins share a key
     return result
+
+
+def _broken_precondition(failure: ApiFailure, run_bench: Any) -> None:
+    """The device raised on generated inputs. If the bench raises the same way, the inputs broke a
+    precondition of the API (Cholesky of a random matrix that is not positive-definite): a skip, not a
+    kernel failure."""
+    def gist(exc: BaseException) -> str:
+        lines = str(exc).strip().splitlines()
+        return re.sub(r"\d+", "#", lines[0] if lines else "")
+
+    device_exc = failure.__cause__
+    try:
+        run_bench()
+    except Exception as exc:
+        if device_exc is not None and type(exc) is type(device_exc) and gist(exc) == gist(device_exc):
+            raise NotCheckable(f"the generated inputs break a precondition of the API (not a kernel failure): "
+                               f"the device and the bench both raise {type(exc).__name__}: "
+                               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
 
 
 def _preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[str, Any],

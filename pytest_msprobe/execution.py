@@ -90,6 +90,8 @@ class Resolved:
     label: str
     reference_vs_reference: bool = False
     kernel: str | None = None  # the --msprobe-kernels kernel that is the device side, if any
+    call: dict[str, Any] | None = field(default=None, repr=False)  # the recorded entry it was resolved for
+    api_path: str | None = None  # dotted path of the torch API (torch.linalg.inv), kept when a kernel substitutes
 
 
 def _getattr_path(root: Any, dotted: str) -> Any:
@@ -99,7 +101,10 @@ def _getattr_path(root: Any, dotted: str) -> Any:
     return obj
 
 
-def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any]) -> Resolved:
+def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
+            call: dict[str, Any] | None = None) -> Resolved:
+    """The device and bench callables of a recorded API. `call`, the recorded forward entry, tells a
+    `Torch.<name>` of torch.linalg from an older torch namesake (torch_names.py)."""
     reason = specs.get("unsupported_types", {}).get(api_type)
     if reason:
         raise NotCheckable(f"{api_type}.{api_name}: {reason}")
@@ -108,8 +113,10 @@ def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any])
             fn = _getattr_path(torch.nn.functional, api_name)
             return Resolved(fn, fn, f"torch.nn.functional.{api_name}")
         if api_type == "Torch":
-            fn = _getattr_path(torch, api_name)
-            return Resolved(fn, fn, f"torch.{api_name}")
+            from .torch_names import torch_function
+
+            fn, label = torch_function(api_name, call)
+            return Resolved(fn, fn, label, call=call, api_path=label.split(" ")[0])
         if api_type == "Tensor":
             fn = getattr(torch.Tensor, api_name)
             if api_name == "__getitem__":

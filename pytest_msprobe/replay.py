@@ -90,7 +90,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             if bare != api and in_list(specs, bare, group):
                 raise NotCheckable(f"{full} ({bench_label}): {specs[group]['reason']}")
     else:
-        resolved = resolve(name.api_type, api, Device("cpu"), specs)
+        resolved = resolve(name.api_type, api, Device("cpu"), specs, forward)
         bench_fn, bench_label, bare = resolved.bench_fn, resolved.label, api
     user = {**api_settings(specs, api), **api_settings(specs, bare)}
     if user.get("skip"):

@@ -104,6 +104,7 @@ def build_spec(captured: Mapping[str, Any], record: Mapping[str, Any], options: 
     spec = {
         "item": nodeid, "api": name.full_name, "api_type": name.api_type, "api_name": api,
         "direction": name.direction, "bench_name": specs.get("aliases", {}).get(api, api),
+        "function": getattr(captured.get("resolved"), "api_path", None),  # Torch.inv: torch.linalg.inv
         "device": captured["device"].name, "seed": record["seed"], "standard": options.standard,
         "plan": {"raise_to": None if plan.raise_to is None else str(plan.raise_to),
                  "autocast": None if plan.autocast is None else str(plan.autocast), "hf32": bool(plan.hf32)},

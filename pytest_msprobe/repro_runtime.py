@@ -124,8 +124,9 @@ def resolve(spec, device_kind):
     if api_type == "Functional":
         fn = _attr(torch.nn.functional, api)
         return fn, fn
-    if api_type == "Torch":
-        fn = _attr(torch, api)
+    if api_type == "Torch":  # the function the item resolved (msprobe's Torch.inv is torch.linalg.inv)
+        function = spec.get("function") or ""
+        fn = _attr(torch, function[len("torch."):] if function.startswith("torch.") else api)
         return fn, fn
     if api_type == "Tensor":
         fn = {"__getitem__": _getitem, "__eq__": _eq}.get(api) or getattr(torch.Tensor, api)
