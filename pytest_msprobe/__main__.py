@@ -1,7 +1,8 @@
-"""`python -m pytest_msprobe merge|baseline`: work on finished result folders, without pytest or torch.
+"""`python -m pytest_msprobe merge|baseline|compare`: work on finished results, without pytest or torch.
 
 merge     combine the records of shard runs (or any runs) into one set of msprobe CSVs and JSON lines
 baseline  write the failing items of finished runs as a --msprobe-baseline file to review
+compare   msprobe's api_precision_compare on an NPU and a GPU accuracy_checking_details CSV
 """
 from __future__ import annotations
 
@@ -53,6 +54,27 @@ def write_baseline(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare(args: argparse.Namespace) -> int:
+    from .compare import CompareError, compare_files, summary
+    from .report import timestamp, write_compare_files
+    from .specs import SpecError, load_specs
+
+    try:
+        specs = load_specs(user_file=str(Path(args.specs).resolve()) if args.specs else None)
+        results, details, missing = compare_files(Path(args.npu), Path(args.gpu), specs, args.standard)
+    except (CompareError, SpecError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for name in missing[:20]:
+        print(f"warning: {name} is not in the GPU file; left out (as msprobe does)", file=sys.stderr)
+    if len(missing) > 20:
+        print(f"warning: ... {len(missing) - 20} more rows are not in the GPU file", file=sys.stderr)
+    paths = write_compare_files(results, details, Path(args.out), timestamp())
+    print(summary(results))
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_msprobe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,6 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("-o", "--output", required=True, help="baseline file to write (YAML)")
     b.add_argument("--warning-as-error", action="store_true", help="also list items whose verdict is Warning")
     b.set_defaults(run=write_baseline)
+    c = commands.add_parser("compare", help="msprobe's api_precision_compare on two details CSVs (NPU and GPU)")
+    c.add_argument("--npu", required=True, help="accuracy_checking_details_*.csv of the device under test")
+    c.add_argument("--gpu", required=True, help="accuracy_checking_details_*.csv of the reference device")
+    c.add_argument("--out", required=True, help="folder for api_precision_compare_result/details_<ts>.csv")
+    c.add_argument("--standard", choices=("msprobe", "msprobe26"), default="msprobe",
+                   help="msprobe: 8.x api_precision_compare (default); msprobe26: 26.x (benchmark for every float "
+                        "output, its monitoring-level thresholds, blank metric cells read as 0)")
+    c.add_argument("--specs", default=None, help="a --msprobe-specs YAML file with threshold/category overrides")
+    c.set_defaults(run=compare)
     args = parser.parse_args(argv)
     return args.run(args)
 

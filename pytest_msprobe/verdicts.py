@@ -21,6 +21,21 @@ COMPARE_KEYS = (
 )
 SINGLE_RUN = ("binary_consistency", "absolute_threshold", "thousandth_threshold", "accumulative_error_compare")
 NEEDS_REFERENCE = ("benchmark", "ulp_compare")
+# The details-CSV metrics each algorithm reads (api_precision_compare needs them in both files for the
+# algorithms of NEEDS_REFERENCE).
+INPUT_KEYS = {
+    "binary_consistency": ("binary_error_rate",),
+    "absolute_threshold": ("inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio"),
+    "thousandth_threshold": ("dual_thousandth",),
+    "accumulative_error_compare": ("inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio", "error_balance"),
+    "benchmark": ("small_value_err_ratio", "rmse", "max_rel_err", "mean_rel_err", "error_balance"),
+    "ulp_compare": ("mean_ulp_err", "ulp_err_proportion"),
+}
+# api_precision_compare's hint in the result CSV when an API's forward verdict is error.
+API_HINTS = {
+    "topk": "在npu上，topk的入参sorted=False时不生效，会返回有序tensor，而cpu上会返回无序tensor。 "
+            "如果topk精度不达标，请检查是否是该原因导致的。",
+}
 # benchmark metric -> (metrics key, msprobe message)
 _BENCHMARK = {
     "small_value": ("small_value_err_ratio", "ERROR: 小值域错误比值超过阈值"),
@@ -46,6 +61,8 @@ ENGLISH = {
     "ERROR: 绝对误差错误率超过阈值": "ERROR: absolute error ratio above the threshold",
     "ERROR: 误差均衡性超过阈值": "ERROR: error balance above the threshold",
     "ERROR: ULP误差不满足标准": "ERROR: ULP error does not meet the standard",
+    API_HINTS["topk"]: "On the NPU topk ignores sorted=False and returns sorted values, while the CPU returns "
+                       "them unsorted; if topk fails, check whether that is the reason.",
 }
 
 
