@@ -6,7 +6,6 @@ on the test report; `report.py` turns records into msprobe's CSV files.
 from __future__ import annotations
 
 import math
-import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -17,8 +16,9 @@ import torch
 from . import backends, capture, judge, kernels, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
-    RAISABLE, Device, NotCheckable, Side, backward, first_output_dtype, hf32_round, make_side, map_structure,
-    output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device, tensors_of,
+    RAISABLE, Device, NotCheckable, Side, backward, broken_precondition, first_output_dtype, hf32_round, make_side,
+    map_structure, output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device,
+    tensors_of,
 )
 from .inputs import BuildContext, InputError, build, parse_dtype
 from .seeds import item_seed
@@ -152,8 +152,10 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
                 device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
     except ApiFailure as failure:
-        if record["data"] == "random":
-            _broken_precondition(failure, run_bench)
+        reason = record["data"] == "random" and broken_precondition(failure.__cause__, run_bench,
+                                                                    resolved.bench_fn, bench_side)
+        if reason:
+            raise NotCheckable(reason) from None
         raise
     out_b = _timed(timings, "bench_s", "bench", run_bench, None)
     capture.stash(out_d=out_d, out_b=out_b)
@@ -343,24 +345,6 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
     finally:
         timings[key] = timings.get(key, 0.0) + time.perf_counter() - started  # the twins share a key
     return result
-
-
-def _broken_precondition(failure: ApiFailure, run_bench: Any) -> None:
-    """The device raised on generated inputs. If the bench raises the same way, the inputs broke a
-    precondition of the API (Cholesky of a random matrix that is not positive-definite): a skip, not a
-    kernel failure."""
-    def gist(exc: BaseException) -> str:
-        lines = str(exc).strip().splitlines()
-        return re.sub(r"\d+", "#", lines[0] if lines else "")
-
-    device_exc = failure.__cause__
-    try:
-        run_bench()
-    except Exception as exc:
-        if device_exc is not None and type(exc) is type(device_exc) and gist(exc) == gist(device_exc):
-            raise NotCheckable(f"the generated inputs break a precondition of the API (not a kernel failure): "
-                               f"the device and the bench both raise {type(exc).__name__}: "
-                               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
 
 
 def _preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[str, Any],

@@ -14,7 +14,7 @@ from typing import Any, Generator
 
 import pytest
 
-from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage
+from . import backends, baseline, devices, guard, journal, kernels, msprobe_config, npu_runtime, shard, summary, triage
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import (
     BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings,
@@ -102,6 +102,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "python -m pytest_msprobe merge")
     group.addoption("--msprobe-baseline", default=None, metavar="FILE",
                     help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
+    group.addoption("--msprobe-config", default=None, metavar="CONFIG_JSON",
+                    help="msprobe's config.json: the white_list, black_list and error_data_path of its acc_check "
+                         "(run_ut) section")
+    npu_runtime.addoption(group)  # --msprobe-jit-compile, --msprobe-allow-internal-format
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
@@ -189,6 +193,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getini("msprobe_continue_on_collection_errors"):
         config.option.continue_on_collection_errors = True
     journal.configure(config, settings)  # first: resuming may adopt the journal's run seed
+    msprobe_config.configure(config)  # before triage: its error_data_path
+    npu_runtime.configure(config)
     devices.configure(config, settings)
     guard.configure(config, settings.check_options.run_seed)
     shard.configure(config)
@@ -210,8 +216,10 @@ class XdistHooks:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
+    npu = npu_runtime.header(config)
     return [f"msprobe: seed {opts.run_seed}, device {opts.device}, standard {settings.standard}, "
-            f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *summary.header_lines(config)]
+            f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *summary.header_lines(config),
+            *([npu] if npu else [])]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

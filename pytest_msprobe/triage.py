@@ -26,9 +26,10 @@ FUZZ_REPORT_ATTR = "msprobe_fuzz"
 
 
 def addoption(group: Any) -> None:
-    group.addoption("--msprobe-save-error-data", default=None, metavar="DIR",
+    group.addoption("--msprobe-save-error-data", default=None, nargs="?", const="", metavar="DIR",
                     help="save each failing item's inputs, device/bench outputs, cotangents and gradients as an "
-                         "msprobe dump in DIR (pytest DIR replays them)")
+                         "msprobe dump in DIR (pytest DIR replays them); without DIR: <error_data_path of "
+                         "--msprobe-config, else .>/ut_error_data")
     group.addoption("--msprobe-repro", default=None, metavar="DIR",
                     help="write a standalone Python script per failing item into DIR (needs only torch)")
     group.addoption("--msprobe-fuzz", type=int, default=0, metavar="N",
@@ -46,8 +47,16 @@ def configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--msprobe-fuzz needs hypothesis: pip install 'pytest-msprobe[fuzz]' (or hypothesis)")
     config.addinivalue_line("markers", "fuzz: an <entry>[fuzz] item of --msprobe-fuzz")
     here = config.invocation_params.dir
+    save = opt.msprobe_save_error_data
+    if save == "":  # given without a folder: msprobe's error_data_path
+        from .msprobe_config import error_data_dir
+
+        save = str(error_data_dir(config))
+    elif save and save.endswith(".json") and (here / save).is_file():
+        raise pytest.UsageError(f"--msprobe-save-error-data takes a folder, got the file {save}; write "
+                                f"--msprobe-save-error-data=DIR {save}, or put the option after the dump")
     triage = Triage(config, *(None if not p else (here / p).resolve() for p in (
-        opt.msprobe_save_error_data, opt.msprobe_repro, opt.msprobe_html)), opt.msprobe_fuzz)
+        save, opt.msprobe_repro, opt.msprobe_html)), opt.msprobe_fuzz)
     config.stash[TRIAGE_KEY] = triage
     config.pluginmanager.register(triage, "msprobe-triage")
 
