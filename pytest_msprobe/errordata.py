@@ -163,7 +163,9 @@ def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: P
     args = _encode(captured["args"], args_enc, in_prefix, saver("inputs", True))
     kwargs = {k: _encode(v, kwargs_enc.get(k), f"{in_prefix}.{k}", saver("inputs", True))
               for k, v in captured["kwargs"].items()}
-    fwd_entry: dict[str, Any] = {"input_args": args, "input_kwargs": kwargs, "output": forward.get("output", [])}
+    # the recorded outputs' statistics; their files are not saved here, so no data_name points at them
+    fwd_entry: dict[str, Any] = {"input_args": args, "input_kwargs": kwargs,
+                                 "output": _without_files(forward.get("output", []))}
     entries: dict[str, Any] = {fwd_name: fwd_entry}
     if name.direction == "forward" and "out_d" in captured:
         fwd_entry["output"] = _encode(captured["out_d"], forward.get("output"), f"{fwd_name}.output",
@@ -189,7 +191,16 @@ def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: P
                                                 positions)
         entries[bwd_name] = bwd_entry
     return {"entries": entries, "files": writer.files, "index": index, "forward_from": name.direction,
-            "task": "overflow_check" if captured.get("mode") == "overflow_check" else "tensor"}
+            "task": "overflow_check" if captured.get("mode") == "overflow_check" else "tensor",
+            "framework": captured.get("framework") or "pytorch", "mode": captured.get("mode") or "rerun"}
+
+
+def _without_files(enc: Any) -> Any:
+    if isinstance(enc, list):
+        return [_without_files(e) for e in enc]
+    if isinstance(enc, dict):
+        return {k: _without_files(v) for k, v in enc.items() if k not in ("data_name", "datapath")}
+    return enc
 
 
 def _is_tensor(v: Any) -> bool:
@@ -218,7 +229,8 @@ def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
         if not saved:
             continue
         folder = folders.setdefault(saved["dir"], {"data": {}, "source": {}, "index": {}, "drop": [],
-                                                   "task": saved.get("task", "tensor")})
+                                                   "task": saved.get("task", "tensor"),
+                                                   "framework": saved.get("framework", "pytorch")})
         for entry_name, entry in saved["entries"].items():
             previous = folder["source"].get(entry_name)
             # the forward entry of a failing forward item wins over the copy a backward item made
@@ -231,7 +243,8 @@ def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
                 folder["drop"].extend(_data_names(entry))
         folder["index"][rec.get("nodeid", f"{rec['api']}.{rec['direction']}")] = {
             "status": rec.get("status"), "message": str(rec.get("message") or "")[:500],
-            "standard": rec.get("standard"), "seed": rec.get("seed"), **saved["index"]}
+            "standard": rec.get("standard"), "seed": rec.get("seed"), "mode": saved.get("mode", "rerun"),
+            **saved["index"]}
     written = []
     for rel, folder in sorted(folders.items()):
         target = base / rel
@@ -243,7 +256,7 @@ def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
             except OSError:
                 pass
         ordered = dict(sorted(folder["data"].items(), key=lambda kv: _order_key(kv[0])))
-        doc = {"task": folder["task"], "level": "L1", "framework": "pytorch",
+        doc = {"task": folder["task"], "level": "L1", "framework": folder["framework"],
                "dump_data_dir": str((target / "dump_tensor_data").resolve()), "data": ordered}
         _write_json(target / "dump.json", doc)
         _write_json(target / "stack.json", {name: [] for name in ordered})

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import check, mindspore, ms_results
+from . import capture, check, mindspore, ms_results
 from .dump import Dump, EntryName
 from .execution import (
     RAISABLE, Device, NotCheckable, backward, hf32_round, make_side, output_leaves, pair_cotangents, plan_precision,
@@ -131,6 +131,9 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
 
     bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
                            requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True)
+    # --msprobe-save-error-data/-html: the inputs as recorded (the bench's fixes are applied again on replay)
+    capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, name=name,
+                  framework=framework, mode=mode)
     timings = record["timings"]
     timings["inputs_s"] = time.perf_counter() - started
     reference = _reference(options, name, specs, plan, bench_args, bench_kwargs, ctx.requires_grad, want_grad,
@@ -156,6 +159,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
         started = time.perf_counter()
         leaves_d = check._selected(_recorded(forward.get("output"), dump, max_bytes, "output"), bare, specs)
         timings["recorded_s"] = time.perf_counter() - started
+    capture.stash(out_d=leaves_d, out_b=out_b)
 
     ref_leaves: list[list[Any]] = []
     if reference is not None:

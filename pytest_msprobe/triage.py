@@ -147,7 +147,15 @@ class Triage:
 
         settings = item.config.stash[SETTINGS_KEY]
         specs = load_specs(user_file=settings.check_options.specs_file)
-        script = write_script(folder, captured, record, settings.check_options, specs, item.nodeid)
+        if captured.get("framework") or captured.get("mode") == "replay":
+            # a recorded or MindSpore device side: the torch-only repro runtime cannot run it; the call's
+            # script (pytest_msprobe's own check, imported) can
+            from .repro import script_name
+            from .script import write
+
+            script = write(f"{item.path}::{item.name}", folder / script_name(item.nodeid), settings.check_options)
+        else:
+            script = write_script(folder, captured, record, settings.check_options, specs, item.nodeid)
         if script is not None:
             record["repro"] = str(script)
 
@@ -174,7 +182,8 @@ class Triage:
             for key, title in (("repro", "msprobe repro"), ("error_data", "msprobe error data")):
                 if record.get(key):
                     text = f"python {record[key]}" if key == "repro" else \
-                        f"saved in {self.save_dir / record[key]['dir']} (replay: pytest {self.save_dir})"
+                        f"saved in {self.save_dir / record[key]['dir']} (replay: pytest {self.save_dir}" \
+                        f"{_replay_flag([record])})"
                     report.sections.append((title, text))
             if self.pytest_html and record.get("error_summary"):
                 self._html_extra(report, record)
@@ -240,7 +249,9 @@ class Triage:
         lines = []
         if self.written.get("error_data"):
             dumps = self.written["error_data"]
-            lines.append(f"error data: {len(dumps)} dump(s) in {self.save_dir} (replay: pytest {self.save_dir})")
+            saved = [r for r in self.records if r.get("error_data")]
+            lines.append(f"error data: {len(dumps)} dump(s) in {self.save_dir} (replay: pytest {self.save_dir}"
+                         f"{_replay_flag(saved)})")
         repros = [r["repro"] for r in self.records if r.get("repro")]
         repros += [f["record"]["repro"] for f in self.fuzz_results if (f.get("record") or {}).get("repro")]
         if repros:
@@ -260,6 +271,14 @@ class Triage:
 
 
 FUZZ_RESULT_KEY = pytest.StashKey[dict]()
+
+
+def _replay_flag(records: list[dict[str, Any]]) -> str:
+    """Saved data of PyTorch items checked in replay mode fails the same way in replay mode only (a MindSpore
+    tensor dump is replayed by default)."""
+    saved = [r["error_data"] for r in records if r.get("error_data")]
+    replayed = any(s.get("mode") == "replay" and s.get("framework", "pytorch") == "pytorch" for s in saved)
+    return " --msprobe-mode replay" if replayed else ""
 
 
 def _plain(value: Any) -> Any:
