@@ -75,7 +75,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     if mode == "replay" and not dump.is_real_data:
         raise NotCheckable(f"--msprobe-mode replay compares the outputs a tensor dump saved; this is a "
                            f"{dump.task or 'statistics'} dump without dump_tensor_data/")
-    if mode == "rerun" and framework != "mindspore":
+    if mode == "rerun" and framework not in ms_results.MS_FRAMEWORKS:
         raise NotCheckable(f"{framework} dumps are checked in replay mode only (re-running needs {framework})")
     forward = check._entry(dump, full, "forward")
     backward_entry = check._entry(dump, full, "backward") if name.direction == "backward" else None
@@ -97,7 +97,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
         raise NotCheckable(f"{full}: {user['skip']} (--msprobe-specs)")
     ms_call = None
     if mode == "rerun":
-        ms_call = mindspore.ms_callable(name.api_type, api, specs, options.device, options.device_index)
+        ms_call = mindspore.ms_callable(name.api_type, api, specs, options.device, options.device_index, framework)
         record["device"], record["impl"] = f"mindspore:{ms_call.target}", f"{ms_call.label} (bench {bench_label})"
     else:
         record["device"], record["impl"] = "recorded", f"outputs saved in the dump (bench {bench_label})"
@@ -111,7 +111,8 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             _require_saved(full, backward_entry.get("input"), "backward.input")
     ctx, args, kwargs, cotangents = check.build_inputs(dump, bare, args_enc, kwargs_enc, backward_entry,
                                                        record["seed"], real, options, specs)
-    if ms_dump:  # MindSpore records no requires_grad: every float tensor argument is differentiated (§7.4)
+    by_position = ms_dump or ms_call is not None  # MindSpore's gradients: one per positional tensor argument
+    if by_position and (ms_dump or not ctx.requires_grad):  # no requires_grad recorded: every float tensor (§7.4)
         ctx.requires_grad.update(id(t) for t in tensors_of(args) if t.is_floating_point())
     bench_args, bench_kwargs = check._preprocess(bare, args, kwargs, specs, ctx.requires_grad)
     max_bytes = ctx.max_bytes
@@ -181,7 +182,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             leaves_b = postprocess(api, leaves_b, args, kwargs, "bench")
         _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves,
                        list(range(len(leaves_b))), bare, specs, options, framework != "pytorch")
-    elif ms_dump:
+    elif by_position:
         check._timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
         grads_b = {pos: leaf.grad for pos, leaf in bench_side.grad_leaves if leaf.grad is not None}
         if ms_call is not None:

@@ -81,6 +81,12 @@ def _fits(fn: Callable[..., Any], call: Mapping[str, Any] | None) -> bool:
     return True
 
 
+def _alias_of(fn: Callable[..., Any], found: list[tuple[str, Callable[..., Any]]]) -> bool:
+    """torch.linalg.matmul's documentation says it is exactly torch.matmul: then it is not a second candidate."""
+    doc = getattr(fn, "__doc__", None) or ""
+    return any(re.search(rf"^Alias for :func:`{re.escape(path)}`\s*$", doc, re.M) for path, _ in found)
+
+
 def torch_function(api_name: str, call: Mapping[str, Any] | None = None) -> tuple[Callable[..., Any], str]:
     """(function, dotted label) of a `Torch.<api_name>` entry; AttributeError when torch has neither."""
     candidates = []
@@ -89,7 +95,7 @@ def torch_function(api_name: str, call: Mapping[str, Any] | None = None) -> tupl
             fn = _attr(torch, path[len("torch."):])
         except AttributeError:
             continue
-        if getattr(fn, "__module__", None) != _REMOVED_STUBS and callable(fn):
+        if getattr(fn, "__module__", None) != _REMOVED_STUBS and callable(fn) and not _alias_of(fn, candidates):
             candidates.append((path, fn))
     if not candidates:
         raise AttributeError(api_name)
