@@ -11,7 +11,8 @@ gave such names.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 def _strings(node: Any) -> Iterable[str]:

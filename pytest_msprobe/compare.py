@@ -20,12 +20,20 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from . import verdicts
 from .metrics import METRIC_KEYS
-from .report import BLANK, DETAILS_HEADER, ERROR, SKIP, compare_detail_row, compare_status
+from .report import (
+    BLANK,
+    DETAILS_HEADER,
+    ERROR,
+    SKIP,
+    compare_detail_row,
+    compare_status,
+)
 from .standards import algorithm_for
 
 UNSUPPORTED_MESSAGE = "This data type does not support benchmark compare."

@@ -47,7 +47,7 @@ def _lookup(dotted: str) -> Any:
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         try:
-            obj = importlib.import_module(".".join(parts[:cut]))
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
             continue
         for part in parts[cut:]:

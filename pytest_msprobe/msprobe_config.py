@@ -108,7 +108,8 @@ class ConfigFilter:
         from .dump import parse_entry_name
         from .items import ApiItem
 
-        keep, drop = [], []
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
         for item in items:
             try:
                 excluded = isinstance(item, ApiItem) and self.cfg.excluded(parse_entry_name(item.name).api_name)

@@ -64,7 +64,7 @@ def header(config: pytest.Config) -> str | None:
     return f"msprobe: NPU runtime {runtime.describe()} (applied in each process that runs items on the NPU)"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def apply(runtime: NpuRuntime) -> str | None:
     """Set the switches once per process; the reason they cannot be set, or None."""
     from .execution import npu_import_error

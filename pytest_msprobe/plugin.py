@@ -274,7 +274,11 @@ def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any])
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
     record = getattr(report, "msprobe", None)
-    if report.when != "call" or not report.passed or not record:
+    if report.when != "call" or not record:
+        return None
+    if report.failed and record.get("reference_only"):
+        return "failed", "F", ("FAILED (reference only)", {"red": True})
+    if not report.passed:
         return None
     if record.get("reference_only"):  # an NPU op run as its bench on both sides: not counted as passed
         word = "WARNED" if record.get("status") == "Warning" else "PASSED"

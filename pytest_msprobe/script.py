@@ -22,8 +22,9 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .dump import Dump, DumpError, load_dump, parse_entry_name, resolve_tensor_path
 from .repro import EMBED_LIMIT

@@ -18,7 +18,8 @@ import ast
 import functools
 import inspect
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Mapping
+from typing import Any, Callable
 
 import torch
 
@@ -32,7 +33,7 @@ def _attr(root: Any, dotted: str) -> Any:
     return root
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
     """The signature of `fn`, from introspection or the first line of its docstring; None if unknown."""
     try:
@@ -72,10 +73,11 @@ def _fits(fn: Callable[..., Any], call: Mapping[str, Any] | None) -> bool:
     signature = _signature(fn)
     if signature is None:
         return True  # unknown: cannot be ruled out
-    args = call.get("input_args") if isinstance(call.get("input_args"), list) else []
-    kwargs = call.get("input_kwargs") if isinstance(call.get("input_kwargs"), dict) else {}
+    args, kwargs = call.get("input_args"), call.get("input_kwargs")
+    n_args = len(args) if isinstance(args, list) else 0
+    names = [str(k) for k in kwargs] if isinstance(kwargs, dict) else []
     try:
-        signature.bind(*([None] * len(args)), **dict.fromkeys(map(str, kwargs)))
+        signature.bind(*([None] * n_args), **dict.fromkeys(names))
     except TypeError:
         return False
     return True
@@ -84,12 +86,12 @@ def _fits(fn: Callable[..., Any], call: Mapping[str, Any] | None) -> bool:
 def _alias_of(fn: Callable[..., Any], found: list[tuple[str, Callable[..., Any]]]) -> bool:
     """torch.linalg.matmul's documentation says it is exactly torch.matmul: then it is not a second candidate."""
     doc = getattr(fn, "__doc__", None) or ""
-    return any(re.search(rf"^Alias for :func:`{re.escape(path)}`\s*$", doc, re.M) for path, _ in found)
+    return any(re.search(rf"^Alias for :func:`{re.escape(path)}`\s*$", doc, re.MULTILINE) for path, _ in found)
 
 
 def torch_function(api_name: str, call: Mapping[str, Any] | None = None) -> tuple[Callable[..., Any], str]:
     """(function, dotted label) of a `Torch.<api_name>` entry; AttributeError when torch has neither."""
-    candidates = []
+    candidates: list[tuple[str, Callable[..., Any]]] = []
     for path in (f"torch.{api_name}", f"torch.linalg.{api_name}"):
         try:
             fn = _attr(torch, path[len("torch."):])

@@ -189,7 +189,7 @@ def test_rerun_items_get_error_data_scripts_and_plots(pytester: pytest.Pytester)
     page = (pytester.path / "r.html").read_text(encoding="utf-8")
     assert page.count('<svg class="plot heatmap"') == 1
     # the call's script re-runs it in MindSpore, here without the bug: the fix is verified
-    proc = subprocess.run([sys.executable, record["repro"], "--json"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, record["repro"], "--json"], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rerun,) = json.loads(proc.stdout)["records"]
     assert rerun["mode"] == "rerun" and rerun["device"] == "mindspore:CPU" and rerun["status"] == "pass"

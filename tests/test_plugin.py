@@ -257,3 +257,16 @@ def test_bench_precision_option_raises_the_bench_and_reruns_with_it(pytester: py
     result.stdout.fnmatch_lines(["*rerun: pytest*--msprobe-bench-precision fp64*"])
     result = pytester.runpytest(str(dump), "--msprobe-bench-precision", "fp32")
     result.stderr.fnmatch_lines(["*--msprobe-bench-precision: invalid choice: 'fp32'*"])
+
+
+def test_a_failing_reference_only_item_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("import bench_functions, torch\n"
+                          "bench_functions.register('npu_dtype_bug')("
+                          "lambda x: x * 2 if x.dtype == torch.bfloat16 else x)\n")
+    data = {"NPU.npu_dtype_bug.0.forward": unary("x", "torch.bfloat16", [8, 8])}
+    result = pytester.runpytest(str(make_dump(pytester, data)), "--msprobe-device", "cpu", "-v", "-p",
+                                "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*NPU.npu_dtype_bug.0.forward FAILED (reference only)*",
+                                 "*[[]reference only: the device side ran the bench function, no vendor kernel]*",
+                                 "1 items checked only the reference (1 error)*"])

@@ -19,7 +19,7 @@ LEAN = ("-p", "no:cacheprovider")
 
 
 def run(script: Path, *args: str) -> tuple[int, Any]:
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300, check=False,
                           cwd=script.parent)
     if "--json" in args:
         assert proc.stdout.strip(), proc.stderr
