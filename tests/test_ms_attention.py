@@ -17,7 +17,7 @@ import torch
 
 import pytest_msprobe.mindspore as msmap
 import pytest_msprobe.replay  # noqa: F401  (kept across pytester's in-process runs)
-from bench_functions.attention import flash_attention_score
+from bench_functions.ms_attention import flash_attention_score
 from pytest_msprobe.specs import load_specs
 from tests.helpers import api_records
 
@@ -93,7 +93,7 @@ def test_the_bench_is_mindsporess_signature_on_the_fusion_attention_reference() 
     torch.testing.assert_close(out, naive(*as_bsnd, None, pse), rtol=1e-12, atol=1e-12)
     twin = msmap.torch_twin("Functional", "flash_attention_score", load_specs())
     assert twin.fn(*as_bsnd, N, scalar_value=SCALE, input_layout="BSND").shape == (2, 32, N, D)
-    assert twin.label == "bench_functions.attention.flash_attention_score"
+    assert twin.label == "bench_functions.ms_attention.flash_attention_score"
 
 
 @pytest.mark.parametrize("with_pse", [False, True])
@@ -104,7 +104,7 @@ def test_a_recorded_mindspore_call_replays_against_it(pytester: pytest.Pytester,
     result.assert_outcomes(passed=3, failed=1)  # the wrong recorded output; gradients of both dumps pass
     recs = api_records(pytester)
     forward = recs["Functional.flash_attention_score.0.forward"]
-    assert forward["impl"] == "outputs saved in the dump (bench bench_functions.attention.flash_attention_score)"
+    assert forward["impl"] == "outputs saved in the dump (bench bench_functions.ms_attention.flash_attention_score)"
     assert [o["bench_dtype"] for o in forward["outputs"]] == ["torch.float64"]  # strict: an fp64 bench
     backward = recs["Functional.flash_attention_score.0.backward"]
     assert [o["name"].rsplit(".", 1)[-1] for o in backward["outputs"]] == ["0", "1", "2"]  # dq, dk, dv by position
