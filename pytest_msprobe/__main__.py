@@ -1,7 +1,9 @@
-"""`python -m pytest_msprobe merge|baseline`: work on finished result folders, without pytest or torch.
+"""`python -m pytest_msprobe merge|baseline|compare`: work on finished results, without pytest or torch.
 
 merge     combine the records of shard runs (or any runs) into one set of msprobe CSVs and JSON lines
 baseline  write the failing items of finished runs as a --msprobe-baseline file to review
+compare   msprobe's api_precision_compare on an NPU and a GPU accuracy_checking_details CSV
+script    a standalone script of one recorded call, passing or failing (msprobe's op_generate)
 """
 from __future__ import annotations
 
@@ -54,6 +56,43 @@ def write_baseline(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare(args: argparse.Namespace) -> int:
+    from .compare import CompareError, compare_files, summary
+    from .report import timestamp, write_compare_files
+    from .specs import SpecError, load_specs
+
+    try:
+        specs = load_specs(user_file=str(Path(args.specs).resolve()) if args.specs else None)
+        results, details, missing = compare_files(Path(args.npu), Path(args.gpu), specs, args.standard)
+    except (CompareError, SpecError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for name in missing[:20]:
+        print(f"warning: {name} is not in the GPU file; left out (as msprobe does)", file=sys.stderr)
+    if len(missing) > 20:
+        print(f"warning: ... {len(missing) - 20} more rows are not in the GPU file", file=sys.stderr)
+    paths = write_compare_files(results, details, Path(args.out), timestamp())
+    print(summary(results))
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def write_script(args: argparse.Namespace) -> int:
+    from .script import ScriptError, write
+    from .settings import DATA_MODES, CheckOptions
+
+    options = CheckOptions(device=args.device, run_seed=args.seed, data_mode=args.data_mode, standard=args.standard,
+                           mode=args.mode, bench_precision=args.bench_precision, threads=args.threads,
+                           specs_file=str(Path(args.specs).resolve()) if args.specs else None)
+    assert options.data_mode in DATA_MODES
+    try:
+        path = write(args.target, Path(args.output) if args.output else None, options, args.iter_times)
+    except ScriptError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"wrote {path}: python {path}  (--iter-times N, --device D, --json)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_msprobe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,6 +106,31 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("-o", "--output", required=True, help="baseline file to write (YAML)")
     b.add_argument("--warning-as-error", action="store_true", help="also list items whose verdict is Warning")
     b.set_defaults(run=write_baseline)
+    c = commands.add_parser("compare", help="msprobe's api_precision_compare on two details CSVs (NPU and GPU)")
+    c.add_argument("--npu", required=True, help="accuracy_checking_details_*.csv of the device under test")
+    c.add_argument("--gpu", required=True, help="accuracy_checking_details_*.csv of the reference device")
+    c.add_argument("--out", required=True, help="folder for api_precision_compare_result/details_<ts>.csv")
+    c.add_argument("--standard", choices=("msprobe", "msprobe26"), default="msprobe",
+                   help="msprobe: 8.x api_precision_compare (default); msprobe26: 26.x (benchmark for every float "
+                        "output, its monitoring-level thresholds, blank metric cells read as 0)")
+    c.add_argument("--specs", default=None, help="a --msprobe-specs YAML file with threshold/category overrides")
+    c.set_defaults(run=compare)
+    from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, STANDARDS
+
+    w = commands.add_parser("script", help="a standalone script of one recorded call (msprobe's op_generate)")
+    w.add_argument("target", help="DUMP_JSON::ENTRY, e.g. 'step0/rank0/dump.json::Functional.linear.0.forward'")
+    w.add_argument("-o", "--output", default=None, help="script file (default: named after the dump folder and entry)")
+    w.add_argument("--iter-times", type=int, default=1, help="runs of the call when the script runs (msprobe's "
+                                                              "iter_times; the script's --iter-times overrides it)")
+    w.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"run seed, as --msprobe-seed (default {DEFAULT_SEED})")
+    w.add_argument("--device", default="auto", help="device under test, as --msprobe-device (default auto)")
+    w.add_argument("--standard", choices=STANDARDS, default=STANDARDS[0], help="as --msprobe-standard")
+    w.add_argument("--data-mode", choices=DATA_MODES, default="auto", help="as --msprobe-data-mode")
+    w.add_argument("--mode", choices=MODES, default="auto", help="as --msprobe-mode")
+    w.add_argument("--bench-precision", choices=BENCH_PRECISIONS, default="auto", help="as --msprobe-bench-precision")
+    w.add_argument("--threads", type=int, default=1, help="torch intra-op threads, as --msprobe-threads (default 1)")
+    w.add_argument("--specs", default=None, help="a --msprobe-specs YAML file (embedded in the script)")
+    w.set_defaults(run=write_script)
     args = parser.parse_args(argv)
     return args.run(args)
 

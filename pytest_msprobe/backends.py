@@ -96,12 +96,19 @@ class CudaBackend(Backend):
 
 class NpuBackend(Backend):
     name = kind = "npu"
+    runtime: Any = None  # npu_runtime.NpuRuntime: --msprobe-jit-compile / --msprobe-allow-internal-format
 
     def unavailable(self) -> str | None:
         from .execution import npu_import_error
 
         error = npu_import_error()
-        return None if error is None else f"torch_npu cannot be imported ({error})"
+        if error is not None:
+            return f"torch_npu cannot be imported ({error})"
+        if self.runtime is not None:
+            from .npu_runtime import apply
+
+            return apply(self.runtime)  # once per process, before the first item runs
+        return None
 
     def index(self, requested: int | None) -> int | None:
         return requested or 0
@@ -191,7 +198,12 @@ class BuiltinDevices:
 
     @pytest.hookimpl(trylast=True)
     def pytest_msprobe_device(self, config: pytest.Config, name: str) -> Backend | None:
-        return builtin_backend(name)
+        backend = builtin_backend(name)
+        if isinstance(backend, NpuBackend):
+            from .npu_runtime import RUNTIME_KEY
+
+            backend.runtime = config.stash.get(RUNTIME_KEY, None)
+        return backend
 
     @pytest.hookimpl(trylast=True)
     def pytest_msprobe_device_names(self, config: pytest.Config) -> list[str]:

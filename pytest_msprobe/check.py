@@ -14,8 +14,9 @@ import torch
 from . import backends, capture, judge, kernels, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
-    RAISABLE, Device, NotCheckable, backward, first_output_dtype, hf32_round, make_side, map_structure,
-    output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device, tensors_of,
+    RAISABLE, Device, NotCheckable, backward, broken_precondition, first_output_dtype, hf32_round, make_side,
+    map_structure, output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device,
+    tensors_of,
 )
 from .inputs import BuildContext, InputError, build, parse_dtype
 from .seeds import item_seed
@@ -96,7 +97,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         return run_external(dump, name, options, specs, record)
 
     device = select_device(options.device, options.device_index)
-    resolved = resolve(name.api_type, api, device, specs)
+    resolved = resolve(name.api_type, api, device, specs, forward)
     resolved = kernels.substitute(options.kernels, name.api_type, api, resolved)  # --msprobe-kernels
     record["device"] = device.name
     record["backend"] = device.label
@@ -104,6 +105,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if resolved.kernel:
         record["kernel"] = resolved.kernel
     if resolved.reference_vs_reference:
+        record["reference_only"] = True  # counted apart: such a pass says nothing about a vendor kernel
         record["notes"].append("reference-vs-reference: the device side runs the bench function in the recorded "
                                "dtype, not a vendor kernel")
 
@@ -115,7 +117,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if plan.hf32:
         args = [_hf32(a, ctx.requires_grad) for a in args]
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
-                  device=device, name=name, want_grad=want_grad)  # --msprobe-save-error-data/-repro/-fuzz
+                  device=device, name=name, want_grad=want_grad,
+                  resolved=resolved)  # --msprobe-save-error-data/-repro/-fuzz
 
     def bench_dtype(t: torch.Tensor) -> torch.dtype:
         if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
@@ -147,11 +150,21 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
     device_fn = backends.runner(device, api_key, resolved.device_fn)
-    out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
-        entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
-            device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
-    out_b = _timed(timings, "bench_s", "bench", lambda: run_side(
-        resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad), None)
+
+    def run_bench() -> Any:
+        return run_side(resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad)
+
+    try:
+        out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
+            entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
+                device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
+    except ApiFailure as failure:
+        reason = record["data"] == "random" and broken_precondition(failure.__cause__, run_bench,
+                                                                    resolved.bench_fn, bench_side)
+        if reason:
+            raise NotCheckable(reason) from None
+        raise
+    out_b = _timed(timings, "bench_s", "bench", run_bench, None)
     capture.stash(out_d=out_d, out_b=out_b)
     leaves_d, leaves_b = _selected(output_leaves(out_d), api, specs), _selected(output_leaves(out_b), api, specs)
     if name.api_type == "NPU":  # rows an NPU op leaves unwritten (output_postprocess, api_specs/bench_functions.yaml)
@@ -289,25 +302,32 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
 
 def _preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[str, Any],
                 requires_grad: set[int]) -> tuple[list[Any], dict[str, Any]]:
-    """msprobe's dtype conversions for CPU kernels (int32 targets -> int64, int histc input -> fp32)."""
+    """msprobe's dtype conversions for CPU kernels: `convert` (int32 targets -> int64) and
+    `preprocess.int_input_to_float` (an integer first argument of histc -> float32, any integer dtype)."""
     conversions = []
     for rule in specs.get("convert", {}).values():
         if api in rule.get("apis", []):
             conversions.append((parse_dtype(rule["from"]), parse_dtype(rule["to"])))
-    if not conversions:
+    to_float = in_list(specs, api, "preprocess", "int_input_to_float") and bool(args) and \
+        isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() and not args[0].is_complex() \
+        and args[0].dtype != torch.bool
+    if not conversions and not to_float:
         return args, kwargs
 
-    def convert(v: Any) -> Any:
+    def convert(v: Any, dst: torch.dtype | None = None) -> Any:
         if isinstance(v, torch.Tensor):
-            for src, dst in conversions:
+            for src, to in conversions if dst is None else [(v.dtype, dst)]:
                 if v.dtype == src:
-                    new = v.to(dst)
+                    new = v.to(to)
                     if id(v) in requires_grad:
                         requires_grad.add(id(new))
                     return new
         return v
 
-    return [convert(a) for a in args], {k: convert(v) for k, v in kwargs.items()}
+    args = [convert(a) for a in args]
+    if to_float:
+        args[0] = convert(args[0], torch.float32)
+    return args, {k: convert(v) for k, v in kwargs.items()}
 
 
 def _to_numpy(x: Any) -> tuple[str, Any, str | None]:

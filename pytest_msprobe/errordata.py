@@ -162,7 +162,8 @@ def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: P
     entries, index = _item_entries(dump, entry_name, captured, writer, outputs=True)
     return {"entries": entries, "files": writer.files, "index": index,
             "forward_from": parse_entry_name(entry_name).direction,
-            "task": "overflow_check" if captured.get("mode") == "overflow_check" else "tensor"}
+            "task": "overflow_check" if captured.get("mode") == "overflow_check" else "tensor",
+            "framework": captured.get("framework") or "pytorch", "mode": captured.get("mode") or "rerun"}
 
 
 def inputs_in_memory(dump: Any, entry_name: str,
@@ -299,7 +300,8 @@ def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
         if not saved:
             continue
         folder = folders.setdefault(saved["dir"], {"data": {}, "source": {}, "index": {}, "drop": [],
-                                                   "task": saved.get("task", "tensor")})
+                                                   "task": saved.get("task", "tensor"),
+                                                   "framework": saved.get("framework", "pytorch")})
         for entry_name, entry in saved["entries"].items():
             previous = folder["source"].get(entry_name)
             # the forward entry of a failing forward item wins over the copy a backward item made
@@ -312,7 +314,8 @@ def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
                 folder["drop"].extend(_data_names(entry))
         folder["index"][rec.get("nodeid", f"{rec['api']}.{rec['direction']}")] = {
             "status": rec.get("status"), "message": str(rec.get("message") or "")[:500],
-            "standard": rec.get("standard"), "seed": rec.get("seed"), **saved["index"]}
+            "standard": rec.get("standard"), "seed": rec.get("seed"), "mode": saved.get("mode", "rerun"),
+            **saved["index"]}
     written = []
     for rel, folder in sorted(folders.items()):
         target = base / rel
@@ -324,7 +327,7 @@ def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
             except OSError:
                 pass
         ordered = dict(sorted(folder["data"].items(), key=lambda kv: _order_key(kv[0])))
-        doc = {"task": folder["task"], "level": "L1", "framework": "pytorch",
+        doc = {"task": folder["task"], "level": "L1", "framework": folder["framework"],
                "dump_data_dir": str((target / "dump_tensor_data").resolve()), "data": ordered}
         _write_json(target / "dump.json", doc)
         _write_json(target / "stack.json", {name: [] for name in ordered})

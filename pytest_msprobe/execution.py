@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -90,6 +91,8 @@ class Resolved:
     label: str
     reference_vs_reference: bool = False
     kernel: str | None = None  # the --msprobe-kernels kernel that is the device side, if any
+    call: dict[str, Any] | None = field(default=None, repr=False)  # the recorded entry it was resolved for
+    api_path: str | None = None  # dotted path of the torch API (torch.linalg.inv), kept when a kernel substitutes
 
 
 def _getattr_path(root: Any, dotted: str) -> Any:
@@ -99,7 +102,10 @@ def _getattr_path(root: Any, dotted: str) -> Any:
     return obj
 
 
-def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any]) -> Resolved:
+def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
+            call: dict[str, Any] | None = None) -> Resolved:
+    """The device and bench callables of a recorded API. `call`, the recorded forward entry, tells a
+    `Torch.<name>` of torch.linalg from an older torch namesake (torch_names.py)."""
     reason = specs.get("unsupported_types", {}).get(api_type)
     if reason:
         raise NotCheckable(f"{api_type}.{api_name}: {reason}")
@@ -108,8 +114,10 @@ def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any])
             fn = _getattr_path(torch.nn.functional, api_name)
             return Resolved(fn, fn, f"torch.nn.functional.{api_name}")
         if api_type == "Torch":
-            fn = _getattr_path(torch, api_name)
-            return Resolved(fn, fn, f"torch.{api_name}")
+            from .torch_names import torch_function
+
+            fn, label = torch_function(api_name, call)
+            return Resolved(fn, fn, label, call=call, api_path=label.split(" ")[0])
         if api_type == "Tensor":
             fn = getattr(torch.Tensor, api_name)
             if api_name == "__getitem__":
@@ -337,6 +345,40 @@ def run_side(fn: Callable[..., Any], side: Side, *, autocast: torch.dtype | None
             with torch.autocast(device_type=device_type, dtype=autocast):
                 return fn(*side.args, **side.kwargs)
         return fn(*side.args, **side.kwargs)
+
+
+def broken_precondition(device_exc: BaseException | None, run_bench: Callable[[], Any], fn: Callable[..., Any],
+                        side: Side) -> str | None:
+    """Why a device exception on generated inputs is a skip, or None when it is a failure.
+
+    It is a skip when the bench raises the same way (type, and message up to numbers) while the same call on
+    meta tensors (shapes and dtypes only) goes through: the arguments are well-formed and only their random
+    values break a precondition of the API (Cholesky of a matrix that is not positive-definite, an index out of
+    range). A call that fails on meta tensors too, or has no meta kernel, stays a failure.
+    """
+    def gist(exc: BaseException) -> str:
+        lines = str(exc).strip().splitlines()
+        return re.sub(r"\d+", "#", lines[0] if lines else "")
+
+    if device_exc is None:
+        return None
+    try:
+        run_bench()
+        return None
+    except Exception as exc:
+        if type(exc) is not type(device_exc) or gist(exc) != gist(device_exc):
+            return None
+        bench_exc = exc
+    meta = map_structure(lambda v: torch.empty_like(v, device="meta") if isinstance(v, torch.Tensor) else v,
+                         [side.args, side.kwargs])
+    try:
+        with torch.no_grad():
+            fn(*meta[0], **meta[1])
+    except Exception:
+        return None
+    first = str(bench_exc).strip().splitlines()
+    return (f"the generated inputs break a precondition of the API (not a kernel failure): the device and the "
+            f"bench both raise {type(bench_exc).__name__}: {first[0] if first else ''}")
 
 
 def to_cpu(value: Any) -> Any:

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .verdicts import in_english
+
 ULP_LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(0, 21)] + [">2^20"]
 MAX_X_BINS = 16
 POSITION_BUCKETS = 48
@@ -209,14 +211,15 @@ h4{font-size:13px;margin:10px 0 4px} small{color:#555;font-weight:normal}
 table.api{border-collapse:collapse;width:100%} table.api th,table.api td{border-bottom:1px solid #ddd;padding:3px 6px;
 text-align:left;white-space:nowrap} table.api th{cursor:pointer;background:#f0f0f0;position:sticky;top:0}
 table.api th.sorted-asc:after{content:" ▲"} table.api th.sorted-desc:after{content:" ▼"}
-td.msg{white-space:normal;max-width:480px;color:#444} td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.api td.msg{white-space:normal;overflow-wrap:anywhere;min-width:16em;max-width:480px;color:#444} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .s-error{color:#b00;font-weight:bold} .s-pass{color:#070} .s-Warning{color:#a60} .s-SKIP{color:#777}
 .controls{margin:8px 0} .controls input{width:280px}
 .plots{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
 svg.plot text{font:10px sans-serif} svg.plot text.t{font-size:11px} svg.plot text.yl{text-anchor:end}
 svg.plot text.xl{text-anchor:middle} svg.plot .limit{stroke:#000;stroke-dasharray:4 3} svg.plot .axis{stroke:#999}
 table.worst{border-collapse:collapse;margin-top:4px} table.worst td,table.worst th{border:1px solid #ddd;padding:1px 5px}
-section.failure{border-top:2px solid #b00;margin-top:18px} pre{background:#f6f6f6;padding:6px;overflow:auto}
+section.failure{border-top:2px solid #b00;margin-top:18px}
+pre{background:#f6f6f6;padding:6px;overflow:auto;white-space:pre-wrap;overflow-wrap:anywhere}
 """
 
 JS = r"""
@@ -286,7 +289,7 @@ def _row_values(rec: Mapping[str, Any]) -> dict[str, Any]:
     ulps = [u for u in ulps if isinstance(u, (int, float))]
     algorithms = ",".join(dict.fromkeys(str(o["algorithm"]) for o in outputs if o.get("algorithm")))
     message = str(rec.get("message") or "") or "; ".join(
-        str(o.get("verdict_message") or o.get("message") or "") for o in outputs
+        in_english(str(o.get("verdict_message") or o.get("message") or "")) for o in outputs
         if (o.get("verdict") or o.get("status")) not in ("pass", None)) or ""
     return {"item": f"{rec.get('api')}.{rec.get('direction')}", "status": rec.get("status", ""),
             "standard": rec.get("standard") or "",
@@ -341,7 +344,8 @@ def _failure_sections(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mappi
             lines.append(f"<p>hypothesis seed {fz.get('seed')}, {fz.get('examples')} examples; shrunk example:</p>"
                          f"<pre>{html.escape(str(fz.get('shrunk') or ''))}</pre>")
         message = str(rec.get("message") or "")
-        verdicts = [f"{o.get('name')}: {o.get('verdict_message') or o.get('message')}" for o in rec.get("outputs") or ()
+        verdicts = [f"{o.get('name')}: {in_english(str(o.get('verdict_message') or o.get('message')))}"
+                    for o in rec.get("outputs") or ()
                     if (o.get("verdict") or o.get("status")) == "error"]
         if message or verdicts:
             lines.append(f"<pre>{html.escape(chr(10).join(([message] if message else []) + verdicts))}</pre>")

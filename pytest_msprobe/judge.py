@@ -52,7 +52,7 @@ def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mappin
         if row.device_dtype not in ("torch.float16", "torch.bfloat16", "torch.float32") and row.shape is not None:
             row.verdict_message = f"the new standard does not cover {row.device_dtype}: original standard applied"
         return
-    if algorithm in verdicts.SINGLE_RUN:
+    if not verdicts.needs_reference(algorithm, row.device_dtype, th):
         status, message, cells = verdicts.single_run(algorithm, row.metrics, row.device_dtype, th)
     else:
         ref_metrics = _reference_metrics(row, algorithm, ref_row, reference_results)

@@ -248,6 +248,28 @@ def ulp_errors(bench: np.ndarray, device: np.ndarray, abs_bench: np.ndarray, *, 
 
 
 @_quiet
+def ulp_errors_fp8(bench: np.ndarray, device: np.ndarray, *, exponent_floor: float,
+                   mantissa_width: dict[int, int]) -> np.ndarray:
+    """|ULP error| of fp8 outputs as msprobe 26.x measures them, in float64: a tapered format whose mantissa
+    width depends on the bench value's exponent e = floor(max(log2|b|, exponent_floor)): the width of the first
+    `mantissa_width` key >= |e|, else 0, where the error is the difference of the signed log2 magnitudes.
+    Two departures from msprobe: it keeps the sign (so counts only device values above the bench) and floors
+    only the bench's log2 (so an exact zero on both sides is 978 ULP off); here both directions count and
+    both sides are floored."""
+    x, d = np.asarray(bench, dtype=np.float64), np.asarray(device, dtype=np.float64)
+    tiny = 2.0 ** -1000
+    ex = np.maximum(np.log2(np.abs(x) + tiny), exponent_floor)
+    exponent = np.floor(ex)
+    width = np.zeros_like(x)
+    for limit, bits in sorted(mantissa_width.items(), reverse=True):
+        width[np.abs(exponent) <= int(limit)] = bits
+    err = (d - x) * np.exp2(width - exponent)
+    eh = np.maximum(np.log2(np.abs(d) + tiny), exponent_floor)
+    log_err = eh * np.where(d >= 0, 1.0, -1.0) - ex * np.where(x >= 0, 1.0, -1.0)
+    return np.abs(np.where(width == 0, log_err, err))
+
+
+@_quiet
 def ulp_metrics(ulp: np.ndarray, elem_threshold: float) -> dict[str, float]:
     """ULP误差最大值 / 平均值 / 大于阈值占比 (mean is numpy's pairwise mean in the compute dtype)."""
     return {

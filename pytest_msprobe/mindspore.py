@@ -42,17 +42,20 @@ def table(specs: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _lookup(dotted: str) -> Any:
-    """`torch.nn.functional.linear` -> the object, or None when some part does not exist."""
+    """`torch.nn.functional.linear` or `bench_functions.attention.flash_attention_score` -> the object (the
+    longest importable module prefix, then attributes), or None when some part does not exist."""
     parts = dotted.split(".")
-    try:
-        obj = importlib.import_module(parts[0])
-    except ImportError:
-        return None
-    for part in parts[1:]:
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return None
+        return obj
+    return None
 
 
 # ----------------------------------------------------------------------------- the torch bench
@@ -80,6 +83,9 @@ def torch_twin(api_type: str, api_name: str, specs: Mapping[str, Any]) -> Twin:
     if api_type == "Tensor" and api_name not in spec.get("tensor_apis", ()) and key not in spec.get("apis", {}):
         raise NotCheckable(f"{key}: this MindSpore Tensor method is not in the MindSpore -> torch table "
                            "(api_specs/mindspore.yaml: mindspore.tensor_apis)")
+    if not entry.get("torch") and not (namespace or {}).get("torch"):
+        raise NotCheckable(f"{key}: MindSpore API type {api_type!r} has no torch bench for this API, only for those "
+                           "in api_specs/mindspore.yaml (mindspore.apis)")
     path = entry.get("torch") or f"{namespace['torch']}.{api_name}"
     fn = _lookup(path)
     if not callable(fn):
@@ -173,15 +179,17 @@ class MsCall:
 
 
 def ms_callable(api_type: str, api_name: str, specs: Mapping[str, Any], device: str,
-                index: int | None) -> MsCall:
-    """The MindSpore API a recorded entry names, on the selected MindSpore device."""
+                index: int | None, framework: str = "mindspore") -> MsCall:
+    """The MindSpore API a recorded entry names, on the selected MindSpore device. A mindtorch dump's
+    torch-style entry runs the MindSpore API mindtorch maps it to (`mindtorch_namespaces`)."""
     ms = mindspore()
     target = _configure(device, index)
     spec = table(specs)
-    namespace = spec.get("namespaces", {}).get(api_type)
+    key = "mindtorch_namespaces" if framework == "mindtorch" else "namespaces"
+    namespace = spec.get(key, {}).get(api_type)
     if namespace is None or not namespace.get("mindspore"):
-        raise NotCheckable(f"{api_type}.{api_name}: MindSpore API type {api_type!r} is not re-run "
-                           "(api_specs/mindspore.yaml: mindspore.namespaces)")
+        raise NotCheckable(f"{api_type}.{api_name}: {framework} API type {api_type!r} is not re-run "
+                           f"(api_specs/mindspore.yaml: mindspore.{key})")
     path = f"{namespace['mindspore']}.{api_name}"
     fn = _lookup(path)
     if not callable(fn):

@@ -79,7 +79,8 @@ def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict
         raise NotCheckable(f"{api}: backward of this call is not checkable")
 
     device = select_device(options.device, options.device_index)
-    resolved = kernels.substitute(options.kernels, name.api_type, api, resolve(name.api_type, api, device, specs))
+    resolved = kernels.substitute(options.kernels, name.api_type, api,
+                                  resolve(name.api_type, api, device, specs, forward))
     record.update(device=device.name, backend=device.label, impl=resolved.label)
     if resolved.kernel:
         record["kernel"] = resolved.kernel
@@ -90,7 +91,7 @@ def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict
     plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
                           options.standard)
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
-                  device=device, name=name, want_grad=want_grad, mode="overflow_check")
+                  device=device, name=name, want_grad=want_grad, mode="overflow_check", resolved=resolved)
 
     same = lambda t: t.dtype  # noqa: E731  (no precision raise on either side)
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=same, requires_grad=ctx.requires_grad,

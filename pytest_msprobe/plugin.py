@@ -14,7 +14,7 @@ from typing import Any, Generator
 
 import pytest
 
-from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage
+from . import backends, baseline, devices, guard, journal, kernels, msprobe_config, npu_runtime, shard, summary, triage
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import (
     BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings,
@@ -22,6 +22,7 @@ from .settings import (
 from .shard import parse_shard
 
 DUMP_BASENAME = "dump.json"
+REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
 
 
 def _seed(value: str) -> int | str:
@@ -104,6 +105,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
     group.addoption("--msprobe-allow-all-skipped", action="store_true", default=None,
                     help="exit 0 when every API item was skipped (by default such a run checked nothing and fails)")
+    group.addoption("--msprobe-config", default=None, metavar="CONFIG_JSON",
+                    help="msprobe's config.json: the white_list, black_list and error_data_path of its acc_check "
+                         "(run_ut) section")
+    npu_runtime.addoption(group)  # --msprobe-jit-compile, --msprobe-allow-internal-format
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
@@ -192,6 +197,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getini("msprobe_continue_on_collection_errors"):
         config.option.continue_on_collection_errors = True
     journal.configure(config, settings)  # first: resuming may adopt the journal's run seed
+    msprobe_config.configure(config)  # before triage: its error_data_path
+    npu_runtime.configure(config)
     devices.configure(config, settings)
     guard.configure(config, settings.check_options.run_seed)
     shard.configure(config)
@@ -213,8 +220,10 @@ class XdistHooks:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
+    npu = npu_runtime.header(config)
     return [f"msprobe: seed {opts.run_seed}, device {opts.device}, standard {settings.standard}, "
-            f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *summary.header_lines(config)]
+            f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *summary.header_lines(config),
+            *([npu] if npu else [])]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -270,7 +279,16 @@ def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any])
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
     record = getattr(report, "msprobe", None)
-    if report.when == "call" and report.passed and record and record.get("status") == "Warning":
+    if report.when != "call" or not record:
+        return None
+    if report.failed and record.get("reference_only"):
+        return "failed", "F", ("FAILED (reference only)", {"red": True})
+    if not report.passed:
+        return None
+    if record.get("reference_only"):  # an NPU op run as its bench on both sides: not counted as passed
+        word = "WARNED" if record.get("status") == "Warning" else "PASSED"
+        return REFERENCE_ONLY, "r", (f"{word} (reference only)", {"yellow": True})
+    if record.get("status") == "Warning":
         return "warned", "W", ("WARNED", {"yellow": True})
     return None
 

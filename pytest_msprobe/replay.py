@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import check, mindspore, ms_results
+from . import capture, check, mindspore, ms_results
 from .dump import Dump, EntryName
 from .execution import (
     RAISABLE, Device, NotCheckable, backward, make_side, output_leaves, pair_cotangents, plan_precision,
@@ -76,7 +76,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     if mode == "replay" and not dump.is_real_data:
         raise NotCheckable(f"--msprobe-mode replay compares the outputs a tensor dump saved; this is a "
                            f"{dump.task or 'statistics'} dump without dump_tensor_data/")
-    if mode == "rerun" and framework != "mindspore":
+    if mode == "rerun" and framework not in ms_results.MS_FRAMEWORKS:
         raise NotCheckable(f"{framework} dumps are checked in replay mode only (re-running needs {framework})")
     forward = check._entry(dump, full, "forward")
     backward_entry = check._entry(dump, full, "backward") if name.direction == "backward" else None
@@ -91,14 +91,14 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             if bare != api and in_list(specs, bare, group):
                 raise NotCheckable(f"{full} ({bench_label}): {specs[group]['reason']}")
     else:
-        resolved = resolve(name.api_type, api, Device("cpu"), specs)
+        resolved = resolve(name.api_type, api, Device("cpu"), specs, forward)
         bench_fn, bench_label, bare = resolved.bench_fn, resolved.label, api
     user = {**api_settings(specs, api), **api_settings(specs, bare)}
     if user.get("skip"):
         raise NotCheckable(f"{full}: {user['skip']} (--msprobe-specs)")
     ms_call = None
     if mode == "rerun":
-        ms_call = mindspore.ms_callable(name.api_type, api, specs, options.device, options.device_index)
+        ms_call = mindspore.ms_callable(name.api_type, api, specs, options.device, options.device_index, framework)
         record["device"], record["impl"] = f"mindspore:{ms_call.target}", f"{ms_call.label} (bench {bench_label})"
     else:
         record["device"], record["impl"] = "recorded", f"outputs saved in the dump (bench {bench_label})"
@@ -112,7 +112,8 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             _require_saved(full, backward_entry.get("input"), "backward.input")
     ctx, args, kwargs, cotangents = check.build_inputs(dump, bare, args_enc, kwargs_enc, backward_entry,
                                                        record["seed"], real, options, specs)
-    if ms_dump:  # MindSpore records no requires_grad: every float tensor argument is differentiated (§7.4)
+    by_position = ms_dump or ms_call is not None  # MindSpore's gradients: one per positional tensor argument
+    if by_position and (ms_dump or not ctx.requires_grad):  # no requires_grad recorded: every float tensor (§7.4)
         ctx.requires_grad.update(id(t) for t in tensors_of(args) if t.is_floating_point())
     bench_args, bench_kwargs = check._preprocess(bare, args, kwargs, specs, ctx.requires_grad)
     max_bytes = ctx.max_bytes
@@ -131,6 +132,9 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
 
     bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
                            requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True)
+    # --msprobe-save-error-data/-html: the inputs as recorded (the bench's fixes are applied again on replay)
+    capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, name=name,
+                  framework=framework, mode=mode)
     timings = record["timings"]
     timings["inputs_s"] = time.perf_counter() - started
     reference = _reference(options, name, specs, plan, bench_args, bench_kwargs, ctx.requires_grad, want_grad,
@@ -156,6 +160,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
         started = time.perf_counter()
         leaves_d = check._selected(_recorded(forward.get("output"), dump, max_bytes, "output"), bare, specs)
         timings["recorded_s"] = time.perf_counter() - started
+    capture.stash(out_d=leaves_d, out_b=out_b)
 
     ref_leaves: list[Any] | None = None
     role = reference.role if reference is not None else "torch"
@@ -178,7 +183,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             leaves_b = postprocess(api, leaves_b, args, kwargs, "bench")
         _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role,
                        list(range(len(leaves_b))), bare, specs, options, framework != "pytorch")
-    elif ms_dump:
+    elif by_position:
         check._timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
         grads_b = {pos: leaf.grad for pos, leaf in bench_side.grad_leaves if leaf.grad is not None}
         if ms_call is not None:

@@ -157,9 +157,28 @@ def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> l
                 _shape_cell(out.get("shape")),
             ]
             row += [_cell(metrics.get(key), precision) for key in METRIC_KEYS]
-            row += [str(out.get("status") or BLANK), str(out.get("message") or "")]
+            row += [str(out.get("status") or BLANK), marked(rec, str(out.get("message") or ""))]
             rows.append(row)
     return rows
+
+
+REFERENCE_ONLY_MARK = "[reference only: the device side ran the bench function, no vendor kernel]"
+
+
+def marked(rec: Mapping[str, Any], message: str) -> str:
+    """A reference-vs-reference item's message says so (an NPU op checked on a machine without an NPU)."""
+    if not rec.get("reference_only"):
+        return message
+    return f"{REFERENCE_ONLY_MARK} {message}".rstrip()
+
+
+def reference_only(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Statuses of the items that compared the bench with itself (counted apart from real passes)."""
+    counts: dict[str, int] = {}
+    for rec in records:
+        if rec.get("reference_only"):
+            counts[str(rec.get("status"))] = counts.get(str(rec.get("status")), 0) + 1
+    return counts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,7 +196,7 @@ COMPARE_RESULT_PREFIX = "api_precision_compare_result_"
 COMPARE_DETAILS_PREFIX = "api_precision_compare_details_"
 
 
-def _compare_status(statuses: list[str]) -> str:
+def compare_status(statuses: list[str]) -> str:
     """msprobe's per-direction fold: blank, all-SKIP, error, Warning, pass."""
     if not statuses:
         return BLANK
@@ -187,6 +206,14 @@ def _compare_status(statuses: list[str]) -> str:
         if status in statuses:
             return status
     return PASS
+
+
+def compare_detail_row(name: str, cells: Mapping[str, Any] | None, status: str, message: str,
+                       compare_keys: Sequence[str], precision: int = 14) -> list[str]:
+    """One api_precision_compare details row; without cells (not judged) every metric cell is blank."""
+    cells = cells or {}
+    return [name] + [_cell(cells.get(k), precision) for k in compare_keys] + [
+        status, str(cells.get("algorithm_name", BLANK)), message]
 
 
 def compare_rows(records: Iterable[Mapping[str, Any]], compare_keys: Sequence[str],
@@ -203,28 +230,29 @@ def compare_rows(records: Iterable[Mapping[str, Any]], compare_keys: Sequence[st
             cells = out.get("compare")
             if cells:
                 status = str(out.get("verdict") or out.get("status"))
-                row = [str(out["name"])] + [_cell(cells.get(k), precision) for k in compare_keys]
-                row += [status, str(cells.get("algorithm_name", BLANK)), str(out.get("verdict_message") or "")]
+                row = compare_detail_row(str(out["name"]), cells, status, str(out.get("verdict_message") or ""),
+                                         compare_keys, precision)
             else:
                 status = SKIP
                 reason = out.get("verdict_message") or out.get("message") or "not judged by the new standard"
-                row = [str(out["name"])] + [BLANK] * len(compare_keys) + [SKIP, BLANK, str(reason)]
+                row = compare_detail_row(str(out["name"]), None, SKIP, str(reason), compare_keys, precision)
             details.append(row)
             per_api.setdefault(str(rec["api"]), {}).setdefault(str(rec["direction"]), []).append((status, row[-1]))
     results = []
     for api, directions in per_api.items():
-        fwd = _compare_status([s for s, _ in directions.get("forward", [])])
-        bwd = _compare_status([s for s, _ in directions.get("backward", [])])
+        fwd = compare_status([s for s, _ in directions.get("forward", [])])
+        bwd = compare_status([s for s, _ in directions.get("backward", [])])
         message = directions["forward"][0][1] if fwd == SKIP else ""
         results.append([api, fwd, bwd, message])
     return results, details
 
 
-def write_compare_results(records: list[dict], out_dir: Path, ts: str, compare_keys: Sequence[str],
-                          precision: int = 14) -> dict[str, Path]:
-    results, details = compare_rows(records, compare_keys, precision)
+def write_compare_files(results: list[list[str]], details: list[list[str]], out_dir: Path,
+                        ts: str) -> dict[str, Path]:
+    """api_precision_compare_result/details_<ts>.csv from their rows."""
     paths = {"compare_result": Path(out_dir) / f"{COMPARE_RESULT_PREFIX}{ts}.csv",
              "compare_details": Path(out_dir) / f"{COMPARE_DETAILS_PREFIX}{ts}.csv"}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     for key, header, rows in (("compare_result", COMPARE_RESULT_HEADER, results),
                               ("compare_details", COMPARE_DETAILS_HEADER, details)):
         with open(paths[key], "w", encoding=CSV_ENCODING, newline="") as f:
@@ -232,6 +260,11 @@ def write_compare_results(records: list[dict], out_dir: Path, ts: str, compare_k
             writer.writerow(header)
             writer.writerows(rows)
     return paths
+
+
+def write_compare_results(records: list[dict], out_dir: Path, ts: str, compare_keys: Sequence[str],
+                          precision: int = 14) -> dict[str, Path]:
+    return write_compare_files(*compare_rows(records, compare_keys, precision), out_dir, ts)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -381,6 +414,8 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
     direction = str(record.get("direction", ""))
     lines = [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
              f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')})"]
+    if record.get("reference_only"):
+        lines.append(REFERENCE_ONLY_MARK)
     if record.get("kernel") or record.get("backend", record.get("device")) != record.get("device"):
         lines.append(f"implementation: {record.get('impl')} on {record.get('backend')}")  # --msprobe-kernels/-device
     table: list[tuple[str, ...]] = []

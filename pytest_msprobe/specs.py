@@ -70,6 +70,7 @@ def load_specs(spec_dir: str = str(SPEC_DIR), user_file: str | None = None) -> d
 
 def _apply_user(merged: dict[str, Any], path: Path) -> None:
     user = _read(path)
+    user_apis: list[str] = []
     for key, value in user.items():
         _check_numbers(value, f"{path}: {key}")
         if key == "apis":
@@ -78,6 +79,7 @@ def _apply_user(merged: dict[str, Any], path: Path) -> None:
             for api, settings in value.items():
                 _check_api(path, api, settings, merged["thresholds"])
             merged["apis"] = {**merged["apis"], **copy.deepcopy(value)}
+            user_apis = list(value)
         elif key not in merged:
             raise SpecError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(merged))})")
         elif key == "mindspore" and isinstance(value, dict) and "apis" in value:
@@ -86,6 +88,12 @@ def _apply_user(merged: dict[str, Any], path: Path) -> None:
         else:
             merged[key] = _merge(merged[key], value, f"{path}: {key}")
     _check_precision(merged["precision"], path)
+    if user_apis:  # a misspelt name would match no item and be ignored without a word
+        from .api_names import WHERE, unknown
+
+        bad = unknown(user_apis, merged)
+        if bad:
+            raise SpecError(f"{path}: apis: unknown API name(s) {', '.join(bad)}: not in {WHERE}")
 
 
 _FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")

@@ -132,6 +132,15 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
     if b.shape != d.shape:
         row.message = f"The shape of bench{_torch_size(b.shape)} and npu{_torch_size(d.shape)} not equal."
         return row
+    if b.dtype.kind in "iu" and d.dtype.kind in "iu" and b.size:
+        rule = _quantization(api_name, specs)
+        if rule is not None:  # 26.x: integer outputs of quantisation APIs may differ by one step of rounding
+            max_abs = int(np.max(np.abs(b.astype(np.int64) - d.astype(np.int64))))
+            row.metrics["max_abs_err"] = float(max_abs)
+            row.status = PASS if max_abs <= rule else ERROR
+            row.message = (f"Quantization API: max abs error {max_abs} {'<=' if max_abs <= rule else '>'} {rule} "
+                           f"(msprobe 26.x's rule for integer outputs of quantization APIs).")
+            return row
     if not any(b.dtype in group and d.dtype in group for group in _COMPARABLE):
         row.message = f"Bench out dtype is {b.dtype} but npu output dtype is {d.dtype}, cannot compare."
         return row
@@ -149,6 +158,15 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
     return row
 
 
+def _quantization(api_name: str, specs: Mapping | None) -> float | None:
+    """The max-abs-error limit of a quantisation API's integer outputs (thresholds.quantization), or None."""
+    th = _sections(specs)[0]
+    if specs is not None and "apis" in specs:
+        th = thresholds_for(specs, api_name)
+    rule = th["quantization"]
+    return rule["max_abs_err_le"] if api_name in rule["apis"] else None
+
+
 def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
                    api_name: str, specs: Mapping, standard: str) -> None:
     th, cats = _sections(specs)
@@ -164,6 +182,11 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
         override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
         algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
         row.metrics.update(_layer2(algo, b, d, dev_dtype, err, device_dtype, th))
+    elif standard == "msprobe26" and device_dtype in th["ulp_fp8_26x"]["dtypes"]:  # 26.x: fp8 -> its ULP rule
+        p = th["ulp_fp8_26x"]
+        row.algorithm = "ulp_compare"
+        row.metrics.update(M.ulp_metrics(M.ulp_errors_fp8(b, d, exponent_floor=p["exponent_floor"],
+                                                          mantissa_width=p["mantissa_width"]), p["elem_threshold"]))
     else:
         messages.append(f"The data type {device_dtype} is not supported for new precision standard.")
 

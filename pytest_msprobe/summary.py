@@ -159,11 +159,16 @@ def terminal_lines(config: Any, records: list[dict[str, Any]], written: Mapping[
     from .devices import DEVICES_KEY
     from .guard import CRASH_KEY
     from .journal import JOURNAL_KEY
-    from .report import summary_counts
+    from .report import reference_only, summary_counts
     from .settings import SETTINGS_KEY
 
-    counts = summary_counts(records)
+    ref_only = reference_only(records)
+    counts = summary_counts(r for r in records if not r.get("reference_only"))
     lines = ["items: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
+    if ref_only:
+        lines.append(f"{sum(ref_only.values())} items checked only the reference (" + ", ".join(
+            f"{v} {k}" for k, v in sorted(ref_only.items())) + "): NPU ops without an NPU run their bench function "
+            "on both sides, so they test the inputs and the bench, not a vendor kernel")
     notes = []
     if resumed:
         notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
@@ -181,7 +186,7 @@ def terminal_lines(config: Any, records: list[dict[str, Any]], written: Mapping[
         lines.append(f"devices: {where}; items ran on {', '.join(ran_on) or '-'}")
     bad = worst(records)
     if bad:
-        lines.append(f"worst failures ({len(bad)} of {counts.get('error', 0)}):")
+        lines.append(f"worst failures ({len(bad)} of {counts.get('error', 0) + ref_only.get('error', 0)}):")
         lines += [f"  {line}" for line in bad]
     lines.append(f"seed: {config.stash[SETTINGS_KEY].check_options.run_seed}")
     lines += file_lines(written)

@@ -55,7 +55,7 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     """
     if options.reference_device:
         ref_device = select_device(options.reference_device)
-        ref = resolve(name.api_type, name.api_name, ref_device, specs)
+        ref = resolve(name.api_type, name.api_name, ref_device, specs, getattr(resolved, "call", None))
         side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=requires_grad, want_grad=want_grad, bench=False)
         return ReferenceRun(side, ref.device_fn, plan.autocast, ref_device, f"{ref.label} on {ref_device.name}")

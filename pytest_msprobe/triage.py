@@ -26,9 +26,10 @@ FUZZ_REPORT_ATTR = "msprobe_fuzz"
 
 
 def addoption(group: Any) -> None:
-    group.addoption("--msprobe-save-error-data", default=None, metavar="DIR",
+    group.addoption("--msprobe-save-error-data", default=None, nargs="?", const="", metavar="DIR",
                     help="save each failing item's inputs, device/bench outputs, cotangents and gradients as an "
-                         "msprobe dump in DIR (pytest DIR replays them)")
+                         "msprobe dump in DIR (pytest DIR replays them); without DIR: <error_data_path of "
+                         "--msprobe-config, else .>/ut_error_data")
     group.addoption("--msprobe-repro", default=None, metavar="DIR",
                     help="write a standalone Python script per failing item into DIR (needs only torch)")
     group.addoption("--msprobe-fuzz", type=int, default=0, metavar="N",
@@ -46,8 +47,16 @@ def configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--msprobe-fuzz needs hypothesis: pip install 'pytest-msprobe[fuzz]' (or hypothesis)")
     config.addinivalue_line("markers", "fuzz: an <entry>[fuzz] item of --msprobe-fuzz")
     here = config.invocation_params.dir
+    save = opt.msprobe_save_error_data
+    if save == "":  # given without a folder: msprobe's error_data_path
+        from .msprobe_config import error_data_dir
+
+        save = str(error_data_dir(config))
+    elif save and save.endswith(".json") and (here / save).is_file():
+        raise pytest.UsageError(f"--msprobe-save-error-data takes a folder, got the file {save}; write "
+                                f"--msprobe-save-error-data=DIR {save}, or put the option after the dump")
     triage = Triage(config, *(None if not p else (here / p).resolve() for p in (
-        opt.msprobe_save_error_data, opt.msprobe_repro, opt.msprobe_html)), opt.msprobe_fuzz)
+        save, opt.msprobe_repro, opt.msprobe_html)), opt.msprobe_fuzz)
     config.stash[TRIAGE_KEY] = triage
     config.pluginmanager.register(triage, "msprobe-triage")
 
@@ -137,9 +146,16 @@ class Triage:
         from .repro import write_script
 
         settings = item.config.stash[SETTINGS_KEY]
-        dump = captured.get("dump") or load_dump(item.path)
-        script = write_script(folder, dump, captured.get("entry_name", item.name), captured, record,
-                              settings.check_options, item.nodeid)
+        if captured.get("framework") or captured.get("mode") == "replay":
+            # a recorded or MindSpore device side: the call's script reads it from its dump
+            from .repro import script_name
+            from .script import write
+
+            script = write(f"{item.path}::{item.name}", folder / script_name(item.nodeid), settings.check_options)
+        else:
+            dump = captured.get("dump") or load_dump(item.path)
+            script = write_script(folder, dump, captured.get("entry_name", item.name), captured, record,
+                                  settings.check_options, item.nodeid)
         if script is not None:
             record["repro"] = str(script)
 
@@ -171,7 +187,8 @@ class Triage:
             for key, title in (("repro", "msprobe repro"), ("error_data", "msprobe error data")):
                 if record.get(key):
                     text = f"python {record[key]}" if key == "repro" else \
-                        f"saved in {self.save_dir / record[key]['dir']} (replay: pytest {self.save_dir})"
+                        f"saved in {self.save_dir / record[key]['dir']} (replay: pytest {self.save_dir}" \
+                        f"{_replay_flag([record])})"
                     report.sections.append((title, text))
             if self.pytest_html and record.get("error_summary"):
                 self._html_extra(report, record)
@@ -237,7 +254,9 @@ class Triage:
         lines = []
         if self.written.get("error_data"):
             dumps = self.written["error_data"]
-            lines.append(f"error data: {len(dumps)} dump(s) in {self.save_dir} (replay: pytest {self.save_dir})")
+            saved = [r for r in self.records if r.get("error_data")]
+            lines.append(f"error data: {len(dumps)} dump(s) in {self.save_dir} (replay: pytest {self.save_dir}"
+                         f"{_replay_flag(saved)})")
         repros = [r["repro"] for r in self.records if r.get("repro")]
         repros += [f["record"]["repro"] for f in self.fuzz_results if (f.get("record") or {}).get("repro")]
         if repros:
@@ -257,6 +276,14 @@ class Triage:
 
 
 FUZZ_RESULT_KEY = pytest.StashKey[dict]()
+
+
+def _replay_flag(records: list[dict[str, Any]]) -> str:
+    """Saved data of PyTorch items checked in replay mode fails the same way in replay mode only (a MindSpore
+    tensor dump is replayed by default)."""
+    saved = [r["error_data"] for r in records if r.get("error_data")]
+    replayed = any(s.get("mode") == "replay" and s.get("framework", "pytorch") == "pytorch" for s in saved)
+    return " --msprobe-mode replay" if replayed else ""
 
 
 def _plain(value: Any) -> Any:

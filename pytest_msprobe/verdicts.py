@@ -21,6 +21,21 @@ COMPARE_KEYS = (
 )
 SINGLE_RUN = ("binary_consistency", "absolute_threshold", "thousandth_threshold", "accumulative_error_compare")
 NEEDS_REFERENCE = ("benchmark", "ulp_compare")
+# The details-CSV metrics each algorithm reads (api_precision_compare needs them in both files for the
+# algorithms of NEEDS_REFERENCE).
+INPUT_KEYS = {
+    "binary_consistency": ("binary_error_rate",),
+    "absolute_threshold": ("inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio"),
+    "thousandth_threshold": ("dual_thousandth",),
+    "accumulative_error_compare": ("inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio", "error_balance"),
+    "benchmark": ("small_value_err_ratio", "rmse", "max_rel_err", "mean_rel_err", "error_balance"),
+    "ulp_compare": ("mean_ulp_err", "ulp_err_proportion"),
+}
+# api_precision_compare's hint in the result CSV when an API's forward verdict is error.
+API_HINTS = {
+    "topk": "在npu上，topk的入参sorted=False时不生效，会返回有序tensor，而cpu上会返回无序tensor。 "
+            "如果topk精度不达标，请检查是否是该原因导致的。",
+}
 # benchmark metric -> (metrics key, msprobe message)
 _BENCHMARK = {
     "small_value": ("small_value_err_ratio", "ERROR: 小值域错误比值超过阈值"),
@@ -29,6 +44,37 @@ _BENCHMARK = {
     "mean_rel_err": ("mean_rel_err", "ERROR: 相对误差平均值比值超过阈值"),
     "eb": ("error_balance", "ERROR: 误差均衡性比值超过阈值"),
 }
+
+
+# The same messages in English, for pages that must read without CJK fonts (the HTML report); the CSVs
+# keep msprobe's own words, which its tools and users expect there.
+ENGLISH = {
+    "ERROR: 小值域错误比值超过阈值": "ERROR: small-value error ratio above the threshold",
+    "ERROR: 均方根误差比值超过阈值": "ERROR: RMSE ratio above the threshold",
+    "ERROR: 相对误差最大值比值超过阈值": "ERROR: max relative error ratio above the threshold",
+    "ERROR: 相对误差平均值比值超过阈值": "ERROR: mean relative error ratio above the threshold",
+    "ERROR: 误差均衡性比值超过阈值": "ERROR: error balance ratio above the threshold",
+    "ERROR: 二进制一致错误率超过阈值": "ERROR: binary consistency error rate above the threshold",
+    "ERROR: 双千指标不达标": "ERROR: fewer than 99.9% of elements within 0.1% relative error",
+    "ERROR: inf/nan错误率超过阈值": "ERROR: inf/nan error ratio above the threshold",
+    "ERROR: 相对误差错误率超过阈值": "ERROR: relative error ratio above the threshold",
+    "ERROR: 绝对误差错误率超过阈值": "ERROR: absolute error ratio above the threshold",
+    "ERROR: 误差均衡性超过阈值": "ERROR: error balance above the threshold",
+    "ERROR: ULP误差不满足标准": "ERROR: ULP error does not meet the standard",
+    API_HINTS["topk"]: "On the NPU topk ignores sorted=False and returns sorted values, while the CPU returns "
+                       "them unsorted; if topk fails, check whether that is the reason.",
+}
+
+
+def in_english(text: str) -> str:
+    """A verdict message with msprobe's Chinese sentences in English ("; " between the sentences
+    msprobe concatenates without a separator)."""
+    found = sorted((text.find(zh), zh, en) for zh, en in ENGLISH.items() if zh in text)
+    if not found:
+        return text
+    for _, zh, _ in found:
+        text = text.replace(zh, "")
+    return "; ".join([en for _, _, en in found] + ([text.strip()] if text.strip() else []))
 
 
 def _per_dtype(table: Mapping[str, Any], dtype: str) -> Any:
@@ -40,11 +86,23 @@ def _num(value: Any) -> float:
     return 0.0 if value is None else float(value)
 
 
+def needs_reference(algorithm: str, device_dtype: str, th: Mapping[str, Any]) -> bool:
+    """Benchmark and ULP compare the device's error with a reference device's, except 26.x's fp8 ULP rule."""
+    return algorithm in NEEDS_REFERENCE and not (
+        algorithm == "ulp_compare" and device_dtype in th.get("ulp_fp8_26x", {}).get("dtypes", ()))
+
+
 def single_run(algorithm: str, metrics: Mapping[str, Any], device_dtype: str,
                th: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """Verdict of an algorithm that needs no reference device."""
     cells: dict[str, Any] = {}
     messages: list[str] = []
+    if algorithm == "ulp_compare" and not needs_reference(algorithm, device_dtype, th):  # 26.x fp8 outputs
+        prop = _num(metrics.get("ulp_err_proportion"))
+        ok = prop < th["ulp_verdict"]["fp8_26x"]["ulp_err_proportion_lt"]
+        cells.update(mean_ulp_err=_num(metrics.get("mean_ulp_err")), ulp_err_proportion=prop,
+                     ulp_status=PASS if ok else ERROR)
+        return (PASS if ok else ERROR), ("" if ok else "ERROR: ULP误差不满足标准"), cells
     if algorithm == "binary_consistency":
         rate = _num(metrics.get("binary_error_rate"))
         cells["binary_error_rate"], cells["binary_status"] = rate, PASS if rate == 0 else ERROR

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_msprobe import check
 from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump import load_dump
 from pytest_msprobe.execution import (
@@ -248,3 +247,20 @@ def test_strict_judges_what_layer1_cannot_compare(write_dump) -> None:
     assert short["outputs"][0]["status"] == "error"  # msprobe's Layer 1: int16 "cannot compare"
     polar = run(write_dump, data, "Torch.polar.0.forward", standard="strict")
     assert polar["status"] == "SKIP" and "complex output" in polar["message"]
+
+
+@pytest.mark.parametrize("dtype", ["torch.int32", "torch.int64", "torch.int8", "torch.uint8"])
+def test_integer_histc_input_becomes_float(write_dump, dtype: str) -> None:
+    """api_specs preprocess.int_input_to_float: CPU histc has no integer kernel (int32 and int64 alike)."""
+    data = {"Torch.histc.0.forward": {
+        "input_args": [tensor(dtype, [64], mx=9, mn=0)],
+        "input_kwargs": {"bins": {"type": "int", "value": 10}, "min": {"type": "int", "value": 0},
+                         "max": {"type": "int", "value": 9}},
+        "output": [tensor("torch.float32", [10])]}}
+    record = run(write_dump, data, "Torch.histc.0.forward")
+    assert record["status"] == "pass", record["message"]
+    (out,) = record["outputs"]
+    assert out["device_dtype"] == "torch.float32" and out["shape"] == [10]
+    assert out["metrics"]["max_abs_err"] == 0.0
+    with pytest.raises((NotImplementedError, RuntimeError)):  # what CPU histc does without the conversion
+        torch.histc(torch.zeros(4, dtype=getattr(torch, dtype.split(".")[1])), bins=4)

@@ -14,6 +14,7 @@ from pytest_msprobe import baseline
 from tests.helpers import (
     EXAMPLES,
     copy_dump,
+    device_side_conftest,
     make_dump,
     records,
     tensor,
@@ -24,18 +25,11 @@ BF16_EXAMPLE = EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0"
 LEAN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 XDIST = ("-n", "2", "-p", "xdist", *LEAN)
 
-# fp32 gelu 5% off on the device side (the fp64 bench is untouched): one reproducible failure.
-PLANTED_GELU = """
-import torch
-import torch.nn.functional as F
-_gelu = F.gelu
-def gelu(x, *a, **k):
-    y = _gelu(x, *a, **k)
-    return y * 1.05 if y.dtype == torch.float32 else y
-F.gelu = gelu
-def pytest_unconfigure():
-    F.gelu = _gelu
-"""
+# gelu 5% off inside the device call (the bench and strict's torch run are untouched): one reproducible failure.
+PLANTED_GELU = device_side_conftest("""
+    import torch.nn.functional as F
+    IMPLS = {F.gelu: lambda orig, x, *a, **k: orig(x, *a, **k) * 1.05}
+""")
 
 
 def unary(shape: list[int] | None = None, **kw: object) -> dict[str, object]:
@@ -195,7 +189,9 @@ def test_baseline_writer_gives_the_failing_check_as_the_reason(pytester: pytest.
     ((api, reason),) = baseline.load(pytester.path / "bl.yaml")
     assert api == "Functional.gelu.0.forward"
     assert "error: error" not in reason and reason.startswith("TODO review: output.0: "), reason
-    assert "Relative error is greater than" in reason or "needs a reference" in reason, reason
+    (failed,) = [r for r in records(pytester) if r["status"] == "error"]
+    first_check = failed["outputs"][0]["verdict_message"].split(";")[0]  # e.g. strict's "gross error: ..."
+    assert first_check and " ".join(first_check.split()) in reason, (first_check, reason)
 
 
 def test_baseline_of_a_call_failing_in_one_dump_keeps_the_gate_green(pytester: pytest.Pytester) -> None:

@@ -150,3 +150,75 @@ def test_plots_draw_stricts_gross_limit_of_the_ops_kind() -> None:
         assert bar is not None and bar.group(1) == "#d9534f"
         slices = re.findall(r'fill="(#[0-9a-f]+)"><title>\d+: ([\d.e+-]+)</title>', page)
         assert any(colour == "#d9534f" for colour, v in slices) == red_bins
+
+
+# ------------------------------------------------------------------------------------------------ issue 17, point 9
+
+CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+
+
+def _record(message: str, **extra: object) -> dict:
+    out = {"name": "Torch.mul.0.forward.output.0", "status": "pass", "verdict": "error", "algorithm": "absolute_threshold",
+           "verdict_message": message, "metrics": {"cosine": 1.0, "max_abs_err": 0.5}, "worst": None}
+    return {"api": "Torch.mul.0", "direction": "forward", "status": "error", "standard": "msprobe", "order": 0,
+            "nodeid": "d/dump.json::Torch.mul.0.forward", "outputs": [out], "message": "", **extra}
+
+
+def test_messages_are_english_and_the_message_column_wraps(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pytest_msprobe.html_report import CSS, write_html
+    from pytest_msprobe.verdicts import ENGLISH
+
+    message = "ERROR: inf/nan错误率超过阈值ERROR: 绝对误差错误率超过阈值"  # as msprobe concatenates them
+    summary = [{"name": "Torch.mul.0.forward.output.0", "dtype": "torch.int32", "shape": [2], "numel": 2,
+                "kind": "exact", "mismatches": 1}]
+    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu"))
+    page = write_html(tmp_path / "r.html", [_record(message, error_summary=summary)], [], settings).read_text("utf-8")
+    assert not CJK.search(page), CJK.findall(page)[:10]
+    row = parse(page).rows[0]
+    assert row["message"] == "ERROR: inf/nan error ratio above the threshold; ERROR: absolute error ratio above the threshold"
+    assert "Torch.mul.0.forward.output.0: ERROR: inf/nan error ratio above the threshold; ERROR: absolute" in page
+    assert all(not CJK.search(en) for en in ENGLISH.values())
+    # the message cell wraps: its rule is more specific than the table's nowrap rule for every cell
+    rules = dict(re.findall(r"([^{}]+)\{([^}]*)\}", CSS.replace("\n", "")))
+    rules = {" ".join(sel.split()): body for sels, body in rules.items() for sel in sels.split(",")}
+
+    def specificity(selector: str) -> tuple[int, int]:
+        parts = selector.split()
+        return sum(p.count(".") + p.count("#") for p in parts), sum(1 for p in parts if p[0].isalpha())
+
+    nowrap = [s for s, body in rules.items() if "white-space:nowrap" in body and s.split()[-1].startswith("td")]
+    wrap = [s for s, body in rules.items() if "white-space:normal" in body and s.split()[-1] == "td.msg"]
+    assert nowrap and wrap
+    assert max(specificity(s) for s in wrap) > max(specificity(s) for s in nowrap)
+    assert "overflow-wrap:anywhere" in rules[wrap[0]]  # long API names without spaces break too
+    assert "white-space:pre-wrap" in rules["pre"]
+
+
+def test_in_english_keeps_unknown_text_and_order() -> None:
+    from pytest_msprobe.verdicts import in_english
+
+    assert in_english("Relative error is less than 0.001") == "Relative error is less than 0.001"
+    assert in_english("ERROR: 绝对误差错误率超过阈值ERROR: inf/nan错误率超过阈值") == (
+        "ERROR: absolute error ratio above the threshold; ERROR: inf/nan error ratio above the threshold")
+
+
+def test_chromium_wraps_a_long_message_inside_the_window(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pytest_msprobe.html_report import write_html
+
+    chromium()
+    long = ("The shape of bench torch.Size([4096, 4096]) and npu torch.Size([4096, 4095]) not equal; "
+            "Functional.scaled_dot_product_attention.0.forward.output.0.but_also_a_very_long_unbroken_name_" * 3)
+    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu"))
+    page = write_html(tmp_path / "r.html", [_record(long[:290])], [], settings).read_text("utf-8")
+    probe = ("<script>var c=document.querySelector('td.msg');document.body.setAttribute('data-probe',"
+             "[document.documentElement.scrollWidth<=window.innerWidth,c.getBoundingClientRect().height>"
+             "2*parseFloat(getComputedStyle(c).lineHeight)].join(','));</script></body>")
+    (tmp_path / "probe.html").write_text(page.replace("</body>", probe), encoding="utf-8")
+    dom = run_chromium("--dump-dom", "--window-size=1300,800", "--virtual-time-budget=2000",
+                       (tmp_path / "probe.html").as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert parse(dom.stdout).body.get("data-probe") == "true,true"  # no horizontal overflow; several lines

@@ -16,6 +16,7 @@ import pytest
 from tests.helpers import (
     EXAMPLES,
     ROOT,
+    device_side_conftest,
     make_dump,
     records,
     tensor,
@@ -98,7 +99,8 @@ def test_warned_items_show_their_reason_with_rA(pytester: pytest.Pytester) -> No
 
 def test_nan_statistics_failure_names_the_planted_nan(pytester: pytest.Pytester) -> None:
     dump = make_dump(pytester, {"Functional.gelu.0.forward": unary(mx=float("nan"))})
-    result = pytester.runpytest(str(dump), *LEAN)
+    # msprobe's Layer 1 fails a NaN output (strict passes it: the NaN sits where the bench has it)
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", *LEAN)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["Functional.gelu.0.forward: error*",
                                  "note: input_args.0: statistics contain NaN;*NaN planted at flat index 16",
@@ -106,20 +108,14 @@ def test_nan_statistics_failure_names_the_planted_nan(pytester: pytest.Pytester)
 
 
 def test_fallback_verdict_says_which_original_check_failed(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest("""
+    pytester.makeconftest(device_side_conftest("""
         import torch.nn.functional as F
-        _sdpa = F.scaled_dot_product_attention
-        def sdpa(*a, **k):
-            y = _sdpa(*a, **k)
-            return y * 1.05 if str(y.dtype) == "torch.bfloat16" else y
-        F.scaled_dot_product_attention = sdpa
-        def pytest_unconfigure():
-            F.scaled_dot_product_attention = _sdpa
-    """)
+        IMPLS = {F.scaled_dot_product_attention: lambda orig, *a, **k: orig(*a, **k) * 1.05}
+    """))
     qkv = [tensor("torch.bfloat16", [1, 2, 16, 8], mx=2.0, mn=-2.0) for _ in range(3)]
     dump = make_dump(pytester, {"Functional.scaled_dot_product_attention.0.forward": {
         "input_args": qkv, "input_kwargs": {}, "output": [tensor("torch.bfloat16", [1, 2, 16, 8])]}})
-    result = pytester.runpytest(str(dump), *LEAN)
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", *LEAN)  # msprobe's Layer-1 fallback
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "output.0: benchmark needs a reference*: original standard applied",

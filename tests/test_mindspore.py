@@ -146,3 +146,50 @@ def test_gradients_of_every_float_argument() -> None:
     torch.testing.assert_close(grads[1], cot.T @ x, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grads[2], cot.sum(0), rtol=1e-5, atol=1e-5)
     assert [t.shape for t in tensors_of([x, w, b])] == [g.shape for g in grads.values()]
+
+
+PLANTED_MS = """
+import mindspore
+
+_matmul = mindspore.mint.matmul
+
+
+def matmul(a, b, *args, **kwargs):  # a MindSpore kernel 1% off
+    return _matmul(a, b, *args, **kwargs) * 1.01
+
+
+mindspore.mint.matmul = matmul
+
+
+def pytest_unconfigure():
+    mindspore.mint.matmul = _matmul
+"""
+
+
+def test_rerun_items_get_error_data_scripts_and_plots(pytester: pytest.Pytester) -> None:
+    import json
+    import subprocess
+    import sys
+
+    pytester.makeconftest(PLANTED_MS)
+    dump = copy_dump(pytester, MS_STATISTICS, "ms")
+    result = pytester.runpytest(str(dump), "-k", "matmul and forward", "--msprobe-save-error-data", "err",
+                                "--msprobe-repro", "rep", "--msprobe-html", "r.html", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, deselected=19)
+    (record,) = api_records(pytester).values()
+    assert record["mode"] == "rerun" and record["status"] == "error"
+    saved = json.loads((pytester.path / "err" / "dump.json").read_text())
+    assert saved["framework"] == "mindspore" and list(saved["data"]) == ["Mint.matmul.0.forward"]
+    # the saved MindSpore result replays against the bench and fails the same way, without the planted kernel
+    (pytester.path / "conftest.py").unlink()
+    again = pytester.runpytest(str(pytester.path / "err"), "--msprobe-out", "again", "-p", "no:cacheprovider")
+    again.assert_outcomes(failed=1)
+    (replayed,) = api_records(pytester, "again").values()
+    assert replayed["mode"] == "replay" and replayed["outputs"][0]["metrics"] == record["outputs"][0]["metrics"]
+    page = (pytester.path / "r.html").read_text(encoding="utf-8")
+    assert page.count('<svg class="plot heatmap"') == 1
+    # the call's script re-runs it in MindSpore, here without the bug: the fix is verified
+    proc = subprocess.run([sys.executable, record["repro"], "--json"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rerun,) = json.loads(proc.stdout)["records"]
+    assert rerun["mode"] == "rerun" and rerun["device"] == "mindspore:CPU" and rerun["status"] == "pass"

@@ -188,11 +188,21 @@ def test_npu_ops_run_bench_functions_and_say_so(pytester: pytest.Pytester) -> No
     data = {"NPU.npu_rms_norm.0.forward": {
         "input_args": [tensor("torch.float32", [4, 64], mx=2.0, mn=-2.0), tensor("torch.float32", [64], mx=1.5, mn=0.5)],
         "input_kwargs": {}, "output": [tensor("torch.float32", [4, 64]), tensor("torch.float32", [4, 1])]}}
-    result = pytester.runpytest(str(make_dump(pytester, data)), "--msprobe-device", "cpu")
-    result.assert_outcomes(passed=1)
-    (rec,) = records(pytester)
+    data["Functional.relu.0.forward"] = unary("relu")
+    result = pytester.runpytest(str(make_dump(pytester, data)), "--msprobe-device", "cpu", "-v")
+    result.assert_outcomes(passed=1)  # relu; the NPU op is counted apart
+    assert result.parseoutcomes()["reference"] == 1  # "1 passed, 1 reference-only"
+    result.stdout.fnmatch_lines(["*NPU.npu_rms_norm.0.forward PASSED (reference only)*",
+                                 "*Functional.relu.0.forward PASSED*",
+                                 "items: 0 SKIP, 0 Warning, 0 error, 1 pass",
+                                 "1 items checked only the reference (1 pass): NPU ops without an NPU*"])
+    rec = by_api(records(pytester))["NPU.npu_rms_norm.0.forward"]
     assert "reference-vs-reference" in " ".join(rec["notes"]) and rec["impl"].startswith("bench_functions.")
-    assert len(rec["outputs"]) == 2
+    assert len(rec["outputs"]) == 2 and rec["reference_only"] is True
+    (details,) = (pytester.path / "msprobe_results").glob("accuracy_checking_details_*.csv")
+    messages = {row[0]: row[-1] for row in csv.reader(details.open(encoding="utf-8-sig"))}
+    assert messages["NPU.npu_rms_norm.0.forward.output.0"].startswith("[reference only: the device side ran the bench")
+    assert not messages["Functional.relu.0.forward.output.0"].startswith("[reference only")
 
 
 def test_npu_device_without_torch_npu_skips_clearly(pytester: pytest.Pytester) -> None:
@@ -241,3 +251,16 @@ def test_bench_precision_option_raises_the_bench_and_reruns_with_it(pytester: py
     result.stdout.fnmatch_lines(["*rerun: pytest*--msprobe-bench-precision fp64*"])
     result = pytester.runpytest(str(dump), "--msprobe-bench-precision", "fp32")
     result.stderr.fnmatch_lines(["*--msprobe-bench-precision: invalid choice: 'fp32'*"])
+
+
+def test_a_failing_reference_only_item_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("import bench_functions, torch\n"
+                          "bench_functions.register('npu_dtype_bug')("
+                          "lambda x: x * 2 if x.dtype == torch.bfloat16 else x)\n")
+    data = {"NPU.npu_dtype_bug.0.forward": unary("x", "torch.bfloat16", [8, 8])}
+    result = pytester.runpytest(str(make_dump(pytester, data)), "--msprobe-device", "cpu", "-v", "-p",
+                                "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*NPU.npu_dtype_bug.0.forward FAILED (reference only)*",
+                                 "*[[]reference only: the device side ran the bench function, no vendor kernel]*",
+                                 "1 items checked only the reference (1 error)*"])

@@ -26,14 +26,14 @@ def test_user_overrides_merge_and_per_api_settings(tmp_path: Path) -> None:
 thresholds:
   strict: {gross: 8.0, torch.bfloat16: {gross: 16.0}}
 apis:
-  my_matmul: {algorithm: ulp_compare, grad_index: 0, thresholds: {rtol: {torch.float16: 0.01}}}
-  flaky_op: {skip: "vendor bug 123, fixed in CANN 9"}
+  bmm: {algorithm: ulp_compare, grad_index: 0, thresholds: {rtol: {torch.float16: 0.01}}}
+  npu_rotary_mul: {skip: "vendor bug 123, fixed in CANN 9"}
 """))
     assert specs["thresholds"]["strict"]["gross"] == 8.0
     assert specs["thresholds"]["strict"]["gross"] != load_specs()["thresholds"]["strict"]["gross"]
-    assert thresholds_for(specs, "my_matmul")["rtol"]["torch.float16"] == 0.01
+    assert thresholds_for(specs, "bmm")["rtol"]["torch.float16"] == 0.01
     assert thresholds_for(specs, "other")["rtol"]["torch.float16"] == load_specs()["thresholds"]["rtol"]["torch.float16"]
-    assert specs["apis"]["flaky_op"]["skip"].startswith("vendor bug")
+    assert specs["apis"]["npu_rotary_mul"]["skip"].startswith("vendor bug")
 
 
 def test_user_file_may_choose_an_fp64_attention_bench(tmp_path: Path) -> None:
@@ -54,6 +54,9 @@ def test_user_file_may_choose_an_fp64_attention_bench(tmp_path: Path) -> None:
     ("precision: {raise_map_by_api: {npu_fusion_attention: {torch.bfloat16: torch.float99}}}",
      "precision.raise_map_by_api.npu_fusion_attention: 'torch.float99' is not one of"),
     ("precision: {mixed_raise_to: torch.int8}", "precision.mixed_raise_to: 'torch.int8' is not one of"),
+    ("apis: {gleu: {skip: flaky}, relu: {skip: ok}}", "apis: unknown API name(s) gleu (did you mean glu or gelu or lu?): "
+                                                      "not in torch.nn.functional"),
+    ("apis: {Functional.gelu: {skip: x}}", "unknown API name(s) Functional.gelu"),  # bare names, as msprobe's
     ("[1, 2]", "top level must be a mapping"),
     ("thresholds: {strict: [", "not valid YAML"),
 ])
@@ -62,6 +65,19 @@ def test_bad_user_file_names_file_key_and_problem(tmp_path: Path, text: str, mes
     with pytest.raises(SpecError, match="my_specs.yaml") as info:
         load_specs(user_file=path)
     assert message in str(info.value)
+
+
+def test_api_names_of_every_kind_are_known(tmp_path: Path) -> None:
+    names = ["gelu", "__add__", "inv", "linalg.vector_norm", "npu_fusion_attention", "fast_gelu", "npu_my_vendor_op",
+             "dense", "softmax_ext", "histc", "my_registered_op"]
+    import bench_functions
+
+    bench_functions.register("my_registered_op")(lambda x: x)  # a user's own bench function is an API too
+    try:
+        specs = load_specs(user_file=user(tmp_path, "apis:\n" + "".join(f"  {n}: {{skip: x}}\n" for n in names)))
+    finally:
+        bench_functions._REGISTRY.pop("my_registered_op")
+    assert set(names) <= set(specs["apis"])
 
 
 def test_bad_specs_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
