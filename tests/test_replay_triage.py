@@ -49,8 +49,10 @@ def same_failures(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 
 CASES = {
-    "mindspore": (MS_TENSOR, ["Mint.matmul.0.forward.output.0.npy", "Mint.mul.0.backward.output.0.npy"], (),
-                  ["Mint.matmul.0.forward", "Mint.mul.0.backward"]),
+    # msprobe's standard: strict also fails MindSpore's own recorded fp32 silu (up to 15 ULP, where torch's loses
+    # less than one), which is not what this test is about
+    "mindspore": (MS_TENSOR, ["Mint.matmul.0.forward.output.0.npy", "Mint.mul.0.backward.output.0.npy"],
+                  ("--msprobe-standard", "msprobe"), ["Mint.matmul.0.forward", "Mint.mul.0.backward"]),
     "pytorch": (PT_TENSOR, ["Functional.gelu.0.forward.output.0.pt", "Functional.linear.1.backward.output.2.pt"],
                 ("--msprobe-mode", "replay"), ["Functional.gelu.0.forward", "Functional.linear.1.backward"]),
 }
