@@ -194,7 +194,7 @@ def _item_entries(dump: Any, entry_name: str, captured: Mapping[str, Any], write
 
     def saver(group: str, grad_flags: bool = False) -> Any:
         def on_tensor(t: Any, original: Any, path: str) -> dict:
-            type_name = original.get("type") if isinstance(original, dict) else "torch.Tensor"
+            type_name = str(original.get("type")) if isinstance(original, dict) else "torch.Tensor"
             enc = writer.leaf(t, f"{path}.pt", grad_flags and id(t) in requires_grad, type_name)
             if "data_name" in enc:
                 index.setdefault(group, []).append(enc["data_name"])
@@ -203,7 +203,7 @@ def _item_entries(dump: Any, entry_name: str, captured: Mapping[str, Any], write
 
     in_prefix = f"{fwd_name}.input" if name.direction == "forward" else f"{bwd_name}.forward_input"
     args_enc = forward.get("input_args") if isinstance(forward.get("input_args"), list) else None
-    kwargs_enc = forward.get("input_kwargs") if isinstance(forward.get("input_kwargs"), dict) else {}
+    kwargs_enc: dict[str, Any] = forward["input_kwargs"] if isinstance(forward.get("input_kwargs"), dict) else {}
     args = _encode(captured["args"], args_enc, in_prefix, saver("inputs", True))
     kwargs = {k: _encode(v, kwargs_enc.get(k), f"{in_prefix}.{k}", saver("inputs", True))
               for k, v in captured["kwargs"].items()}
@@ -261,12 +261,13 @@ def writer_bench(writer: _Writer, values: Any, prefix: str, positions: list[int]
 
 @contextlib.contextmanager
 def temporary_dump(entries: Mapping[str, Any], tensors: Mapping[str, Any] | None = None,
-                   files: Mapping[str, Path] | None = None, prefix: str = "msprobe_") -> Iterator[Any]:
-    """`entries` as a `task: tensor` dump in a temporary folder (`tensors` saved and `files` copied under
-    their data names), for a check of one call on given inputs (fuzz examples, repro scripts). The folder
-    is removed, and forgotten by the dump cache, when the block ends."""
-    import torch
-
+                   files: Mapping[str, Path] | None = None, prefix: str = "msprobe_",
+                   header: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    """`entries` as a dump in a temporary folder, for a check of one call on given inputs (fuzz examples,
+    repro and `script` scripts): `tensors` (torch tensors, or the bytes of a tensor file) are written and
+    `files` copied under their data names; `header` holds dump.json's own keys (task, framework) when they
+    are not those of a PyTorch `task: tensor` dump. The folder is removed, and forgotten by the dump cache,
+    when the block ends."""
     from .dump import _CACHE, load_dump
 
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
@@ -274,13 +275,20 @@ def temporary_dump(entries: Mapping[str, Any], tensors: Mapping[str, Any] | None
         tensor_dir = folder / "dump_tensor_data"
         tensor_dir.mkdir()
         for data_name, t in (tensors or {}).items():
-            torch.save(t, tensor_dir / data_name)
+            target = tensor_dir / data_name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(t, bytes):
+                target.write_bytes(t)
+            else:
+                import torch
+
+                torch.save(t, target)
         for data_name, source in (files or {}).items():
             target = tensor_dir / data_name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
-        doc = {"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": str(tensor_dir),
-               "data": dict(entries)}
+        doc = {"task": "tensor", "level": "L1", "framework": "pytorch", **(header or {}),
+               "dump_data_dir": str(tensor_dir), "data": dict(entries)}
         (folder / "dump.json").write_text(json.dumps(doc, allow_nan=True), encoding="utf-8")
         try:
             yield load_dump(folder / "dump.json")

@@ -9,8 +9,8 @@ a temporary folder and checks it with pytest_msprobe's own code, `check.check_en
 `--iter-times` times: the same inputs (same seed), device and bench runs and verdicts as the pytest item, for
 every kind of item (PyTorch re-run, replay of recorded outputs, MindSpore). It prints each run's verdict and
 metrics, whether the runs agree, and the device time per run. `--msprobe-repro` writes such a script for
-failing replay and MindSpore items, whose device side (a recorded output, MindSpore) the torch-only repro
-runtime cannot run.
+failing replay and MindSpore items, whose device side (a recorded output, MindSpore) lives in their dump;
+re-run items get `repro.py`'s script, which holds the inputs as the check built them.
 
 Torch-free until the script runs.
 """
@@ -164,7 +164,8 @@ def run_embedded(script: str, doc: Mapping[str, Any], files: Mapping[str, str], 
                  argv: list[str] | None = None) -> int:
     """The body of every written script: rebuild the one-call dump, check it `iter_times` times, report."""
     import argparse
-    import shutil
+
+    from .errordata import temporary_dump
 
     parser = argparse.ArgumentParser(description=f"Run {entry} as pytest-msprobe checks it.")
     parser.add_argument("--iter-times", type=int, default=iter_times, help=f"runs of the call (default {iter_times})")
@@ -173,26 +174,22 @@ def run_embedded(script: str, doc: Mapping[str, Any], files: Mapping[str, str], 
     args = parser.parse_args(argv)
     if args.iter_times < 1:
         parser.error("--iter-times must be at least 1")
-    with tempfile.TemporaryDirectory(prefix="msprobe-script-") as tmp:
-        folder = Path(tmp) / "dump"
-        tensors = folder / "dump_tensor_data"
-        tensors.mkdir(parents=True)
-        if files_dir:
-            shutil.copytree(Path(script).resolve().parent / files_dir / "dump_tensor_data", tensors, dirs_exist_ok=True)
-        for rel, blob in files.items():
-            (tensors / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tensors / rel).write_bytes(base64.b64decode("".join(blob)))
-        (folder / "dump.json").write_text(json.dumps(doc, allow_nan=True), encoding="utf-8")
+    side = Path(script).resolve().parent / files_dir / "dump_tensor_data" if files_dir else None
+    on_disk = {p.relative_to(side).as_posix(): p for p in side.rglob("*") if p.is_file()} if side else {}
+    blobs = {rel: base64.b64decode("".join(blob)) for rel, blob in files.items()}
+    header = {k: v for k, v in doc.items() if k in HEADER_KEYS}
+    with tempfile.TemporaryDirectory(prefix="msprobe-script-") as tmp, \
+            temporary_dump(doc["data"], blobs, on_disk, "msprobe-script-", header) as dump:
         specs_file = None
         if spec_text is not None:
             specs_file = str(Path(tmp) / "specs.yaml")
             Path(specs_file).write_text(spec_text, encoding="utf-8")
         opts = CheckOptions(**{**options, "specs_file": specs_file, "device": args.device or options["device"]})
-        records = _runs(folder / "dump.json", entry, opts, args.iter_times)
+        records = _runs(dump, entry, opts, args.iter_times)
     return _report(records, entry, opts, args.json)
 
 
-def _runs(path: Path, entry: str, opts: CheckOptions, n: int) -> list[dict[str, Any]]:
+def _runs(dump: Dump, entry: str, opts: CheckOptions, n: int) -> list[dict[str, Any]]:
     import torch
 
     from .check import check_entry
@@ -200,7 +197,6 @@ def _runs(path: Path, entry: str, opts: CheckOptions, n: int) -> list[dict[str, 
 
     torch.set_num_threads(opts.threads)  # CPU reductions depend on it; the item used the same number
     specs = load_specs(user_file=opts.specs_file)
-    dump = load_dump(path)
     records = []
     for _ in range(n):
         started = time.perf_counter()
