@@ -31,7 +31,7 @@ def addoption(group: Any) -> None:
                          "msprobe dump in DIR (pytest DIR replays them); without DIR: <error_data_path of "
                          "--msprobe-config, else .>/ut_error_data")
     group.addoption("--msprobe-repro", default=None, metavar="DIR",
-                    help="write a standalone Python script per failing item into DIR (needs only torch)")
+                    help="write a Python script per failing item into DIR that reruns it with pytest-msprobe's check")
     group.addoption("--msprobe-fuzz", type=int, default=0, metavar="N",
                     help="add an item <entry>[fuzz] per forward API: N hypothesis draws of inputs within and at "
                          "the edges of the recorded statistics; a failure is shrunk and saved as a repro")
