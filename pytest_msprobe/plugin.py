@@ -14,7 +14,7 @@ from typing import Any, Generator
 
 import pytest
 
-from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage
+from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage, wire
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import (
     BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings,
@@ -250,13 +250,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(wrapper=True)
 def pytest_report_to_serializable(config: pytest.Config, report: Any) -> Generator[None, Any, Any]:
     data = yield
-    if data is not None and isinstance(data.get("msprobe"), dict):  # one string crosses execnet several
-        data["msprobe"] = json.dumps(data["msprobe"])             # times cheaper than nested objects
+    if data is None:
+        return data
+    if hasattr(config, "workerinput"):  # to the xdist controller: one JSON string (wire.py)
+        packed = wire.pack(data)
+        if packed is not data:
+            return packed
+    if isinstance(data.get("msprobe"), dict):  # one string crosses execnet several
+        data["msprobe"] = json.dumps(data["msprobe"])  # times cheaper than nested objects
     return data
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any]) -> Generator[None, Any, Any]:
+    unpacked = wire.unpack(data)
+    if unpacked is not None:  # a worker's packed report: pytest builds it from the original dict
+        data.clear()
+        data.update(unpacked)
     report = yield
     if isinstance(getattr(report, "msprobe", None), str):
         report.msprobe = json.loads(report.msprobe)

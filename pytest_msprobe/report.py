@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ms_results
-from .metrics import METRIC_KEYS
+from .columns import METRIC_KEYS
 
 __all__ = [
     "DETAILS_HEADER", "RESULT_HEADER", "STATUSES", "timestamp", "api_results", "details_rows",
