@@ -1,7 +1,8 @@
 """Reading msprobe dump.json files of every version into compact per-call records.
 
-Collection runs in every xdist worker, so this module is torch-free and parses each file once
-per process; items keep only entry names and look the raw entry up when they run.
+Collection runs in every xdist worker, so this module is torch-free and indexes each file once
+per process (dumpindex.py: a cached index makes that milliseconds); items keep only entry names and
+read their raw entry from the file when they run.
 """
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ import gc
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+
+from . import dumpindex
+from .dumpindex import Index, iter_leaves
+
+__all__ = ["DIRECTIONS", "Dump", "DumpError", "EntryName", "is_module_entry", "iter_leaves", "load_dump",
+           "parse_entry_name", "resolve_tensor_path"]
 
 DIRECTIONS = ("forward", "backward")
 # Types whose entries describe modules/cells, not API calls (L0 / mix dumps).
@@ -63,18 +71,23 @@ def is_module_entry(name: str) -> bool:
     return any(marker in first for marker in _MODULE_MARKERS) or ".parameters_grad" in name
 
 
-@dataclass
 class Dump:
-    """One parsed dump.json: header fields plus the raw `data` mapping."""
+    """One dump.json: header fields, API entry names, and each entry read from the file on demand
+    (dumpindex.py): a process never holds the whole parsed dump."""
 
-    path: Path
-    task: str | None
-    level: str | None
-    framework: str
-    dump_data_dir: str | None
-    data: dict[str, Any]
-    ignored_modules: int = 0
-    _names: list[str] = field(default_factory=list)
+    def __init__(self, path: Path, index: Index, fd: int) -> None:
+        self.path = path
+        header = index.header
+        self.task = header.get("task") if isinstance(header.get("task"), str) else None
+        self.level = header.get("level") if isinstance(header.get("level"), str) else None
+        self.framework = _framework(header)
+        data_dir = header.get("dump_data_dir")
+        self.dump_data_dir = data_dir if isinstance(data_dir, str) else None
+        self._index, self._fd = index, fd
+        self._position = {name: k for k, name in enumerate(index.names)}
+        self._names = [name for name in index.names if not is_module_entry(name)]
+        self.ignored_modules = len(index.names) - len(self._names)
+        self._recent: OrderedDict[str, Any] = OrderedDict()
 
     @property
     def tensor_dir(self) -> Path:
@@ -90,13 +103,40 @@ class Dump:
         return self._names
 
     def entry(self, name: str) -> Any:
-        return self.data.get(name)
+        """The parsed entry (None if absent); the last few are kept, as an item reads its entries often."""
+        entry = self._recent.get(name)
+        if entry is not None:
+            self._recent.move_to_end(name)
+            return entry
+        k = self._position.get(name)
+        if k is None:
+            return None
+        start, end = self._index.offsets[2 * k], self._index.offsets[2 * k + 1]
+        text = os.pread(self._fd, end - start, start)
+        try:
+            entry = json.loads(text)
+        except ValueError:
+            raise DumpError(f"{self.path}: entry {name} cannot be read: the file changed during the run") from None
+        self._recent[name] = entry
+        if len(self._recent) > _RECENT:
+            self._recent.popitem(last=False)
+        return entry
+
+    def work(self, name: str) -> float | None:
+        """The work estimate of an entry's call (dumpindex.work), without parsing it."""
+        k = self._position.get(name)
+        return None if k is None else self._index.work[k]
+
+    def dtypes(self, name: str) -> list[str]:
+        """The dtype strings recorded in an entry, in first-seen order, without parsing it."""
+        k = self._position.get(name)
+        return [] if k is None or not self._index.dtypes[k] else self._index.dtypes[k].split(",")
 
     def counterpart(self, name: EntryName, direction: str) -> Any:
-        return self.data.get(f"{name.full_name}.{direction}")
+        return self.entry(f"{name.full_name}.{direction}")
 
 
-def _infer_framework(header: dict[str, Any], data: dict[str, Any]) -> str:
+def _framework(header: dict[str, Any]) -> str:
     framework = header.get("framework")
     if isinstance(framework, str) and framework:
         lowered = framework.lower()
@@ -105,42 +145,16 @@ def _infer_framework(header: dict[str, Any], data: dict[str, Any]) -> str:
         if lowered in ("ms", "mindspore"):
             return "mindspore"
         return lowered
-    # 1.0.x dumps have no framework key: the type/dtype strings tell.
-    for name, entry in data.items():
-        if name.startswith(("Mint", "Primitive", "Cell")):
-            return "mindspore"
-        for leaf in iter_leaves(entry):
-            if isinstance(leaf, dict):
-                type_str = str(leaf.get("type", ""))
-                if type_str.startswith("torch"):
-                    return "pytorch"
-                if type_str.startswith("mindspore"):
-                    return "mindspore"
-    return "pytorch"
-
-
-def iter_leaves(value: Any, depth: int = 0) -> Iterator[Any]:
-    """Yield argument encodings (dicts with a `type`), None and scalars, depth-first."""
-    if depth > 64:
-        return
-    if isinstance(value, list):
-        for item in value:
-            yield from iter_leaves(item, depth + 1)
-    elif isinstance(value, dict):
-        if "type" in value or "class_type" in value or not value:
-            yield value
-        else:
-            for item in value.values():
-                yield from iter_leaves(item, depth + 1)
-    else:
-        yield value
+    return str(header.get("inferred_framework") or "pytorch")  # 1.0.x dumps: from names and type strings
 
 
 _CACHE: dict[tuple[str, int, int], Dump] = {}
+_RECENT = 64  # parsed entries kept per dump
 
 
 def load_dump(path: os.PathLike[str] | str) -> Dump:
-    """Parse a dump.json once per process; every problem raises DumpError naming the file."""
+    """Index a dump.json once per process (or load its cached index); every problem raises DumpError
+    naming the file."""
     path = Path(path)
     try:
         stat = path.stat()
@@ -151,8 +165,25 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
     if cached is not None:
         return cached
     try:
-        with open(path, "rb") as fh, _gc_paused():
-            raw = json.load(fh)  # accepts NaN / Infinity / -Infinity as msprobe writes them
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise DumpError(f"{path}: cannot read dump file ({exc.strerror})") from exc
+    index = dumpindex.load_cached(path, stat)
+    if index is None:
+        try:
+            index = _scan(path, fd, stat)
+        except DumpError:
+            os.close(fd)
+            raise
+        dumpindex.store(path, stat, index)
+    dump = _CACHE[key] = Dump(path, index, fd)
+    return dump
+
+
+def _scan(path: Path, fd: int, stat: os.stat_result) -> Index:
+    try:
+        with os.fdopen(os.dup(fd), "rb") as fh, _gc_paused():
+            index = dumpindex.scan(fh.read())
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= stat.st_size - 2 else ""
         raise DumpError(
@@ -162,31 +193,14 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
         raise DumpError(f"{path}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
         raise DumpError(f"{path}: cannot read dump file ({exc.strerror})") from exc
-    if not isinstance(raw, dict):
-        raise DumpError(f"{path}: top level is a {type(raw).__name__}, expected an object with a 'data' key")
-    if "data" not in raw:
+    except dumpindex.IndexError_:
+        top = json.loads(path.read_bytes())
+        raise DumpError(f"{path}: top level is a {type(top).__name__}, expected an object with a 'data' key") from None
+    if not index.has_data:
         raise DumpError(f"{path}: no 'data' key; this is not an msprobe dump.json")
-    data = raw["data"]
-    if not isinstance(data, dict):
-        raise DumpError(f"{path}: 'data' is a {type(data).__name__}, expected an object of entries")
-    dump = Dump(
-        path=path,
-        task=raw.get("task") if isinstance(raw.get("task"), str) else None,
-        level=raw.get("level") if isinstance(raw.get("level"), str) else None,
-        framework=_infer_framework(raw, data),
-        dump_data_dir=raw.get("dump_data_dir") if isinstance(raw.get("dump_data_dir"), str) else None,
-        data=data,
-    )
-    for name in data:
-        if is_module_entry(name):
-            dump.ignored_modules += 1
-        else:
-            dump._names.append(name)
-    _CACHE[key] = dump
-    # The parsed dump lives for the whole session: keep the collector from re-scanning millions of
-    # its dicts and lists on every collection (pytest gc.collect()s several times at exit).
-    gc.freeze()
-    return dump
+    if index.data_type != "dict":
+        raise DumpError(f"{path}: 'data' is a {index.data_type}, expected an object of entries")
+    return index
 
 
 @contextlib.contextmanager
