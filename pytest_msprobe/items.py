@@ -17,6 +17,7 @@ from .settings import SETTINGS_KEY
 from .summary import junit_properties
 
 RECORD_KEY = pytest.StashKey[dict]()
+REUSE_KEY = pytest.StashKey[dict]()  # (dump path, group key) -> the group's check record, per process
 KNOWN_TYPES = ("Functional", "Tensor", "Torch", "NPU", "Aten", "VF", "Distributed", "MindSpeed", "Triton",
                "Mint", "MintFunctional", "MintDistributed", "Primitive", "Jit")
 KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
@@ -34,25 +35,6 @@ class ApiCheckFailed(Exception):
 def dtype_marker(dtype: str) -> str:
     """torch.bfloat16 / BFloat16 -> bfloat16."""
     return dtype.rsplit(".", 1)[-1].lower()
-
-
-def _entry_dtypes(entry: Any) -> list[str]:
-    """dtype markers of a call: every dtype among its recorded tensors (a tight walk: runs per item)."""
-    seen: dict[str, None] = {}
-    if not isinstance(entry, dict):
-        return []
-    stack = [entry.get(key) for key in ("input_args", "input_kwargs", "output", "input")]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, list):
-            stack.extend(value)
-        elif isinstance(value, dict):
-            dtype = value.get("dtype")
-            if isinstance(dtype, str) and "shape" in value:
-                seen[dtype] = None
-            elif "type" not in value:
-                stack.extend(value.values())
-    return [dtype_marker(d) for d in seen]
 
 
 def _want_dtype_markers(config: pytest.Config) -> bool:
@@ -82,8 +64,14 @@ class DumpFile(pytest.File):
         fuzz_items = None
         if config.getoption("msprobe_fuzz", 0):
             from .fuzz import extra_items as fuzz_items
+        grouping: dict[str, tuple[str, str]] = {}
+        if config.stash[SETTINGS_KEY].filter_api:
+            from .dedup import groups
+
+            grouping = groups(dump, dump.entry_names())
         for order, entry_name in enumerate(dump.entry_names()):
             item = ApiItem.from_parent(self, name=entry_name, order=order)
+            item.reuse = grouping.get(entry_name)
             # Marks are attached directly (add_marker costs ~50 us per call, 400k calls for a big dump);
             # -m and -k both read own_markers.
             item.own_markers.append(_mark("msprobe"))
@@ -94,7 +82,8 @@ class DumpFile(pytest.File):
                 continue
             markers = [parsed.api_type, parsed.direction]
             if with_dtypes:
-                markers += _entry_dtypes(dump.entry(f"{parsed.full_name}.forward") or dump.entry(entry_name))
+                # every dtype recorded in the call (its forward entry), from the dump's index
+                markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
             for marker in markers:
                 if not marker.isidentifier():
                     continue
@@ -117,20 +106,39 @@ class ApiItem(pytest.Item):
     def __init__(self, *, order: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.order = order
+        self.reuse: tuple[str, str] | None = None  # --msprobe-filter-api: (group key, representative entry)
 
-    def runtest(self) -> None:
+    def _check(self, entry_name: str) -> dict[str, Any]:
         from .check import check_entry  # torch is imported here, never at collection
         from .specs import load_specs
 
-        settings = self.config.stash[SETTINGS_KEY]
-        dump = load_dump(self.path)
+        options = self.config.stash[SETTINGS_KEY].check_options
         try:
-            record = check_entry(dump, self.name, settings.check_options,
-                                 load_specs(user_file=settings.check_options.specs_file))
+            return check_entry(load_dump(self.path), entry_name, options, load_specs(user_file=options.specs_file))
         except ValueError as exc:  # unparseable entry name
-            record = {"api": self.name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
+            return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
+
+    def _record(self) -> tuple[dict[str, Any], str]:
+        """(this item's record, the entry whose check produced it): its own check, or with
+        --msprobe-filter-api the group's one check, made once per process (dedup.py)."""
+        if self.reuse is None:
+            return self._check(self.name), self.name
+        key, representative = self.reuse
+        done = self.config.stash.setdefault(REUSE_KEY, {})
+        record = done.get((self.path, key))
+        if record is None:
+            record = done[(self.path, key)] = self._check(representative)
+        if representative == self.name:
+            return dict(record), self.name
+        from .dedup import reused_record
+
+        return reused_record(record, representative, self.name), representative
+
+    def runtest(self) -> None:
+        settings = self.config.stash[SETTINGS_KEY]
+        record, checked = self._record()
         record.update(nodeid=self.nodeid, dump=self.path.as_posix() if not self._relpath() else self._relpath(),
-                      order=self.order, standard=settings.standard, rerun=self.rerun_command())
+                      order=self.order, standard=settings.standard, rerun=self.rerun_command(checked))
         self.stash[RECORD_KEY] = record
         self.user_properties += junit_properties(record)  # JUnit <property> elements, also under xdist
         status = record["status"]
@@ -142,9 +150,9 @@ class ApiItem(pytest.Item):
     def _relpath(self) -> str:
         return self.nodeid.split("::", 1)[0]
 
-    def rerun_command(self) -> str:
+    def rerun_command(self, entry_name: str | None = None) -> str:
         settings = self.config.stash[SETTINGS_KEY]
-        args = ["pytest", f"{self.path}::{self.name}", "--msprobe-seed", str(settings.check_options.run_seed),
+        args = ["pytest", f"{self.path}::{entry_name or self.name}", "--msprobe-seed", str(settings.check_options.run_seed),
                 "--msprobe-device", settings.check_options.device]
         opts = settings.check_options
         args += ["--msprobe-standard", opts.standard]
