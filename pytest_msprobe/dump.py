@@ -75,7 +75,7 @@ class Dump:
     """One dump.json: header fields, API entry names, and each entry read from the file on demand
     (dumpindex.py): a process never holds the whole parsed dump."""
 
-    def __init__(self, path: Path, index: Index, fd: int) -> None:
+    def __init__(self, path: Path, index: Index) -> None:
         self.path = path
         header = index.header
         self.task = header.get("task") if isinstance(header.get("task"), str) else None
@@ -83,7 +83,7 @@ class Dump:
         self.framework = _framework(header)
         data_dir = header.get("dump_data_dir")
         self.dump_data_dir = data_dir if isinstance(data_dir, str) else None
-        self._index, self._fd = index, fd
+        self._index, self._fd = index, None
         self._position = {name: k for k, name in enumerate(index.names)}
         self._names = [name for name in index.names if not is_module_entry(name)]
         self.ignored_modules = len(index.names) - len(self._names)
@@ -112,15 +112,30 @@ class Dump:
         if k is None:
             return None
         start, end = self._index.offsets[2 * k], self._index.offsets[2 * k + 1]
-        text = os.pread(self._fd, end - start, start)
         try:
-            entry = json.loads(text)
-        except ValueError:
+            entry = json.loads(os.pread(self._file(), end - start, start))
+        except (ValueError, OSError):
             raise DumpError(f"{self.path}: entry {name} cannot be read: the file changed during the run") from None
         self._recent[name] = entry
         if len(self._recent) > _RECENT:
             self._recent.popitem(last=False)
         return entry
+
+    def _file(self) -> int:
+        """An open descriptor of the file; at most _OPEN_FILES dumps keep one open at a time."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        _OPEN.pop(id(self), None)
+        _OPEN[id(self)] = self
+        while len(_OPEN) > _OPEN_FILES:
+            _, oldest = _OPEN.popitem(last=False)
+            oldest.close()
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def work(self, name: str) -> float | None:
         """The work estimate of an entry's call (dumpindex.work), without parsing it."""
@@ -150,6 +165,8 @@ def _framework(header: dict[str, Any]) -> str:
 
 _CACHE: dict[tuple[str, int, int], Dump] = {}
 _RECENT = 64  # parsed entries kept per dump
+_OPEN: OrderedDict[int, Dump] = OrderedDict()  # dumps holding an open descriptor, least recent first
+_OPEN_FILES = 16
 
 
 def load_dump(path: os.PathLike[str] | str) -> Dump:
@@ -164,25 +181,17 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise DumpError(f"{path}: cannot read dump file ({exc.strerror})") from exc
     index = dumpindex.load_cached(path, stat)
     if index is None:
-        try:
-            index = _scan(path, fd, stat)
-        except DumpError:
-            os.close(fd)
-            raise
+        index = _scan(path, stat)
         dumpindex.store(path, stat, index)
-    dump = _CACHE[key] = Dump(path, index, fd)
+    dump = _CACHE[key] = Dump(path, index)
     return dump
 
 
-def _scan(path: Path, fd: int, stat: os.stat_result) -> Index:
+def _scan(path: Path, stat: os.stat_result) -> Index:
     try:
-        with os.fdopen(os.dup(fd), "rb") as fh, _gc_paused():
+        with open(path, "rb") as fh, _gc_paused():
             index = dumpindex.scan(fh.read())
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= stat.st_size - 2 else ""
