@@ -136,16 +136,19 @@ class CostScheduling(LoadScheduling):
 
     # ----------------------------------------------------------------- dealing
     def _deal(self) -> None:
-        """The most expensive pending item to the worker with the least queued work, until every worker
-        holds MIN_PENDING items or its share of the work left; with nothing left, idle workers stop."""
+        """The most expensive pending item to the worker with the least queued work. A worker is refilled
+        once its queue is under MIN_PENDING items or half its share of the work left (BUDGET_SHARE), up to
+        that share: cheap items travel in chunks, an expensive one alone. With nothing left, idle workers
+        stop."""
         nodes = [n for n in self.node2pending if not n.shutting_down]
         if not nodes:
             return
         budget = self.left / (BUDGET_SHARE * len(nodes))
         chunk_cap = self.maxschedchunk or len(self.collection or ())
-        outgoing: dict[Any, list[int]] = {n: [] for n in nodes}
+        refill = [n for n in nodes if len(self.node2pending[n]) < MIN_PENDING or self.queued.get(n, 0.0) < budget / 2]
+        outgoing: dict[Any, list[int]] = {n: [] for n in refill}
         while self.pending:
-            ready = [n for n in nodes if self._wants(n, budget, len(outgoing[n]), chunk_cap)]
+            ready = [n for n in refill if self._wants(n, budget, len(outgoing[n]), chunk_cap)]
             if not ready:
                 break
             node = min(ready, key=lambda n: (self.queued.get(n, 0.0), len(self.node2pending[n]) + len(outgoing[n])))
@@ -164,7 +167,7 @@ class CostScheduling(LoadScheduling):
     def _wants(self, node: Any, budget: float, sent: int, chunk_cap: int) -> bool:
         if len(self.node2pending[node]) + sent < MIN_PENDING:
             return True
-        return self.queued.get(node, 0.0) + self.cost[self.pending[-1]] <= budget and sent < chunk_cap
+        return sent < chunk_cap and self.queued.get(node, 0.0) + self.cost[self.pending[-1]] <= budget
 
     def _take(self) -> list[int]:
         """The next item, with the rest of its filter-api group; skips indices already taken."""
