@@ -83,7 +83,8 @@ class Dump:
         self.framework = _framework(header)
         data_dir = header.get("dump_data_dir")
         self.dump_data_dir = data_dir if isinstance(data_dir, str) else None
-        self._index, self._fd = index, None
+        self._index = index
+        self._fd: int | None = None
         self._position = {name: k for k, name in enumerate(index.names)}
         self._names = [name for name in index.names if not is_module_entry(name)]
         self.ignored_modules = len(index.names) - len(self._names)

@@ -21,7 +21,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json itself uses
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -171,26 +171,27 @@ def scan(raw: bytes) -> Index:
 
 def _scan(text: str, multibyte: bool) -> Index:
     decoder = json.JSONDecoder()
-    scan_once, ws = decoder.scan_once, _WS.match
+    scan_once = decoder.scan_once  # type: ignore[attr-defined]
+    ws = _skip
     index = Index({}, [], array.array("q"), array.array("d"), [], has_data=False)
     framework = _Framework()
     to_bytes = _ByteOffsets(text) if multibyte else None
-    i = ws(text, 0).end()
+    i = ws(text, 0)
     if text[i] != "{":
         raise ValueError("top level")
-    i = ws(text, i + 1).end()
+    i = ws(text, i + 1)
     while text[i] != "}":
         key, i = scanstring(text, i + 1)
-        i = ws(text, ws(text, i).end() + 1).end()  # past ':'
+        i = ws(text, ws(text, i) + 1)  # past ':'
         if key == "data" and text[i] == "{":
             index.has_data = True
             index.names.clear()  # a repeated "data" key: the last one counts, as in json.load
             del index.offsets[:], index.work[:], index.dtypes[:]
-            i = ws(text, i + 1).end()
+            i = ws(text, i + 1)
             positions: dict[str, int] = {}
             while text[i] != "}":
                 name, i = scanstring(text, i + 1)
-                i = ws(text, ws(text, i).end() + 1).end()
+                i = ws(text, ws(text, i) + 1)
                 start = i
                 value, i = scan_once(text, i)
                 framework.see(name, value)
@@ -207,9 +208,9 @@ def _scan(text: str, multibyte: bool) -> Index:
                     index.offsets.extend((lo, hi))
                     index.work.append(work(_api_name(name), value))
                     index.dtypes.append(dtypes)
-                i = ws(text, i).end()
+                i = ws(text, i)
                 if text[i] == ",":
-                    i = ws(text, i + 1).end()
+                    i = ws(text, i + 1)
             i += 1
         else:
             value, i = scan_once(text, i)
@@ -217,15 +218,21 @@ def _scan(text: str, multibyte: bool) -> Index:
                 index.has_data, index.data_type = True, type(value).__name__
             elif key in _HEADER_KEYS:
                 index.header[key] = value
-        i = ws(text, i).end()
+        i = ws(text, i)
         if text[i] == ",":
-            i = ws(text, i + 1).end()
-    if ws(text, i + 1).end() != len(text):
+            i = ws(text, i + 1)
+    if ws(text, i + 1) != len(text):
         raise ValueError("extra data")
     if not (isinstance(index.header.get("framework"), str) and index.header["framework"]):
         index.header["framework"] = None
         index.header["inferred_framework"] = framework.guess or "pytorch"
     return index
+
+
+def _skip(text: str, i: int) -> int:
+    """The position of the first non-whitespace character at or after i."""
+    match = _WS.match(text, i)
+    return i if match is None else match.end()
 
 
 def _api_name(entry_name: str) -> str:

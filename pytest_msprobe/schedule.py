@@ -34,6 +34,8 @@ class CostScheduling(LoadScheduling):
     left with its filter-api group is skipped when it comes up (`taken`).
     """
 
+    collection: list[str] | None  # LoadScheduling's: the one collection every worker reported
+
     def __init__(self, config: pytest.Config, log: Any = None, filter_api: bool = False) -> None:
         super().__init__(config, log)
         self.filter_api = filter_api
