@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import functools
 import shlex
+import types
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -45,6 +46,53 @@ def _want_dtype_markers(config: pytest.Config) -> bool:
     return setting == "always"
 
 
+# Plugins whose pytest_collection_modifyitems neither adds markers nor keywords to dump items: with only
+# these, -k/-m can be applied while a dump is collected (pytest applies them again afterwards).
+_SELECTION_SAFE = ("_pytest.", "xdist.", "pytest_msprobe.", "_hypothesis_pytestplugin", "pytest_randomly")
+
+
+def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] | None:
+    """A test of (entry name, its marker names) that is true for every item -k and -m keep, or None.
+
+    It gives each entry exactly the names pytest's -k matches (the item's and its parents' names, its
+    markers) and -m's markers. Only when no other plugin or conftest modifies items after collection
+    (one could add a marker that -k or -m selects)."""
+    config = collector.config
+    keyword, markexpr = config.option.keyword.strip(), config.option.markexpr.strip()
+    if not (keyword or markexpr):
+        return None
+    for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
+        plugin = impl.plugin
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if not str(module).startswith(_SELECTION_SAFE):
+            return None
+    try:
+        from _pytest.mark.expression import Expression
+
+        by_keyword = Expression.compile(keyword) if keyword else None
+        by_mark = Expression.compile(markexpr) if markexpr else None
+    except Exception:  # a bad expression: pytest reports it; an older pytest: no early selection
+        return None
+    chain = collector.listchain()
+    parents = [node.name.lower() for node in chain if not isinstance(node, pytest.Session)
+               and not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session))]
+    parents += [k.lower() for node in chain for k in node.extra_keyword_matches]
+    parent_marks = [m.name for node in chain for m in node.own_markers]
+
+    def keep(entry_name: str, markers: list[str]) -> bool:
+        if by_keyword is not None:
+            names = [*parents, entry_name.lower(), *(m.lower() for m in markers), *(m.lower() for m in parent_marks)]
+            if not by_keyword.evaluate(lambda sub, **kw: not kw and any(sub.lower() in n for n in names)):
+                return False
+        if by_mark is not None:
+            marks = {*markers, *parent_marks}
+            if not by_mark.evaluate(lambda name, **kw: not kw and name in marks):
+                return False
+        return True
+
+    return keep
+
+
 @functools.lru_cache(maxsize=None)
 def _mark(name: str) -> pytest.Mark:
     return pytest.Mark(name, (), {}, _ispytest=True)
@@ -69,28 +117,29 @@ class DumpFile(pytest.File):
             from .dedup import groups
 
             grouping = groups(dump, dump.entry_names())
+        selected = None if fuzz_items is not None else _selection(self)
+        msprobe = _mark("msprobe")
         for order, entry_name in enumerate(dump.entry_names()):
+            try:
+                parsed = parse_entry_name(entry_name)
+            except ValueError:
+                parsed = None
+            markers = [] if parsed is None else [parsed.api_type, parsed.direction]
+            if with_dtypes and parsed is not None:
+                # every dtype recorded in the call (its forward entry), from the dump's index
+                markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
+            markers = [m for m in markers if m.isidentifier()]
+            for marker in markers:
+                if marker not in registered:
+                    config.addinivalue_line("markers", f"{marker}: msprobe API type or dtype")
+                    registered.add(marker)
+            if selected is not None and not selected(entry_name, ["msprobe", *markers]):
+                continue  # -k/-m would deselect it: not even made (a 200k-entry dump, 20 items picked)
             item = ApiItem.from_parent(self, name=entry_name, order=order)
             item.reuse = grouping.get(entry_name)
             # Marks are attached directly (add_marker costs ~50 us per call, 400k calls for a big dump);
             # -m and -k both read own_markers.
-            item.own_markers.append(_mark("msprobe"))
-            try:
-                parsed = parse_entry_name(entry_name)
-            except ValueError:
-                yield item
-                continue
-            markers = [parsed.api_type, parsed.direction]
-            if with_dtypes:
-                # every dtype recorded in the call (its forward entry), from the dump's index
-                markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
-            for marker in markers:
-                if not marker.isidentifier():
-                    continue
-                if marker not in registered:
-                    config.addinivalue_line("markers", f"{marker}: msprobe API type or dtype")
-                    registered.add(marker)
-                item.own_markers.append(_mark(marker))
+            item.own_markers += [msprobe, *(_mark(m) for m in markers)]
             yield item
             if fuzz_items is not None:
                 yield from fuzz_items(self, item)  # --msprobe-fuzz: <entry>[fuzz] right after its API
