@@ -75,8 +75,8 @@ class Dump:
     """One dump.json: header fields, API entry names, and each entry read from the file on demand
     (dumpindex.py): a process never holds the whole parsed dump."""
 
-    def __init__(self, path: Path, index: Index) -> None:
-        self.path = path
+    def __init__(self, path: Path, index: Index, stat: os.stat_result) -> None:
+        self.path, self._stat = path, stat
         header = index.header
         self.task = header.get("task") if isinstance(header.get("task"), str) else None
         self.level = header.get("level") if isinstance(header.get("level"), str) else None
@@ -112,9 +112,8 @@ class Dump:
         k = self._position.get(name)
         if k is None:
             return None
-        start, end = self._index.offsets[2 * k], self._index.offsets[2 * k + 1]
         try:
-            entry = json.loads(os.pread(self._file(), end - start, start))
+            entry = json.loads(self._read(k))
         except (ValueError, OSError):
             raise DumpError(f"{self.path}: entry {name} cannot be read: the file changed during the run") from None
         self._recent[name] = entry
@@ -139,14 +138,30 @@ class Dump:
             self._fd = None
 
     def work(self, name: str) -> float | None:
-        """The work estimate of an entry's call (dumpindex.work), without parsing it."""
+        """The work estimate of an entry's call (dumpindex.work)."""
         k = self._position.get(name)
-        return None if k is None else self._index.work[k]
+        if k is None:
+            return None
+        return self.with_columns("work").work[k]  # type: ignore[index]
 
     def dtypes(self, name: str) -> list[str]:
-        """The dtype strings recorded in an entry, in first-seen order, without parsing it."""
+        """The dtype strings recorded in an entry, in first-seen order."""
         k = self._position.get(name)
-        return [] if k is None or not self._index.dtypes[k] else self._index.dtypes[k].split(",")
+        if k is None:
+            return []
+        text = self.with_columns("dtypes").dtypes[k]  # type: ignore[index]
+        return text.split(",") if text else []
+
+    def with_columns(self, *columns: str) -> Index:
+        """The index, with these per-entry columns computed (once, from the file) if it lacked them; the
+        cached index is updated for the next process."""
+        if self._index.fill(columns, self._read):
+            dumpindex.store(self.path, self._stat, self._index)
+        return self._index
+
+    def _read(self, k: int) -> bytes:
+        start, end = self._index.offsets[2 * k], self._index.offsets[2 * k + 1]
+        return os.pread(self._file(), end - start, start)
 
     def counterpart(self, name: EntryName, direction: str) -> Any:
         return self.entry(f"{name.full_name}.{direction}")
@@ -170,9 +185,9 @@ _OPEN: OrderedDict[int, Dump] = OrderedDict()  # dumps holding an open descripto
 _OPEN_FILES = 16
 
 
-def load_dump(path: os.PathLike[str] | str) -> Dump:
+def load_dump(path: os.PathLike[str] | str, columns: tuple[str, ...] = ()) -> Dump:
     """Index a dump.json once per process (or load its cached index); every problem raises DumpError
-    naming the file."""
+    naming the file. `columns` (dumpindex.COLUMNS) are computed while scanning, cheaper than later."""
     path = Path(path)
     try:
         stat = path.stat()
@@ -184,16 +199,18 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
         return cached
     index = dumpindex.load_cached(path, stat)
     if index is None:
-        index = _scan(path, stat)
+        index = _scan(path, stat, columns)
         dumpindex.store(path, stat, index)
-    dump = _CACHE[key] = Dump(path, index)
+    dump = _CACHE[key] = Dump(path, index, stat)
+    if columns:
+        dump.with_columns(*columns)
     return dump
 
 
-def _scan(path: Path, stat: os.stat_result) -> Index:
+def _scan(path: Path, stat: os.stat_result, columns: tuple[str, ...]) -> Index:
     try:
         with open(path, "rb") as fh, _gc_paused():
-            index = dumpindex.scan(fh.read())
+            index = dumpindex.scan(fh.read(), columns)
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= stat.st_size - 2 else ""
         raise DumpError(

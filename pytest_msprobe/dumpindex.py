@@ -23,9 +23,9 @@ import tempfile
 from dataclasses import dataclass
 from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json itself uses
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-VERSION = 2
+VERSION = 3
 CACHE_MIN_BYTES = 4 << 20  # smaller dumps scan in well under 0.1 s: not worth a file
 CACHE_ENV = "PYTEST_MSPROBE_INDEX_DIR"
 _WS = re.compile(r"[ \t\n\r]*")
@@ -37,31 +37,62 @@ class IndexError_(ValueError):
     """The file is not a dump.json the index can describe (the caller words the message)."""
 
 
+COLUMNS = ("work", "dtypes")  # per-entry facts computed when a process first needs them
+
+
 @dataclass
 class Index:
     header: dict[str, Any]         # task, level, framework (inferred when absent), dump_data_dir
     names: list[str]               # every key of `data`, in file order
     offsets: array.array           # byte start and end of each entry's value: 2 per name
-    work: array.array              # each entry's work estimate (`work`), element-equivalents
-    dtypes: list[str]              # comma-joined dtype strings recorded in each entry
+    work: array.array | None = None  # each entry's work estimate (`work`), element-equivalents
+    dtypes: list[str] | None = None  # comma-joined dtype strings recorded in each entry
     has_data: bool = True          # False: no "data" key (the caller reports it)
     data_type: str = "dict"        # the JSON type of "data" when it is not an object
 
     def to_bytes(self) -> bytes:
-        return marshal.dumps((VERSION, self.header, self.names, self.offsets.tobytes(), self.work.tobytes(),
-                              self.dtypes))
+        return marshal.dumps((VERSION, self.header, self.names, self.offsets.tobytes(),
+                              None if self.work is None else self.work.tobytes(), self.dtypes))
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> Index:
         version, header, names, offsets, work, dtypes = marshal.loads(blob)
         if version != VERSION:
             raise ValueError(f"index version {version}")
-        off, num = array.array("q"), array.array("d")
+        off = array.array("q")
         off.frombytes(offsets)
-        num.frombytes(work)
-        if len(off) != 2 * len(names) or len(num) != len(names) or len(dtypes) != len(names):
+        num = None
+        if work is not None:
+            num = array.array("d")
+            num.frombytes(work)
+        if len(off) != 2 * len(names) or (num is not None and len(num) != len(names)) or (
+                dtypes is not None and len(dtypes) != len(names)):
             raise ValueError("inconsistent index")
         return cls(header, names, off, num, dtypes)
+
+    def fill(self, columns: tuple[str, ...], read: Callable[[int], bytes]) -> bool:
+        """Compute the missing `columns` from each entry's bytes (`read(k)`); True if any was missing."""
+        work_missing, dtypes_missing = "work" in columns and self.work is None, "dtypes" in columns and \
+            self.dtypes is None
+        if not (work_missing or dtypes_missing):
+            return False
+        works, dtypes = array.array("d"), []
+        for k, name in enumerate(self.names):
+            raw = read(k)
+            if work_missing:
+                works.append(work(_api_name(name), json.loads(raw)))
+            if dtypes_missing:
+                dtypes.append(entry_dtypes(raw.decode("utf-8")))
+        if work_missing:
+            self.work = works
+        if dtypes_missing:
+            self.dtypes = dtypes
+        return True
+
+
+def entry_dtypes(text: str) -> str:
+    """The dtype strings recorded in an entry's JSON text, comma-joined in first-seen order."""
+    return ",".join(dict.fromkeys(_DTYPE.findall(text)))
 
 
 # Work estimate of a call, in element-equivalents: the elements of its input tensors (input generation,
@@ -76,19 +107,21 @@ _ATTENTION = frozenset({"scaled_dot_product_attention", "npu_fusion_attention", 
                         "npu_incre_flash_attention"})
 
 
-def _shapes(value: Any, out: list[list[int]]) -> list[list[int]]:
-    """Tensor shapes in argument order."""
-    if isinstance(value, list):
-        for v in value:
-            _shapes(v, out)
-    elif isinstance(value, dict):
-        if "type" in value:
-            shape = value.get("shape")
-            if isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape):
-                out.append(shape)
-        else:
-            for v in value.values():
-                _shapes(v, out)
+def _shapes(value: Any) -> list[list[int]]:
+    """Tensor shapes in argument order (a tight loop: it runs for every entry of a dump)."""
+    out: list[list[int]] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is list:
+            stack.extend(reversed(v))
+        elif type(v) is dict:
+            if "type" in v:
+                shape = v.get("shape")
+                if type(shape) is list and all(type(d) is int and d >= 0 for d in shape):
+                    out.append(shape)
+            else:
+                stack.extend(reversed(list(v.values())))
     return out
 
 
@@ -96,9 +129,11 @@ def work(api_name: str, entry: Any) -> float:
     """Element-equivalents of one forward call (see FLOP_WEIGHT)."""
     if not isinstance(entry, dict):
         return 0.0
-    shapes = _shapes([entry.get("input_args"), entry.get("input_kwargs")], [])
-    numel = sum(math.prod(s) for s in shapes)
+    shapes = _shapes([entry.get("input_args"), entry.get("input_kwargs")])
+    numel = sum(map(math.prod, shapes))
     macs = 0
+    if api_name not in _MATMUL and api_name not in _ATTENTION and not api_name.startswith(_CONV):
+        return float(numel)
     tensors = [s for s in shapes if len(s) >= 1]
     if api_name in _MATMUL and len(tensors) >= 2:
         if api_name in ("linear", "npu_linear"):  # x (..., K), weight (N, K)
@@ -109,7 +144,7 @@ def work(api_name: str, entry: Any) -> float:
             macs = math.prod(a) * (b[-1] if len(b) >= 2 else 1)
     elif api_name.startswith(_CONV) and len(tensors) >= 2:
         weight = tensors[1]
-        out = _shapes(entry.get("output"), [])
+        out = _shapes(entry.get("output"))
         if out and len(weight) >= 3:
             macs = math.prod(out[0]) * math.prod(weight[1:])
     elif api_name in _ATTENTION and len(tensors) >= 2:
@@ -158,22 +193,23 @@ class _Framework:
                 return
 
 
-def scan(raw: bytes) -> Index:
-    """Index the bytes of a dump.json; raises ValueError (json's, with line and column) when it is
-    not valid JSON, IndexError_ for valid JSON that is not an object."""
+def scan(raw: bytes, columns: tuple[str, ...] = ()) -> Index:
+    """Index the bytes of a dump.json, with the COLUMNS asked for; raises ValueError (json's, with line
+    and column) when it is not valid JSON, IndexError_ for valid JSON that is not an object."""
     text = raw.decode("utf-8")
     try:
-        return _scan(text, len(text) != len(raw))
+        return _scan(text, len(text) != len(raw), "work" in columns, "dtypes" in columns)
     except (ValueError, StopIteration, IndexError):
         json.loads(text)  # raises json's own error, with its line and column, for invalid JSON
         raise IndexError_("not an object") from None  # valid JSON, but not {"data": {...}, ...}
 
 
-def _scan(text: str, multibyte: bool) -> Index:
+def _scan(text: str, multibyte: bool, with_work: bool, with_dtypes: bool) -> Index:
     decoder = json.JSONDecoder()
     scan_once = decoder.scan_once  # type: ignore[attr-defined]
     ws = _skip
-    index = Index({}, [], array.array("q"), array.array("d"), [], has_data=False)
+    index = Index({}, [], array.array("q"), array.array("d") if with_work else None, [] if with_dtypes else None,
+                  has_data=False)
     framework = _Framework()
     to_bytes = _ByteOffsets(text) if multibyte else None
     i = ws(text, 0)
@@ -186,7 +222,9 @@ def _scan(text: str, multibyte: bool) -> Index:
         if key == "data" and text[i] == "{":
             index.has_data = True
             index.names.clear()  # a repeated "data" key: the last one counts, as in json.load
-            del index.offsets[:], index.work[:], index.dtypes[:]
+            del index.offsets[:]
+            index.work = array.array("d") if with_work else None
+            index.dtypes = [] if with_dtypes else None
             i = ws(text, i + 1)
             positions: dict[str, int] = {}
             while text[i] != "}":
@@ -195,19 +233,22 @@ def _scan(text: str, multibyte: bool) -> Index:
                 start = i
                 value, i = scan_once(text, i)
                 framework.see(name, value)
-                raw_text = text[start:i]
-                dtypes = ",".join(dict.fromkeys(_DTYPE.findall(raw_text)))
                 lo, hi = (start, i) if to_bytes is None else (to_bytes(start), to_bytes(i))
-                if name in positions:  # a repeated entry name: the last value counts, at the first place
-                    k = positions[name]
-                    index.offsets[2 * k], index.offsets[2 * k + 1] = lo, hi
-                    index.work[k], index.dtypes[k] = work(_api_name(name), value), dtypes
-                else:
-                    positions[name] = len(index.names)
+                k = positions.get(name)
+                if k is None:  # a repeated entry name keeps its first place and its last value
+                    k = positions[name] = len(index.names)
                     index.names.append(name)
                     index.offsets.extend((lo, hi))
-                    index.work.append(work(_api_name(name), value))
-                    index.dtypes.append(dtypes)
+                    if index.work is not None:
+                        index.work.append(0.0)
+                    if index.dtypes is not None:
+                        index.dtypes.append("")
+                else:
+                    index.offsets[2 * k], index.offsets[2 * k + 1] = lo, hi
+                if index.work is not None:
+                    index.work[k] = work(_api_name(name), value)
+                if index.dtypes is not None:
+                    index.dtypes[k] = entry_dtypes(text[start:i])
                 i = ws(text, i)
                 if text[i] == ",":
                     i = ws(text, i + 1)

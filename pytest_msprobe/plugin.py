@@ -229,8 +229,8 @@ class XdistHooks:
         for arg in dict.fromkeys(config.args):
             path = here / arg.split("::", 1)[0]
             if path.suffix == ".json" and path.is_file():
-                try:
-                    load_dump(path)  # writes the index the workers will load (dumpindex.py)
+                try:  # writes the index the workers load (dumpindex.py), with what they will need
+                    load_dump(path, ("work", "dtypes") if config.option.keyword or config.option.markexpr else ("work",))
                 except DumpError:
                     pass  # every worker reports it as a collection error
 

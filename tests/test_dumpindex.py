@@ -98,3 +98,15 @@ def test_few_descriptors_stay_open_however_many_dumps(tmp_path: Path) -> None:
             dump._recent.clear()
             assert dump.entry(f"Torch.relu.{k}.forward") == {"input_args": [k]}
             assert sum(d._fd is not None for d in dumps) <= dump_module._OPEN_FILES
+
+
+@pytest.mark.skipif(not SHARED_DUMPS.is_dir(), reason="../shared/dumps is not beside this checkout")
+def test_columns_computed_later_equal_those_of_the_scan() -> None:
+    raw = (SHARED_DUMPS / "msprobe26_pt_statistics_llama_bf16" / "dump.json").read_bytes()
+    inline = dumpindex.scan(raw, dumpindex.COLUMNS)
+    later = dumpindex.scan(raw)
+    assert later.work is None and later.dtypes is None
+    assert later.fill(dumpindex.COLUMNS, lambda k: raw[later.offsets[2 * k]:later.offsets[2 * k + 1]])
+    assert later.work == inline.work and later.dtypes == inline.dtypes
+    assert any(w > 0 for w in inline.work) and "torch.bfloat16" in ",".join(inline.dtypes)
+    assert not later.fill(dumpindex.COLUMNS, lambda k: b"")  # nothing missing: nothing read
