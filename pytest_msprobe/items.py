@@ -48,7 +48,9 @@ def _want_dtype_markers(config: pytest.Config) -> bool:
 
 # Plugins whose pytest_collection_modifyitems neither adds markers nor keywords to dump items: with only
 # these, -k/-m can be applied while a dump is collected (pytest applies them again afterwards).
-_SELECTION_SAFE = ("_pytest.", "xdist.", "pytest_msprobe.", "_hypothesis_pytestplugin", "pytest_randomly")
+# (xdist's worker code runs as execnet's `__channelexec__` module; its hook only renames loadgroup items.)
+_SELECTION_SAFE = ("_pytest.", "xdist.", "__channelexec__", "pytest_msprobe.", "_hypothesis_pytestplugin",
+                   "pytest_randomly")
 
 
 def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] | None:
