@@ -1,7 +1,8 @@
 """Reading msprobe dump.json files of every version into compact per-call records.
 
-Collection runs in every xdist worker, so this module is torch-free and parses each file once
-per process; items keep only entry names and look the raw entry up when they run.
+Collection runs in every xdist worker, so this module is torch-free and indexes each file once
+per process (dumpindex.py: a cached index makes that milliseconds); items keep only entry names and
+read their raw entry from the file when they run.
 """
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+
+from . import dumpindex
+from .dumpindex import Index, iter_leaves
+
+__all__ = ["DIRECTIONS", "Dump", "DumpError", "EntryName", "is_module_entry", "iter_leaves", "load_dump",
+           "parse_entry_name", "resolve_tensor_path"]
 
 DIRECTIONS = ("forward", "backward")
 # Types whose entries describe modules/cells, not API calls (L0 / mix dumps).
@@ -64,18 +72,24 @@ def is_module_entry(name: str) -> bool:
     return any(marker in first for marker in _MODULE_MARKERS) or ".parameters_grad" in name
 
 
-@dataclass
 class Dump:
-    """One parsed dump.json: header fields plus the raw `data` mapping."""
+    """One dump.json: header fields, API entry names, and each entry read from the file on demand
+    (dumpindex.py): a process never holds the whole parsed dump."""
 
-    path: Path
-    task: str | None
-    level: str | None
-    framework: str
-    dump_data_dir: str | None
-    data: dict[str, Any]
-    ignored_modules: int = 0
-    _names: list[str] = field(default_factory=list)
+    def __init__(self, path: Path, index: Index, stat: os.stat_result) -> None:
+        self.path, self._stat = path, stat
+        header = index.header
+        self.task = header.get("task") if isinstance(header.get("task"), str) else None
+        self.level = header.get("level") if isinstance(header.get("level"), str) else None
+        self.framework = _framework(header)
+        data_dir = header.get("dump_data_dir")
+        self.dump_data_dir = data_dir if isinstance(data_dir, str) else None
+        self._index = index
+        self._fd: int | None = None
+        self._position = {name: k for k, name in enumerate(index.names)}
+        self._names = [name for name in index.names if not is_module_entry(name)]
+        self.ignored_modules = len(index.names) - len(self._names)
+        self._recent: OrderedDict[str, Any] = OrderedDict()
 
     @property
     def tensor_dir(self) -> Path:
@@ -91,13 +105,70 @@ class Dump:
         return self._names
 
     def entry(self, name: str) -> Any:
-        return self.data.get(name)
+        """The parsed entry (None if absent); the last few are kept, as an item reads its entries often."""
+        entry = self._recent.get(name)
+        if entry is not None:
+            self._recent.move_to_end(name)
+            return entry
+        k = self._position.get(name)
+        if k is None:
+            return None
+        try:
+            entry = json.loads(self._read(k))
+        except (ValueError, OSError):
+            raise DumpError(f"{self.path}: entry {name} cannot be read: the file changed during the run") from None
+        self._recent[name] = entry
+        if len(self._recent) > _RECENT:
+            self._recent.popitem(last=False)
+        return entry
+
+    def _file(self) -> int:
+        """An open descriptor of the file; at most _OPEN_FILES dumps keep one open at a time."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        _OPEN.pop(id(self), None)
+        _OPEN[id(self)] = self
+        while len(_OPEN) > _OPEN_FILES:
+            _, oldest = _OPEN.popitem(last=False)
+            oldest.close()
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def work(self, name: str) -> float | None:
+        """The work estimate of an entry's call (dumpindex.work)."""
+        k = self._position.get(name)
+        if k is None:
+            return None
+        return self.with_columns("work").work[k]  # type: ignore[index]
+
+    def dtypes(self, name: str) -> list[str]:
+        """The dtype strings recorded in an entry, in first-seen order."""
+        k = self._position.get(name)
+        if k is None:
+            return []
+        text = self.with_columns("dtypes").dtypes[k]  # type: ignore[index]
+        return text.split(",") if text else []
+
+    def with_columns(self, *columns: str) -> Index:
+        """The index, with these per-entry columns computed (once, from the file) if it lacked them; the
+        cached index is updated for the next process."""
+        if self._index.fill(columns, self._read):
+            dumpindex.store(self.path, self._stat, self._index)
+        return self._index
+
+    def _read(self, k: int) -> bytes:
+        start, end = self._index.offsets[2 * k], self._index.offsets[2 * k + 1]
+        return os.pread(self._file(), end - start, start)
 
     def counterpart(self, name: EntryName, direction: str) -> Any:
-        return self.data.get(f"{name.full_name}.{direction}")
+        return self.entry(f"{name.full_name}.{direction}")
 
 
-def _infer_framework(header: dict[str, Any], data: dict[str, Any]) -> str:
+def _framework(header: dict[str, Any]) -> str:
     framework = header.get("framework")
     if isinstance(framework, str) and framework:
         lowered = framework.lower()
@@ -106,42 +177,18 @@ def _infer_framework(header: dict[str, Any], data: dict[str, Any]) -> str:
         if lowered in ("ms", "mindspore"):
             return "mindspore"
         return lowered
-    # 1.0.x dumps have no framework key: the type/dtype strings tell.
-    for name, entry in data.items():
-        if name.startswith(("Mint", "Primitive", "Cell")):
-            return "mindspore"
-        for leaf in iter_leaves(entry):
-            if isinstance(leaf, dict):
-                type_str = str(leaf.get("type", ""))
-                if type_str.startswith("torch"):
-                    return "pytorch"
-                if type_str.startswith("mindspore"):
-                    return "mindspore"
-    return "pytorch"
-
-
-def iter_leaves(value: Any, depth: int = 0) -> Iterator[Any]:
-    """Yield argument encodings (dicts with a `type`), None and scalars, depth-first."""
-    if depth > 64:
-        return
-    if isinstance(value, list):
-        for item in value:
-            yield from iter_leaves(item, depth + 1)
-    elif isinstance(value, dict):
-        if "type" in value or "class_type" in value or not value:
-            yield value
-        else:
-            for item in value.values():
-                yield from iter_leaves(item, depth + 1)
-    else:
-        yield value
+    return str(header.get("inferred_framework") or "pytorch")  # 1.0.x dumps: from names and type strings
 
 
 _CACHE: dict[tuple[str, int, int], Dump] = {}
+_RECENT = 64  # parsed entries kept per dump
+_OPEN: OrderedDict[int, Dump] = OrderedDict()  # dumps holding an open descriptor, least recent first
+_OPEN_FILES = 16
 
 
-def load_dump(path: os.PathLike[str] | str) -> Dump:
-    """Parse a dump.json once per process; every problem raises DumpError naming the file."""
+def load_dump(path: os.PathLike[str] | str, columns: tuple[str, ...] = ()) -> Dump:
+    """Index a dump.json once per process (or load its cached index); every problem raises DumpError
+    naming the file. `columns` (dumpindex.COLUMNS) are computed while scanning, cheaper than later."""
     path = Path(path)
     try:
         stat = path.stat()
@@ -151,9 +198,20 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
+    index = dumpindex.load_cached(path, stat)
+    if index is None:
+        index = _scan(path, stat, columns)
+        dumpindex.store(path, stat, index)
+    dump = _CACHE[key] = Dump(path, index, stat)
+    if columns:
+        dump.with_columns(*columns)
+    return dump
+
+
+def _scan(path: Path, stat: os.stat_result, columns: tuple[str, ...]) -> Index:
     try:
         with open(path, "rb") as fh, _gc_paused():
-            raw = json.load(fh)  # accepts NaN / Infinity / -Infinity as msprobe writes them
+            index = dumpindex.scan(fh.read(), columns)
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= stat.st_size - 2 else ""
         raise DumpError(
@@ -168,31 +226,14 @@ def load_dump(path: os.PathLike[str] | str) -> Dump:
         raise DumpError(f"{path}: {exc}") from None
     except OSError as exc:
         raise DumpError(f"{path}: cannot read dump file ({exc.strerror})") from exc
-    if not isinstance(raw, dict):
-        raise DumpError(f"{path}: top level is a {type(raw).__name__}, expected an object with a 'data' key")
-    if "data" not in raw:
+    except dumpindex.IndexError_:
+        top = json.loads(path.read_bytes())
+        raise DumpError(f"{path}: top level is a {type(top).__name__}, expected an object with a 'data' key") from None
+    if not index.has_data:
         raise DumpError(f"{path}: no 'data' key; this is not an msprobe dump.json")
-    data = raw["data"]
-    if not isinstance(data, dict):
-        raise DumpError(f"{path}: 'data' is a {type(data).__name__}, expected an object of entries")
-    dump = Dump(
-        path=path,
-        task=raw.get("task") if isinstance(raw.get("task"), str) else None,
-        level=raw.get("level") if isinstance(raw.get("level"), str) else None,
-        framework=_infer_framework(raw, data),
-        dump_data_dir=raw.get("dump_data_dir") if isinstance(raw.get("dump_data_dir"), str) else None,
-        data=data,
-    )
-    for name in data:
-        if is_module_entry(name):
-            dump.ignored_modules += 1
-        else:
-            dump._names.append(name)
-    _CACHE[key] = dump
-    # The parsed dump lives for the whole session: keep the collector from re-scanning millions of
-    # its dicts and lists on every collection (pytest gc.collect()s several times at exit).
-    gc.freeze()
-    return dump
+    if index.data_type != "dict":
+        raise DumpError(f"{path}: 'data' is a {index.data_type}, expected an object of entries")
+    return index
 
 
 @contextlib.contextmanager

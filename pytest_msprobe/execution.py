@@ -191,19 +191,21 @@ def seed_random_apis(seed: int, device: Any = None) -> None:
 def tensors_of(value: Any) -> list[torch.Tensor]:
     """Tensor leaves in argument order (lists, tuples and dict values)."""
     out: list[torch.Tensor] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, torch.Tensor):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-
-    walk(value)
+    _tensors_into(value, out)
     return out
+
+
+def _tensors_into(v: Any, out: list[torch.Tensor]) -> None:
+    # A module-level recursion: a nested `def walk` refers to itself through its closure, a reference
+    # cycle that keeps `out`, and every tensor in it, alive until the cyclic GC runs (hundreds of MB).
+    if isinstance(v, torch.Tensor):
+        out.append(v)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _tensors_into(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _tensors_into(x, out)
 
 
 def map_structure(fn: Callable[[Any], Any], value: Any) -> Any:
@@ -309,19 +311,19 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
 def output_leaves(value: Any) -> list[Any]:
     """Flatten an API result: tensors and Python scalars in order (namedtuples as tuples)."""
     out: list[Any] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        else:
-            out.append(v)
-
-    walk(value)
+    _leaves_into(value, out)
     return out
+
+
+def _leaves_into(v: Any, out: list[Any]) -> None:  # module-level: see _tensors_into
+    if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
+        for x in v:
+            _leaves_into(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _leaves_into(x, out)
+    else:
+        out.append(v)
 
 
 def first_output_dtype(encoded_output: Any) -> torch.dtype | None:
@@ -406,7 +408,17 @@ def backward(outputs: list[Any], pairs: list[tuple[int, Any]], device: str) -> N
         out = outputs[index]
         tensors.append(out)
         grads.append(cot.detach().to(device=device, dtype=out.dtype).reshape(out.shape))
-    torch.autograd.backward(tensors, grads)
+    _run_backward(tensors, grads)
+
+
+def _run_backward(tensors: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+    """torch.autograd.backward without its argument checks, whose first call imports sympy (~0.5 s per
+    process, every xdist worker): the gradients already have their outputs' shapes, dtypes and devices."""
+    engine_run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if engine_run is None or any(not isinstance(t, torch.Tensor) or t.is_nested for t in tensors):
+        torch.autograd.backward(tensors, grads)
+        return
+    engine_run(tuple(tensors), tuple(grads), False, False, (), allow_unreachable=True, accumulate_grad=True)
 
 
 def is_finite_number(x: Any) -> bool:

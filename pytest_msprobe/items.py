@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import functools
 import shlex
+import types
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -17,6 +18,7 @@ from .settings import SETTINGS_KEY
 from .summary import junit_properties
 
 RECORD_KEY = pytest.StashKey[dict]()
+REUSE_KEY = pytest.StashKey[dict]()  # (dump path, group key) -> the group's check record, per process
 KNOWN_TYPES = ("Functional", "Tensor", "Torch", "NPU", "Aten", "VF", "Distributed", "MindSpeed", "Triton",
                "Mint", "MintFunctional", "MintDistributed", "Primitive", "Jit")
 KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
@@ -36,31 +38,61 @@ def dtype_marker(dtype: str) -> str:
     return dtype.rsplit(".", 1)[-1].lower()
 
 
-def _entry_dtypes(entry: Any) -> list[str]:
-    """dtype markers of a call: every dtype among its recorded tensors (a tight walk: runs per item)."""
-    seen: dict[str, None] = {}
-    if not isinstance(entry, dict):
-        return []
-    stack = [entry.get(key) for key in ("input_args", "input_kwargs", "output", "input")]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, list):
-            stack.extend(value)
-        elif isinstance(value, dict):
-            dtype = value.get("dtype")
-            if isinstance(dtype, str) and "shape" in value:
-                seen[dtype] = None
-            elif "type" not in value:
-                stack.extend(value.values())
-    return [dtype_marker(d) for d in seen]
-
-
 def _want_dtype_markers(config: pytest.Config) -> bool:
     """dtype markers cost a walk over every entry; by default only when -m or -k could use them."""
     setting = config.getini("msprobe_dtype_markers")
     if setting == "auto":
         return bool(config.option.markexpr or config.option.keyword)
     return setting == "always"
+
+
+# Plugins whose pytest_collection_modifyitems neither adds markers nor keywords to dump items: with only
+# these, -k/-m can be applied while a dump is collected (pytest applies them again afterwards).
+# (xdist's worker code runs as execnet's `__channelexec__` module; its hook only renames loadgroup items.)
+_SELECTION_SAFE = ("_pytest.", "xdist.", "__channelexec__", "pytest_msprobe.", "_hypothesis_pytestplugin",
+                   "pytest_randomly")
+
+
+def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] | None:
+    """A test of (entry name, its marker names) that is true for every item -k and -m keep, or None.
+
+    It gives each entry exactly the names pytest's -k matches (the item's and its parents' names, its
+    markers) and -m's markers. Only when no other plugin or conftest modifies items after collection
+    (one could add a marker that -k or -m selects)."""
+    config = collector.config
+    keyword, markexpr = config.option.keyword.strip(), config.option.markexpr.strip()
+    if not (keyword or markexpr):
+        return None
+    for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
+        plugin = impl.plugin
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if not str(module).startswith(_SELECTION_SAFE):
+            return None
+    try:
+        from _pytest.mark.expression import Expression
+
+        by_keyword = Expression.compile(keyword) if keyword else None
+        by_mark = Expression.compile(markexpr) if markexpr else None
+    except Exception:  # a bad expression: pytest reports it; an older pytest: no early selection
+        return None
+    chain = collector.listchain()
+    parents = [node.name.lower() for node in chain if not isinstance(node, pytest.Session)
+               and not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session))]
+    parents += [k.lower() for node in chain for k in node.extra_keyword_matches]
+    parent_marks = [m.name for node in chain for m in node.own_markers]
+
+    def keep(entry_name: str, markers: list[str]) -> bool:
+        if by_keyword is not None:
+            names = [*parents, entry_name.lower(), *(m.lower() for m in markers), *(m.lower() for m in parent_marks)]
+            if not by_keyword.evaluate(lambda sub, **kw: not kw and any(sub.lower() in n for n in names)):
+                return False
+        if by_mark is not None:
+            marks = {*markers, *parent_marks}
+            if not by_mark.evaluate(lambda name, **kw: not kw and name in marks):
+                return False
+        return True
+
+    return keep
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,26 +114,34 @@ class DumpFile(pytest.File):
         fuzz_items = None
         if config.getoption("msprobe_fuzz", 0):
             from .fuzz import extra_items as fuzz_items
+        grouping: dict[str, tuple[str, str]] = {}
+        if config.stash[SETTINGS_KEY].filter_api:
+            from .dedup import groups
+
+            grouping = groups(dump, dump.entry_names())
+        selected = None if fuzz_items is not None else _selection(self)
+        msprobe = _mark("msprobe")
         for order, entry_name in enumerate(dump.entry_names()):
-            item = ApiItem.from_parent(self, name=entry_name, order=order)
-            # Marks are attached directly (add_marker costs ~50 us per call, 400k calls for a big dump);
-            # -m and -k both read own_markers.
-            item.own_markers.append(_mark("msprobe"))
             try:
                 parsed = parse_entry_name(entry_name)
             except ValueError:
-                yield item
-                continue
-            markers = [parsed.api_type, parsed.direction]
-            if with_dtypes:
-                markers += _entry_dtypes(dump.entry(f"{parsed.full_name}.forward") or dump.entry(entry_name))
+                parsed = None
+            markers = [] if parsed is None else [parsed.api_type, parsed.direction]
+            if with_dtypes and parsed is not None:
+                # every dtype recorded in the call (its forward entry), from the dump's index
+                markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
+            markers = [m for m in markers if m.isidentifier()]
             for marker in markers:
-                if not marker.isidentifier():
-                    continue
                 if marker not in registered:
                     config.addinivalue_line("markers", f"{marker}: msprobe API type or dtype")
                     registered.add(marker)
-                item.own_markers.append(_mark(marker))
+            if selected is not None and not selected(entry_name, ["msprobe", *markers]):
+                continue  # -k/-m would deselect it: not even made (a 200k-entry dump, 20 items picked)
+            item = ApiItem.from_parent(self, name=entry_name, order=order)
+            item.reuse = grouping.get(entry_name)
+            # Marks are attached directly (add_marker costs ~50 us per call, 400k calls for a big dump);
+            # -m and -k both read own_markers.
+            item.own_markers += [msprobe, *(_mark(m) for m in markers)]
             yield item
             if fuzz_items is not None:
                 yield from fuzz_items(self, item)  # --msprobe-fuzz: <entry>[fuzz] right after its API
@@ -128,20 +168,39 @@ class ApiItem(pytest.Item):
     def __init__(self, *, order: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.order = order
+        self.reuse: tuple[str, str] | None = None  # --msprobe-filter-api: (group key, representative entry)
 
-    def runtest(self) -> None:
+    def _check(self, entry_name: str) -> dict[str, Any]:
         from .check import check_entry  # torch is imported here, never at collection
         from .specs import load_specs
 
-        settings = self.config.stash[SETTINGS_KEY]
-        dump = load_dump(self.path)
+        options = self.config.stash[SETTINGS_KEY].check_options
         try:
-            record = check_entry(dump, self.name, settings.check_options,
-                                 load_specs(user_file=settings.check_options.specs_file))
+            return check_entry(load_dump(self.path), entry_name, options, load_specs(user_file=options.specs_file))
         except ValueError as exc:  # unparseable entry name
-            record = {"api": self.name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
+            return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
+
+    def _record(self) -> tuple[dict[str, Any], str]:
+        """(this item's record, the entry whose check produced it): its own check, or with
+        --msprobe-filter-api the group's one check, made once per process (dedup.py)."""
+        if self.reuse is None:
+            return self._check(self.name), self.name
+        key, representative = self.reuse
+        done = self.config.stash.setdefault(REUSE_KEY, {})
+        record = done.get((self.path, key))
+        if record is None:
+            record = done[(self.path, key)] = self._check(representative)
+        if representative == self.name:
+            return dict(record), self.name
+        from .dedup import reused_record
+
+        return reused_record(record, representative, self.name), representative
+
+    def runtest(self) -> None:
+        settings = self.config.stash[SETTINGS_KEY]
+        record, checked = self._record()
         record.update(nodeid=self.nodeid, dump=self.path.as_posix() if not self._relpath() else self._relpath(),
-                      order=self.order, standard=settings.standard, rerun=self.rerun_command())
+                      order=self.order, standard=settings.standard, rerun=self.rerun_command(checked))
         self.stash[RECORD_KEY] = record
         self.user_properties += junit_properties(record)  # JUnit <property> elements, also under xdist
         status = record["status"]
@@ -153,9 +212,9 @@ class ApiItem(pytest.Item):
     def _relpath(self) -> str:
         return self.nodeid.split("::", 1)[0]
 
-    def rerun_command(self) -> str:
+    def rerun_command(self, entry_name: str | None = None) -> str:
         settings = self.config.stash[SETTINGS_KEY]
-        args = ["pytest", f"{self.path}::{self.name}", "--msprobe-seed", str(settings.check_options.run_seed),
+        args = ["pytest", f"{self.path}::{entry_name or self.name}", "--msprobe-seed", str(settings.check_options.run_seed),
                 "--msprobe-device", settings.check_options.device]
         opts = settings.check_options
         args += ["--msprobe-standard", opts.standard]

@@ -14,13 +14,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-# Column order of msprobe's details CSV, 余弦相似度 ... ULP误差大于阈值占比 (Appendix A.12).
-METRIC_KEYS: tuple[str, ...] = (
-    "cosine", "max_abs_err", "dual_hundredth", "dual_thousandth", "dual_ten_thousandth",
-    "binary_error_rate", "error_balance", "rmse", "small_value_err_ratio", "max_rel_err", "mean_rel_err",
-    "inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio", "max_ulp_err", "mean_ulp_err", "ulp_err_proportion",
-)
-
+from .columns import METRIC_KEYS as METRIC_KEYS  # re-exported: the metrics' column order
 
 
 def _quiet(fn: Callable) -> Callable:
@@ -32,7 +26,7 @@ def _quiet(fn: Callable) -> Callable:
     return wrapper
 
 
-_BLOCK = 1 << 20                      # elements per block in the float64 cosine pass
+_BLOCK = 1 << 20                      # elements per block of a normalised float64 cosine pass
 
 COSINE_SCALAR_MSG = "All the data in device dump data is scalar. Please refer to other compare algorithms."
 COSINE_BOTH_ZERO_MSG = "All the data in device and bench outputs are zero."
@@ -71,16 +65,37 @@ def max_abs(values: np.ndarray) -> np.floating:
     return np.maximum(np.max(values), -np.min(values))
 
 
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """BLAS for long vectors; a plain sum for short ones, where waking BLAS threads costs ~1 ms."""
-    return float(np.dot(a, b)) if a.size >= 1 << 16 else float(np.sum(a * b))
+_SAFE_SCALE = (1e-100, 1e100)  # max|x| range whose float64 squares, summed, neither overflow nor underflow
+
+
+def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float) -> tuple[float, float, float]:
+    """(n.g, n.n, g.g) in float64 for the cosine, which does not depend on the scale of either side.
+
+    msprobe divides each side by its max|x| first so that the squares cannot overflow; in float64 that
+    is only needed outside _SAFE_SCALE (never for fp32/fp16/bf16 outputs), so the dot products usually
+    run on the arrays themselves: einsum widens them in small buffers (no float64 copy of the output)
+    and runs on one thread (BLAS threads on a busy machine cost up to 50x here). Only the rounding order
+    differs from msprobe's (~1e-16 relative).
+    """
+    lo, hi = _SAFE_SCALE
+    if lo <= n_max <= hi and lo <= g_max <= hi:
+        def dot(a: np.ndarray, b: np.ndarray) -> float:
+            return float(np.einsum("i,i->", a, b, dtype=np.float64))
+        return dot(n, g), dot(n, n), dot(g, g)
+    ng = nn = gg = 0.0
+    for i in range(0, n.size, _BLOCK):  # normalised float64 blocks: memory stays flat
+        nb = np.true_divide(n[i:i + _BLOCK], n_max, dtype=np.float64)
+        gb = np.true_divide(g[i:i + _BLOCK], g_max, dtype=np.float64)
+        ng += float(np.einsum("i,i->", nb, gb))
+        nn += float(np.einsum("i,i->", nb, nb))
+        gg += float(np.einsum("i,i->", gb, gb))
+    return ng, nn, gg
 
 
 @_quiet
 def cosine(bench: np.ndarray, device: np.ndarray, *, zero_eps: float, pass_gt: float,
            bench_absmax: np.floating | None = None) -> tuple[float | None, bool, str]:
-    """msprobe's cosine similarity: each side is divided by its own max|x| in float64 first (so huge
-    values cannot overflow), single elements and all-zero pairs are not judged. Returns
+    """msprobe's cosine similarity in float64 (huge values cannot overflow: see _dots), single elements and all-zero pairs are not judged. Returns
     (value or None for a blank cell, passed, message). NaN anywhere gives (nan, False) like 8.3.3."""
     n = device.reshape(-1)
     g = bench.reshape(-1)
@@ -98,16 +113,8 @@ def cosine(bench: np.ndarray, device: np.ndarray, *, zero_eps: float, pass_gt: f
         return None, False, COSINE_DEVICE_ZERO_MSG
     if g_max <= zero_eps:
         return None, False, COSINE_BENCH_ZERO_MSG
-    # dot products of the normalised float64 vectors, block by block to keep memory flat; only the
-    # summation order differs from one big dot (~1e-16 relative, and BLAS itself varies with threads)
-    ng = nn = gg = 0.0
-    for i in range(0, n.size, _BLOCK):
-        nb = np.true_divide(n[i:i + _BLOCK], n_max, dtype=np.float64)
-        gb = np.true_divide(g[i:i + _BLOCK], g_max, dtype=np.float64)
-        ng += _dot(nb, gb)
-        nn += _dot(nb, nb)
-        gg += _dot(gb, gb)
-    cos = ng / (math.sqrt(nn) * math.sqrt(gg))        # max-normalised: nn, gg >= 1 or NaN
+    ng, nn, gg = _dots(n, g, n_max, g_max)
+    cos = ng / (math.sqrt(nn) * math.sqrt(gg))        # nn, gg > 0 here (max|x| > zero_eps), or NaN
     if math.isnan(cos):
         return float("nan"), False, COSINE_NAN_MSG
     cos = min(max(cos, -1.0), 1.0)

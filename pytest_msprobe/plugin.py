@@ -14,7 +14,7 @@ from typing import Any, Generator
 
 import pytest
 
-from . import backends, baseline, devices, guard, journal, kernels, msprobe_config, npu_runtime, shard, summary, triage
+from . import backends, baseline, devices, guard, journal, kernels, msprobe_config, npu_runtime, shard, summary, triage, wire
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import (
     BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings,
@@ -23,6 +23,7 @@ from .shard import parse_shard
 
 DUMP_BASENAME = "dump.json"
 REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
+SCHEDULES = ("cost", "xdist")
 
 
 def _seed(value: str) -> int | str:
@@ -101,6 +102,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--msprobe-shard", type=parse_shard, default=None, metavar="K/N",
                     help="run part K of N of every dump (balanced by input size); merge with "
                          "python -m pytest_msprobe merge")
+    group.addoption("--msprobe-filter-api", action="store_true", default=None,
+                    help="check one of each group of identical calls (same API, arguments equal but for "
+                         "Max/Min, as msprobe's -f/--filter_api) and report the others with its result, "
+                         "marked as reused")
+    group.addoption("--msprobe-schedule", choices=SCHEDULES, default=None,
+                    help="with xdist's default --dist load: cost (default) deals the most expensive items first "
+                         "to whichever worker is free (estimated from the dump's shapes) and keeps each "
+                         "--msprobe-filter-api group on one worker; xdist keeps xdist's own load scheduler")
     group.addoption("--msprobe-baseline", default=None, metavar="FILE",
                     help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
     group.addoption("--msprobe-allow-all-skipped", action="store_true", default=None,
@@ -116,6 +125,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_timeout", "default for --msprobe-timeout (seconds)", default="")
     parser.addini("msprobe_baseline", "default for --msprobe-baseline", default="")
     parser.addini("msprobe_allow_all_skipped", "default for --msprobe-allow-all-skipped", type="bool", default=False)
+    parser.addini("msprobe_filter_api", "default for --msprobe-filter-api", type="bool", default=False)
+    parser.addini("msprobe_schedule", "default for --msprobe-schedule", default=SCHEDULES[0])
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
     parser.addini("msprobe_kernels", "default for --msprobe-kernels (a path is relative to the ini file)", default="")
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
@@ -175,8 +186,9 @@ def _settings(config: pytest.Config) -> Settings:
     out = Path(opt.msprobe_out or config.getini("msprobe_out"))
     if not out.is_absolute():
         out = here / out
+    filter_api = opt.msprobe_filter_api if opt.msprobe_filter_api is not None else config.getini("msprobe_filter_api")
     return Settings(check_options=options, standard=standard, warning_as_error=opt.msprobe_warning_as_error,
-                    out_dir=out, api_info=[Path(p) for p in opt.msprobe_api_info])
+                    out_dir=out, api_info=[Path(p) for p in opt.msprobe_api_info], filter_api=bool(filter_api))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -210,11 +222,42 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class XdistHooks:
-    """Registered only when xdist is active: ships the run seed to every worker."""
+    """Registered only when xdist is active: ships the run seed to every worker, indexes the dumps
+    before the workers start (they load the index instead of parsing), and schedules by cost."""
 
     def pytest_configure_node(self, node: Any) -> None:
         settings = node.config.stash[SETTINGS_KEY]
         node.workerinput["msprobe_seed"] = settings.check_options.run_seed
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        config = session.config
+        if hasattr(config, "workerinput") or not getattr(config.option, "tx", None):
+            return
+        from .dump import DumpError, load_dump
+
+        here = config.invocation_params.dir
+        for arg in dict.fromkeys(config.args):
+            path = here / arg.split("::", 1)[0]
+            if path.suffix == ".json" and path.is_file():
+                try:  # writes the index the workers load (dumpindex.py), with what they will need
+                    load_dump(path, ("work", "dtypes") if config.option.keyword or config.option.markexpr else ("work",))
+                except DumpError:
+                    pass  # every worker reports it as a collection error
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "load" or _schedule(config) != "cost":
+            return None
+        from .schedule import CostScheduling
+
+        return CostScheduling(config, log, filter_api=config.stash[SETTINGS_KEY].filter_api)
+
+
+def _schedule(config: pytest.Config) -> str:
+    value = config.getoption("msprobe_schedule") or config.getini("msprobe_schedule")
+    if value not in SCHEDULES:
+        raise pytest.UsageError(f"ini msprobe_schedule: {value!r} is not one of {', '.join(SCHEDULES)}")
+    return str(value)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -264,13 +307,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(wrapper=True)
 def pytest_report_to_serializable(config: pytest.Config, report: Any) -> Generator[None, Any, Any]:
     data = yield
-    if data is not None and isinstance(data.get("msprobe"), dict):  # one string crosses execnet several
-        data["msprobe"] = json.dumps(data["msprobe"])             # times cheaper than nested objects
+    if data is None:
+        return data
+    if hasattr(config, "workerinput"):  # to the xdist controller: one JSON string (wire.py)
+        packed = wire.pack(data)
+        if packed is not data:
+            return packed
+    if isinstance(data.get("msprobe"), dict):  # one string crosses execnet several
+        data["msprobe"] = json.dumps(data["msprobe"])  # times cheaper than nested objects
     return data
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any]) -> Generator[None, Any, Any]:
+    unpacked = wire.unpack(data)
+    if unpacked is not None:  # a worker's packed report: pytest builds it from the original dict
+        data.clear()
+        data.update(unpacked)
     report = yield
     if isinstance(getattr(report, "msprobe", None), str):
         report.msprobe = json.loads(report.msprobe)
@@ -283,13 +336,16 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
         return None
     if report.failed and record.get("reference_only"):
         return "failed", "F", ("FAILED (reference only)", {"red": True})
-    if not report.passed:
-        return None
-    if record.get("reference_only"):  # an NPU op run as its bench on both sides: not counted as passed
+    if report.passed and record.get("reference_only"):  # an NPU op run as its bench on both sides: not counted as passed
         word = "WARNED" if record.get("status") == "Warning" else "PASSED"
         return REFERENCE_ONLY, "r", (f"{word} (reference only)", {"yellow": True})
-    if record.get("status") == "Warning":
-        return "warned", "W", ("WARNED", {"yellow": True})
+    reused = " (reused)" if record.get("reused_from") else ""  # --msprobe-filter-api
+    if report.passed and record.get("status") == "Warning":
+        return "warned", "W", (f"WARNED{reused}", {"yellow": True})
+    if reused and not hasattr(report, "wasxfail"):
+        return report.outcome, {"passed": ".", "failed": "F", "skipped": "s"}[report.outcome], \
+            (f"{report.outcome.upper()}{reused}", {"green": report.passed, "red": report.failed,
+                                                   "yellow": report.skipped})
     return None
 
 

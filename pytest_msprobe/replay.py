@@ -247,25 +247,25 @@ def _require_saved(full: str, encoded: Any, where: str) -> None:
 
 def _recorded(encoded: Any, dump: Dump, max_bytes: int, where: str) -> list[Any]:
     """The recorded values, flattened like execution.output_leaves (None kept): saved tensors, scalars."""
-    ctx = BuildContext(dump, torch.Generator(), True, max_bytes)
     out: list[Any] = []
-
-    def walk(value: Any, at: str) -> None:
-        if isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, f"{at}.{i}")
-        elif value is None:
-            out.append(None)
-        elif _is_tensor(value):
-            out.append(_saved_tensor(value, ctx, at))
-        elif isinstance(value, dict) and value and "type" not in value and "class_type" not in value:
-            for k, v in value.items():  # namedtuple / structseq outputs
-                walk(v, f"{at}.{k}")
-        else:
-            out.append(build(value, ctx, at))
-
-    walk(encoded, where)
+    _recorded_into(encoded, BuildContext(dump, torch.Generator(), True, max_bytes), where, out)
     return out
+
+
+def _recorded_into(value: Any, ctx: BuildContext, at: str, out: list[Any]) -> None:
+    # module-level recursion: a nested recursive function would keep `out`'s tensors in a reference cycle
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _recorded_into(v, ctx, f"{at}.{i}", out)
+    elif value is None:
+        out.append(None)
+    elif _is_tensor(value):
+        out.append(_saved_tensor(value, ctx, at))
+    elif isinstance(value, dict) and value and "type" not in value and "class_type" not in value:
+        for k, v in value.items():  # namedtuple / structseq outputs
+            _recorded_into(v, ctx, f"{at}.{k}", out)
+    else:
+        out.append(build(value, ctx, at))
 
 
 def _saved_tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> Any:

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import ms_results
-from .metrics import METRIC_KEYS
+from .columns import METRIC_KEYS
 from .summary import output_reasons, severity, short_name
 
 __all__ = [

@@ -43,6 +43,7 @@ class Settings:
     warning_as_error: bool = False
     out_dir: Path = Path("msprobe_results")
     api_info: list[Path] = field(default_factory=list)
+    filter_api: bool = False  # --msprobe-filter-api: one check per group of identical calls (dedup.py)
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()

@@ -1,7 +1,8 @@
 """Estimated item cost, `--msprobe-shard K/N`, and expensive-items-first ordering under xdist.
 
-Cost is an estimate from the dump alone (no torch): the element count of the call's input
-tensors plus a fixed per-item cost, tripled for a backward item (forward with autograd, then
+Cost is an estimate from the dump alone (no torch): the work estimate of the call from its input
+shapes (dumpindex.work: elements, plus multiply-adds for matmuls, convolutions and attention) plus a
+fixed per-item cost, tripled for a backward item (forward with autograd, then
 backward, on both sides). Sharding runs longest-processing-time-first inside every dump, so each
 shard gets a balanced part of every dump; the result depends only on that dump's contents, so it
 is the same on every machine, every xdist worker, and with `--lf` (which drops whole files).
@@ -10,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import math
 import zlib
 from collections import defaultdict
 
 import pytest
 
-from .dump import iter_leaves, load_dump, parse_entry_name
+from .dump import load_dump, parse_entry_name
 from .items import ApiItem
 
 ITEM_BASE_COST = 100_000   # element-equivalents of the fixed per-item work (inputs, two launches, compare)
@@ -32,14 +32,8 @@ def parse_shard(value: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def entry_cost(entry: object, backward: bool) -> float:
-    numel = 0
-    if isinstance(entry, dict):
-        for leaf in iter_leaves([entry.get("input_args"), entry.get("input_kwargs")]):
-            shape = leaf.get("shape") if isinstance(leaf, dict) else None
-            if isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape):
-                numel += math.prod(shape)
-    return (ITEM_BASE_COST + numel) * (BACKWARD_FACTOR if backward else 1)
+def work_cost(work: float, backward: bool) -> float:
+    return (ITEM_BASE_COST + work) * (BACKWARD_FACTOR if backward else 1)
 
 
 def item_cost(item: pytest.Item) -> float:
@@ -49,8 +43,8 @@ def item_cost(item: pytest.Item) -> float:
         if isinstance(item, ApiItem):
             try:
                 name = parse_entry_name(item.name)
-                entry = load_dump(item.path).entry(f"{name.full_name}.forward")
-                cost = entry_cost(entry, name.direction == "backward")
+                work = load_dump(item.path).work(f"{name.full_name}.forward")
+                cost = work_cost(work or 0.0, name.direction == "backward")
             except Exception:  # an entry the item itself will report
                 pass
         item.stash[COST_KEY] = cost
@@ -93,7 +87,8 @@ class CostOrder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        items.sort(key=lambda item: -item_cost(item))  # stable: ties keep the collection order
+        # stable: ties keep the collection order, except that a --msprobe-filter-api group stays together
+        items.sort(key=lambda item: (-item_cost(item), (getattr(item, "reuse", None) or ("",))[0]))
 
 
 def configure(config: pytest.Config) -> None:

@@ -174,6 +174,9 @@ def terminal_lines(config: Any, records: list[dict[str, Any]], written: Mapping[
         notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
     if known:
         notes.append(f"{known} known failure(s) xfailed by the baseline")
+    reused = sum(1 for r in records if r.get("reused_from"))
+    if reused:
+        notes.append(f"{reused} reused the result of an identical call (--msprobe-filter-api)")
     crash = config.stash.get(CRASH_KEY, None)
     if crash is not None and crash.crashed:
         notes.append(f"{crash.crashed} crashed or hung item(s)")

@@ -45,8 +45,18 @@ def test_random_float_keeps_min_max_contract(tmp_path_factory, dtype: str, a: fl
 
 def test_draws_are_high_precision_not_quantised(ctx) -> None:
     t = build(tensor("torch.bfloat16", [4096], mx=1.0, mn=0.0), ctx, "arg")
-    # drawn in fp64 and rounded once: many distinct bf16 values, not the 2^8 of a bf16 uniform variate scaled
+    # drawn with float32 precision and rounded once: many distinct bf16 values, not the 2^8 of a bf16
+    # uniform variate scaled
     assert len(torch.unique(t)) > 200
+
+
+@pytest.mark.parametrize("dtype, lo, hi", [("torch.float16", -60000.0, 65000.0), ("torch.float32", -3e38, 3e38),
+                                           ("torch.bfloat16", -3e38, 3e38)])
+def test_range_wider_than_the_dtype_does_not_overflow(ctx, dtype: str, lo: float, hi: float) -> None:
+    t = build(tensor(dtype, [10_000], mx=hi, mn=lo), ctx, "arg").double()
+    assert torch.isfinite(t).all()
+    assert t[0].item() <= t.min().item() and t.max().item() <= t[-1].item()
+    assert (t < 0).any() and (t > 0).any()  # spread over the range, not piled at one end
 
 
 def test_same_seed_same_numbers_and_distinct_arguments(write_dump) -> None:
