@@ -162,3 +162,17 @@ def test_thresholds_by_kind_and_dtype() -> None:
     assert _rules(THRESHOLDS, "torch.bfloat16", "reduction")["gross"] == THRESHOLDS["reduction"]["gross"]
     assert _rules(THRESHOLDS, "torch.float32", "contraction")["mean_slack"] == THRESHOLDS["torch.float32"]["mean_slack"]
     assert _rules(THRESHOLDS, "torch.bfloat16", "elementwise")["gross"] == THRESHOLDS["gross"]
+
+
+def test_a_cancelled_row_below_the_fp32_benchs_resolution_is_not_judged() -> None:
+    """Flash-style attention's dQ of a query row with one key is exactly 0; an fp32 bench leaves rounding
+    noise there (1e-11 against gradients of 1e-4), and torch's kernel keeps that noise."""
+    rng = np.random.default_rng(3)
+    bench = (rng.standard_normal((64, 128)) * 3e-4).astype(np.float32)
+    bench[0] = (rng.standard_normal(128) * 1.4e-11).astype(np.float32)  # a cancelled row: fp32 noise
+    torch_run = strict.round_to(bench.astype(np.float64), "torch.bfloat16")
+    device = torch_run.copy()
+    device[0] = 0.0
+    assert judge(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=128).status == "pass"
+    device[1, 5] *= 1.05  # a real error elsewhere still fails
+    assert judge(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=128).status == "error"
