@@ -14,8 +14,22 @@ import torch
 from . import backends, capture, judge, kernels, standards
 from .dump import Dump, parse_entry_name
 from .execution import (
-    RAISABLE, Device, NotCheckable, backward, broken_precondition, first_output_dtype, hf32_round, make_side,
-    map_structure, output_leaves, pair_cotangents, plan_precision, resolve, run_side, seed_random_apis, select_device,
+    RAISABLE,
+    Device,
+    NotCheckable,
+    backward,
+    broken_precondition,
+    first_output_dtype,
+    hf32_round,
+    make_side,
+    map_structure,
+    output_leaves,
+    pair_cotangents,
+    plan_precision,
+    resolve,
+    run_side,
+    seed_random_apis,
+    select_device,
     tensors_of,
 )
 from .inputs import BuildContext, InputError, build, parse_dtype
@@ -134,10 +148,11 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         scalars = specs["error_model"].get("contraction_scalars", ())
         bench_kwargs = {k: float(torch.tensor(v, dtype=torch.float32)) if k in scalars and type(v) is float else v
                         for k, v in kwargs.items()}
-    if plan.autocast is not None and options.standard == "strict" and \
+    autocast = plan.autocast
+    if autocast is not None and options.standard == "strict" and \
             in_list(specs, api, "error_model", "autocast_lower_precision"):
         # the autocast kernel computes from its inputs rounded to the autocast dtype: so does the bench
-        bench_args, bench_kwargs = (map_structure(lambda v: autocast_round(v, plan.autocast, ctx.requires_grad), x)
+        bench_args, bench_kwargs = (map_structure(lambda v: autocast_round(v, autocast, ctx.requires_grad), x)
                                     for x in (bench_args, bench_kwargs))
         record["notes"].append(f"autocast: the bench's inputs are rounded to {plan.autocast}, as the kernel's were")
     bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
@@ -382,6 +397,9 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         if paired:
             arrays = _float_arrays(bench[i], device[i], _nth(torch_run, i), _nth(magnitude, i), kind,
                                    product if i == 0 else None, narrow)
+            if arrays is not None and positions is not None and \
+                    in_list(specs, api, "error_model", "gradient_rounding"):
+                arrays.rules = "gradient_rounding"
         judge.decide(row, options.standard, api_name=api, specs=specs,
                      ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
                      arrays=arrays, reference_results=options.reference_results)

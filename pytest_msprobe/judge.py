@@ -5,8 +5,9 @@
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from . import ms_results, strict, verdicts
 from .specs import thresholds_for
@@ -29,6 +30,7 @@ class StrictArrays:
     row: int = 1
     product: Any = None
     dtype: str | None = None  # the dtype the kernel computed in, when narrower than the output's (autocast)
+    rules: str | None = None  # a further section of the strict thresholds (gradient_rounding)
 
 
 def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
@@ -87,7 +89,8 @@ def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str,
             row.verdict_message = "compared exactly"
         return
     dtype = arrays.dtype or row.device_dtype
-    result = strict.strict_compare(arrays.bench, arrays.device, dtype, _rules(th["strict"], dtype, arrays.kind),
+    result = strict.strict_compare(arrays.bench, arrays.device, dtype,
+                                   _rules(th["strict"], dtype, arrays.kind, arrays.rules),
                                    kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
                                    product=arrays.product, row=arrays.row)
     row.verdict, row.verdict_message, row.reference = result.status, result.message, result.stats
@@ -105,11 +108,12 @@ def _mindspore(row: OutputComparison, arrays: StrictArrays | None, rule: Mapping
         ms_results.ms_metrics(arrays.bench, arrays.device, rule["epsilon"]), rule)
 
 
-def _rules(rules: Mapping[str, Any], dtype: str, kind: str = "elementwise") -> Mapping[str, Any]:
-    """strict rules with the op kind's and then the device dtype's sub-mappings applied."""
+def _rules(rules: Mapping[str, Any], dtype: str, kind: str = "elementwise",
+           extra: str | None = None) -> Mapping[str, Any]:
+    """strict rules with the op kind's, a further section's and then the device dtype's sub-mappings applied."""
     flat = {k: v for k, v in rules.items() if not isinstance(v, Mapping)}
-    for key in (kind, dtype):
-        specific = rules.get(key)
+    for key in (kind, extra, dtype):
+        specific = rules.get(key) if key else None
         if isinstance(specific, Mapping):
             flat.update(specific)
     return flat

@@ -176,3 +176,11 @@ def test_a_cancelled_row_below_the_fp32_benchs_resolution_is_not_judged() -> Non
     assert judge(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=128).status == "pass"
     device[1, 5] *= 1.05  # a real error elsewhere still fails
     assert judge(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=128).status == "error"
+
+
+def test_attention_gradients_get_their_own_thresholds() -> None:
+    specs = load_specs()
+    assert "scaled_dot_product_attention" in specs["error_model"]["gradient_rounding"]
+    rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction", "gradient_rounding")
+    assert rules["gross"] == THRESHOLDS["gradient_rounding"]["gross"] > _rules(THRESHOLDS, "torch.bfloat16",
+                                                                               "reduction")["gross"]
