@@ -17,8 +17,9 @@ Sources (cited next to each rule below):
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -356,7 +357,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torch.Tensor 
             i1 = min(i0 + BLOCK_Q, seg.sq)
             bq, rows = i1 - i0, slice(seg.q0 + i0, seg.q0 + i1)
             qt = qg[:, :, rows].reshape(n2, g * bq, d)
-            m, l, acc = q.new_full((n1, bq), NEG_INF), q.new_zeros(n1, bq), q.new_zeros(n1, bq, dv)
+            m, ell, acc = q.new_full((n1, bq), NEG_INF), q.new_zeros(n1, bq), q.new_zeros(n1, bq, dv)
             for j0 in range(0, seg.sk, BLOCK_K):
                 j1 = min(j0 + BLOCK_K, seg.sk)
                 s = _scores(qt, k, pse, plan, seg, i0, i1, j0, j1)
@@ -366,11 +367,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torch.Tensor 
                 shift = m_new.masked_fill(m_new == NEG_INF, 0.0)  # rows with nothing kept yet stay at 0
                 alpha = torch.exp(m - shift)
                 p = torch.exp(s - shift.unsqueeze(-1))
-                l = l * alpha + p.sum(-1)
+                ell = ell * alpha + p.sum(-1)
                 pv = torch.bmm(p.view(n2, g * bq, j1 - j0), v[:, seg.k0 + j0:seg.k0 + j1])
                 acc = acc * alpha.unsqueeze(-1) + pv.view(n1, bq, dv)
                 m = m_new
-            out[:, rows], row_max[:, rows], row_sum[:, rows] = acc / l.unsqueeze(-1), m, l
+            out[:, rows], row_max[:, rows], row_sum[:, rows] = acc / ell.unsqueeze(-1), m, ell
     if bool((row_sum == 0).any()):
         raise BenchUnsupported("npu_fusion_attention: some query rows have every key masked; torch_npu does not "
                                "document the output of such fully masked rows (inner_precise 'invalid rows')")
@@ -509,4 +510,4 @@ def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: tor
         dq, dk, dv, dpse = attend_backward(q, k, v, pse_w, out, row_max + torch.log(row_sum),
                                            call.heads(dy, call.n1), call.plan, pse is not None)
     return (call.unheads(dq, query.dtype), call.unheads(dk, key.dtype), call.unheads(dv, value.dtype),
-            None if dpse is None else dpse.to(pse.dtype))
+            None if dpse is None or pse is None else dpse.to(pse.dtype))

@@ -12,7 +12,8 @@ Sources:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -103,7 +104,7 @@ def npu_grouped_matmul(x: Sequence[torch.Tensor], weight: Sequence[torch.Tensor]
     bs: list[torch.Tensor | None] = [None] * len(ws)
     if bias is not None:
         bl = list(bias)
-        bs = list(bl[0].unbind(0)) if len(bl) == 1 and bl[0].dim() == 2 else bl
+        bs = list(bl[0].unbind(0) if len(bl) == 1 and bl[0].dim() == 2 else bl)
     if len(xs) == 1 and len(ws) > 1:  # one x split along m by group_list
         if group_list is None:
             raise ValueError("npu_grouped_matmul: one x and several weights need group_list")

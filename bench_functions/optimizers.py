@@ -14,7 +14,8 @@ Sources:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -37,7 +38,8 @@ def npu_apply_adam_w(beta1_power: Any, beta2_power: Any, lr: Any, weight_decay: 
                      amsgrad: bool | None = None, maximize: bool | None = None, *,
                      out: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
     """[AW] one AdamW step; amsgrad uses the given max_grad_norm (msprobe's bench overwrites it with noise)."""
-    var, m, v = _state(out)
+    state = _state(out)
+    var, m, v = state
     g = -grad if maximize else grad
     m_new = beta1 * m + (1 - beta1) * g
     v_new = beta2 * v + (1 - beta2) * g * g
@@ -49,16 +51,17 @@ def npu_apply_adam_w(beta1_power: Any, beta2_power: Any, lr: Any, weight_decay: 
         second = v_new
     denom = torch.sqrt(second / (1 - beta2_power * beta2)) + epsilon
     var_new = var * (1 - lr * weight_decay) - lr * (m_new / (1 - beta1_power * beta1)) / denom
-    return _write(out, var_new, m_new, v_new)
+    return _write(state, var_new, m_new, v_new)
 
 
 def npu_apply_adam(beta1_power: Any, beta2_power: Any, lr: Any, beta1: Any, beta2: Any, epsilon: Any,
                    grad: torch.Tensor, use_locking: bool = False, use_nesterov: bool = False, *,
                    out: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
     """[AD] one Adam step, beta*_power = beta^t as in ApplyAdam."""
-    var, m, v = _state(out)
+    state = _state(out)
+    var, m, v = state
     m_new = m + (1 - beta1) * (grad - m)
     v_new = v + (1 - beta2) * (grad * grad - v)
     lr_t = lr * (1 - beta2_power) ** 0.5 / (1 - beta1_power)
     step = beta1 * m_new + (1 - beta1) * grad if use_nesterov else m_new
-    return _write(out, var - lr_t * step / (torch.sqrt(v_new) + epsilon), m_new, v_new)
+    return _write(state, var - lr_t * step / (torch.sqrt(v_new) + epsilon), m_new, v_new)

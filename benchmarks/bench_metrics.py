@@ -8,6 +8,7 @@ standard's checks (strict.strict_compare). Best of `repeat` after one warm-up ca
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -51,8 +52,8 @@ def main() -> None:
     for dtype, storage, api in CASES:
         bench = bench64.astype(np.float64 if dtype == "torch.float32" else np.float32)
         device = strict.round_to(bench64 * (1 + 1e-3 * rng.standard_normal(args.numel)), dtype).astype(storage)
-        t = best(lambda: standards.compare_tensor("x", bench, device, bench_dtype=str(bench.dtype),
-                                                  device_dtype=dtype, api_name=api, specs=specs), args.repeat)
+        t = best(functools.partial(standards.compare_tensor, "x", bench, device, bench_dtype=str(bench.dtype),
+                                   device_dtype=dtype, api_name=api, specs=specs), args.repeat)
         algo = standards.algorithm_for(api, dtype, specs["categories"])
         print(f"  msprobe metrics  {dtype:15} {algo:20} {t:6.3f} s")
     from pytest_msprobe.judge import _rules
@@ -64,8 +65,8 @@ def main() -> None:
         for kind in ("elementwise", "reduction", "contraction"):
             rules = _rules(specs["thresholds"]["strict"], dtype, kind)
             extra = {"magnitude": np.abs(bench) * 8} if kind == "contraction" else {"torch_run": torch_run}
-            t = best(lambda: strict.strict_compare(bench, device, dtype, rules, kind=kind, row=1024, **extra),
-                     args.repeat)
+            t = best(functools.partial(strict.strict_compare, bench, device, dtype, rules, kind=kind, row=1024,
+                                       **extra), args.repeat)
             print(f"  strict checks    {dtype:15} {kind:20} {t:6.3f} s")
 
 if __name__ == "__main__":

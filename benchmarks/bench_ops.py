@@ -117,7 +117,7 @@ def attention_accuracy(seq: int) -> None:
         for twin in range(2):
             g = torch.Generator().manual_seed(10 + twin)
 
-            def move(t):
+            def move(t, g=g, eps=eps):  # bound now: ruff's B023
                 return t * (1 + eps * (torch.randint(0, 2, t.shape, generator=g).double() * 2 - 1))
 
             moved = run([move(t) for t in (q, k, v)], move(dy))

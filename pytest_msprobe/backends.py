@@ -15,8 +15,9 @@ Torch-free at import: torch is imported by the methods that need it, at run time
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
@@ -62,7 +63,7 @@ class Backend:
     def synchronize(self, device: str) -> None:
         """Wait for the device's queued work (called inside the boundary, after each device call)."""
 
-    def boundary(self, api: str, phase: str) -> ContextManager[Any]:
+    def boundary(self, api: str, phase: str) -> contextlib.AbstractContextManager[Any]:
         """A context around exactly the device call (`phase` is `forward` or `backward`)."""
         return contextlib.nullcontext()
 
@@ -132,7 +133,7 @@ def _entry_points() -> list[Any]:
     try:
         return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
     except TypeError:  # Python 3.9: a dict of groups
-        return list(metadata.entry_points().get(ENTRY_POINT_GROUP, []))  # type: ignore[attr-defined]
+        return list(metadata.entry_points().get(ENTRY_POINT_GROUP, []))  # type: ignore[attr-defined, unused-ignore]  # 3.9 only
 
 
 def entry_point_names(entry_points: Iterable[Any] | None = None) -> list[str]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _CURRENT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("msprobe_capture", default=None)
 

@@ -13,9 +13,10 @@ import os
 import re
 import sys
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from . import dumpindex
 from .dumpindex import Index, iter_leaves

@@ -20,10 +20,11 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json itself uses
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 VERSION = 3
 CACHE_MIN_BYTES = 4 << 20  # smaller dumps scan in well under 0.1 s: not worth a file
@@ -200,8 +201,10 @@ def scan(raw: bytes, columns: tuple[str, ...] = ()) -> Index:
     try:
         return _scan(text, len(text) != len(raw), "work" in columns, "dtypes" in columns)
     except (ValueError, StopIteration, IndexError):
-        json.loads(text)  # raises json's own error, with its line and column, for invalid JSON
-        raise IndexError_("not an object") from None  # valid JSON, but not {"data": {...}, ...}
+        top = json.loads(text)  # raises json's own error, with its line and column, for invalid JSON
+        kind = type(top).__name__.replace("dict", "object").replace("NoneType", "null")
+        raise IndexError_(f"top level is a {kind}, expected an object" if not isinstance(top, dict)
+                          else "not an object") from None  # valid JSON, but not {"data": {...}, ...}
 
 
 def _scan(text: str, multibyte: bool, with_work: bool, with_dtypes: bool) -> Index:

@@ -31,8 +31,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 INDEX_NAME = "error_data_index.json"
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")

@@ -304,7 +304,11 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
     for key, value in kwargs.items():
         if key == "device" and isinstance(value, DeviceArg) and bench:
             continue  # the bench always runs on CPU
-        side.kwargs[key] = map_structure(lambda x, k=key: convert(x, True, k), value)
+
+        def to_side(x: Any, k: str = key) -> Any:
+            return convert(x, True, k)
+
+        side.kwargs[key] = map_structure(to_side, value)
     return side
 
 

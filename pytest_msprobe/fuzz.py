@@ -30,8 +30,9 @@ import shlex
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -323,10 +324,10 @@ def _isolate(spaces: list[TensorSpace], last: dict[str, Any], run: Any, is_failu
         differing = torch.nonzero((flat != center) | torch.isnan(flat)).reshape(-1).tolist()
         keep = differing
 
-        def with_only(indices: list[int]) -> dict:
+        def with_only(indices: list[int]) -> dict:  # called within this iteration only (ruff B023 noqa below)
             new = dict(best["example"])
-            new[space.where] = {"base": "center", "seed": 0, "transposed": recipe["transposed"],
-                                "specials": [(i, float(flat[i])) for i in indices]}
+            new[space.where] = {"base": "center", "seed": 0, "transposed": recipe["transposed"],  # noqa: B023
+                                "specials": [(i, float(flat[i])) for i in indices]}  # noqa: B023
             return new
 
         if not attempt(with_only(keep)):

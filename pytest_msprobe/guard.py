@@ -22,8 +22,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 

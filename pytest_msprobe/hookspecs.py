@@ -17,7 +17,8 @@ import torch (construct the backend, import torch in its methods).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def pytest_msprobe_device(config: pytest.Config, name: str) -> Backend | None:
     """
 
 
-def pytest_msprobe_device_names(config: pytest.Config) -> Iterable[str]:
+def pytest_msprobe_device_names(config: pytest.Config) -> Iterable[str]:  # type: ignore[empty-body]  # a spec
     """Return the device names this plugin provides; they are listed when a name is unknown."""
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import html
 import math
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable
 
 from .verdicts import in_english
 
@@ -140,8 +141,8 @@ def svg_heatmap(s: Mapping[str, Any]) -> str:
             y = top + (len(yl) - 1 - yi) * ch + 10
             parts.append(f'<text x="{left - 4}" y="{y}" class="yl">{html.escape(label)}</text>')
     for xi, label in enumerate(xl):
-        x = left + xi * cw + cw / 2
-        parts.append(f'<text x="{x}" y="{top + len(yl) * ch + 12}" class="xl">{html.escape(label)}</text>')
+        xt = left + xi * cw + cw / 2
+        parts.append(f'<text x="{xt}" y="{top + len(yl) * ch + 12}" class="xl">{html.escape(label)}</text>')
     # strict's gross-error limit, on the log2 scale of the rows (row 2 + k holds errors in (2^(k-1), 2^k])
     log_limit = min(max(math.log2(s["gross"]), -1.0), 21.0)
     k = math.ceil(log_limit)
@@ -188,9 +189,10 @@ def output_plots(s: Mapping[str, Any]) -> str:
     over = [v > s["gross"] for v in s["position_max_ulp"]]
     rows = "".join(f"<tr><td>{w['index']}</td><td>{w['bench']:.8g}</td><td>{w['device']:.8g}</td>"
                    f"<td>{w['ulp']:.4g}</td></tr>" for w in s["worst"])
+    nonfinite = f", {int(s['nonfinite_mismatch'])} NaN/inf mismatches" if s["nonfinite_mismatch"] else ""
     return (f'<div class="output"><h4>{html.escape(s["name"])} <small>{html.escape(s["dtype"])} {s["shape"]}: '
             f'{s["exact"]} of {s["numel"]} exact, max {s["max_ulp"]:.4g} ULP, mean {s["mean_ulp"]:.4g} ULP'
-            f'{", %d NaN/inf mismatches" % s["nonfinite_mismatch"] if s["nonfinite_mismatch"] else ""}</small></h4>'
+            f'{nonfinite}</small></h4>'
             f'<div class="plots">{svg_heatmap(s)}'
             f'{svg_bars(hist, "histogram of errors (ULP), elements per bin", s["y_labels"], red=beyond)}'
             f'{svg_bars(s["position_max_ulp"], "largest error (ULP) per slice of the flat index", red=over)}</div>'
@@ -283,9 +285,9 @@ def _row_values(rec: Mapping[str, Any]) -> dict[str, Any]:
     metrics = [o.get("metrics") or {} for o in outputs]
     cos = [m["cosine"] for m in metrics if isinstance(m.get("cosine"), (int, float))]
     abs_err = [m["max_abs_err"] for m in metrics if isinstance(m.get("max_abs_err"), (int, float))]
-    rel = [(o.get("worst") or {}).get("rel_err") for o in outputs]
+    rel: list[Any] = [(o.get("worst") or {}).get("rel_err") for o in outputs]
     rel = [r for r in rel if isinstance(r, (int, float))]
-    ulps = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
+    ulps: list[Any] = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
     ulps = [u for u in ulps if isinstance(u, (int, float))]
     algorithms = ",".join(dict.fromkeys(str(o["algorithm"]) for o in outputs if o.get("algorithm")))
     message = str(rec.get("message") or "") or "; ".join(

@@ -255,13 +255,13 @@ def finite_range(leaf: dict[str, Any], lo: float, hi: float) -> tuple[float, flo
     """A finite [low, high] for statistics holding inf/NaN: 1.x dumps carry the finite range
     (`*_except_inf_nan`); newer ones lose it, so a sane one is derived from the finite bound."""
     except_lo, except_hi = _stat(leaf, "Min_except_inf_nan"), _stat(leaf, "Max_except_inf_nan")
-    flo: float | None = except_lo if except_lo is not None else lo
-    fhi: float | None = except_hi if except_hi is not None else hi
-    flo = flo if math.isfinite(flo) else None
-    fhi = fhi if math.isfinite(fhi) else None
-    if flo is None and fhi is None:
-        return -1.0, 1.0
+    base_lo = except_lo if except_lo is not None else lo
+    base_hi = except_hi if except_hi is not None else hi
+    flo = base_lo if math.isfinite(base_lo) else None
+    fhi = base_hi if math.isfinite(base_hi) else None
     if flo is None:
+        if fhi is None:
+            return -1.0, 1.0
         return min(fhi, 0.0) - max(1.0, abs(fhi)), fhi
     if fhi is None:
         return flo, max(flo, 0.0) + max(1.0, abs(flo))

@@ -8,8 +8,9 @@ from __future__ import annotations
 import functools
 import shlex
 import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
@@ -84,18 +85,26 @@ def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] 
     def keep(entry_name: str, markers: list[str]) -> bool:
         if by_keyword is not None:
             names = [*parents, entry_name.lower(), *(m.lower() for m in markers), *(m.lower() for m in parent_marks)]
-            if not by_keyword.evaluate(lambda sub, **kw: not kw and any(sub.lower() in n for n in names)):
+
+            def keyword_matches(sub: str, /, **kw: str | int | bool | None) -> bool:
+                return not kw and any(sub.lower() in n for n in names)
+
+            if not by_keyword.evaluate(keyword_matches):
                 return False
         if by_mark is not None:
             marks = {*markers, *parent_marks}
-            if not by_mark.evaluate(lambda name, **kw: not kw and name in marks):
+
+            def mark_matches(name: str, /, **kw: str | int | bool | None) -> bool:
+                return not kw and name in marks
+
+            if not by_mark.evaluate(mark_matches):
                 return False
         return True
 
     return keep
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mark(name: str) -> pytest.Mark:
     return pytest.Mark(name, (), {}, _ispytest=True)
 
@@ -111,7 +120,7 @@ class DumpFile(pytest.File):
         config = self.config
         registered = set(KNOWN_TYPES + KNOWN_DTYPES)
         with_dtypes = _want_dtype_markers(config)
-        fuzz_items = None
+        fuzz_items: Callable[[pytest.Collector, pytest.Item], Iterator[pytest.Item]] | None = None
         if config.getoption("msprobe_fuzz", 0):
             from .fuzz import extra_items as fuzz_items
         grouping: dict[str, tuple[str, str]] = {}

@@ -218,7 +218,7 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
                 report.msprobe = record  # type: ignore[attr-defined]
                 report.msprobe_resumed = True  # type: ignore[attr-defined]
                 if wasxfail is not None:
-                    report.wasxfail = wasxfail  # type: ignore[attr-defined]
+                    report.wasxfail = wasxfail
             hook.pytest_runtest_logreport(report=report)
         hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
     return len(records)

@@ -227,7 +227,7 @@ def benchmark_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarra
     normal = both_finite & ~small                       # = not (small or inf/nan)
     rel_normal = err.rel_err[normal]                    # same elements/order as msprobe's rel_err[rel_err >= 0]
     return {
-        "small_value_err_ratio": _fraction(err.abs_err > atol, small, n_small),
+        "small_value_err_ratio": _fraction(err.abs_err > atol, small, int(n_small)),
         "max_rel_err": float(rel_normal.max()) if rel_normal.size else 0.0,
         "mean_rel_err": float(rel_normal.mean()) if rel_normal.size else 0.0,
         "rmse": rmse(err.abs_err, normal, rel_normal.size, *rmse_fudge),

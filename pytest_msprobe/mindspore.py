@@ -19,8 +19,9 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -132,7 +133,7 @@ def mindspore() -> Any:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _configure(device: str, index: int | None) -> str:
     """Select MindSpore's device once per process; returns its device_target."""
     ms = mindspore()

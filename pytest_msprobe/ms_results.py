@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,7 @@ def result_rows(records: Iterable[Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def write_files(records: list[Mapping[str, Any]], out_dir: Path, ts: str, *, suffix: str = "",
+def write_files(records: Sequence[Mapping[str, Any]], out_dir: Path, ts: str, *, suffix: str = "",
                 precision: int = 14) -> dict[str, Path]:
     """accuracy_checking_result/details_<ts><suffix>.csv in the MindSpore checker's layout."""
     paths = {"result": Path(out_dir) / f"accuracy_checking_result_{ts}{suffix}.csv",

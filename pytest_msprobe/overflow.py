@@ -31,7 +31,14 @@ import torch
 from . import backends, capture, kernels
 from .dump import Dump
 from .execution import (
-    NotCheckable, first_output_dtype, make_side, output_leaves, plan_precision, resolve, run_side, seed_random_apis,
+    NotCheckable,
+    first_output_dtype,
+    make_side,
+    output_leaves,
+    plan_precision,
+    resolve,
+    run_side,
+    seed_random_apis,
     select_device,
 )
 from .metrics import blank_metrics

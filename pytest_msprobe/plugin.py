@@ -9,15 +9,36 @@ import argparse
 import gc
 import json
 import random
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 
-from . import backends, baseline, devices, guard, journal, kernels, msprobe_config, npu_runtime, shard, summary, triage, wire
+from . import (
+    backends,
+    baseline,
+    devices,
+    guard,
+    journal,
+    kernels,
+    msprobe_config,
+    npu_runtime,
+    shard,
+    summary,
+    triage,
+    wire,
+)
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import (
-    BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings,
+    BENCH_PRECISIONS,
+    DATA_MODES,
+    DEFAULT_SEED,
+    MODES,
+    SETTINGS_KEY,
+    STANDARDS,
+    CheckOptions,
+    Settings,
 )
 from .shard import parse_shard
 

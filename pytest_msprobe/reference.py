@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from .execution import NotCheckable
 from .metrics import METRIC_KEYS
 from .report import DETAILS_HEADER

@@ -29,8 +29,19 @@ import torch
 from . import capture, check, mindspore, ms_results
 from .dump import Dump, EntryName
 from .execution import (
-    RAISABLE, Device, NotCheckable, backward, make_side, output_leaves, pair_cotangents, plan_precision,
-    resolve, run_side, seed_random_apis, select_device, tensors_of,
+    RAISABLE,
+    Device,
+    NotCheckable,
+    backward,
+    make_side,
+    output_leaves,
+    pair_cotangents,
+    plan_precision,
+    resolve,
+    run_side,
+    seed_random_apis,
+    select_device,
+    tensors_of,
 )
 from .inputs import TENSOR_TYPES, BuildContext, InputError, _load_saved, _shape, build, parse_dtype
 from .metrics import blank_metrics

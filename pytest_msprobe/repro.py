@@ -29,8 +29,9 @@ import json
 import math
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 EMBED_LIMIT = 256 * 1024  # bytes of tensor data embedded in the script; the rest goes to <script>.pt
 # what the script compares per output: everything the item's verdict rests on

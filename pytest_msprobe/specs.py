@@ -9,8 +9,9 @@ from __future__ import annotations
 import copy
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -50,7 +51,7 @@ def _read(path: Path) -> dict[str, Any]:
     return content
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_specs(spec_dir: str = str(SPEC_DIR), user_file: str | None = None) -> dict[str, Any]:
     """Merge every *.yaml of the spec folder (a top-level key in one file only), then the user file."""
     merged: dict[str, Any] = {}

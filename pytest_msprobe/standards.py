@@ -6,10 +6,12 @@ comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and ca
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable
 
 import numpy as np
+
 from . import metrics as M
 from .specs import load_specs, thresholds_for
 
@@ -168,11 +170,11 @@ def _quantization(api_name: str, specs: Mapping | None) -> float | None:
 
 
 def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
-                   api_name: str, specs: Mapping, standard: str) -> None:
+                   api_name: str, specs: Mapping | None, standard: str) -> None:
     th, cats = _sections(specs)
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
-    shape, dev_dtype = tuple(row.shape), d.dtype
+    shape, dev_dtype = tuple(row.shape or ()), d.dtype
     if dev_dtype == np.float16 and b.dtype != np.float16:   # numpy fp16 math is slow; fp32 holds the values
         d = d.astype(np.float32)
     eps = th["rel_err_eps"].get(device_dtype)

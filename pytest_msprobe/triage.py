@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,9 @@ def configure(config: pytest.Config) -> None:
     elif save and save.endswith(".json") and (here / save).is_file():
         raise pytest.UsageError(f"--msprobe-save-error-data takes a folder, got the file {save}; write "
                                 f"--msprobe-save-error-data=DIR {save}, or put the option after the dump")
-    triage = Triage(config, *(None if not p else (here / p).resolve() for p in (
-        save, opt.msprobe_repro, opt.msprobe_html)), opt.msprobe_fuzz)
+    save_dir, repro_dir, html_file = (None if not p else (here / p).resolve() for p in (
+        save, opt.msprobe_repro, opt.msprobe_html))
+    triage = Triage(config, save_dir, repro_dir, html_file, opt.msprobe_fuzz)
     config.stash[TRIAGE_KEY] = triage
     config.pluginmanager.register(triage, "msprobe-triage")
 
@@ -151,7 +153,7 @@ class Triage:
             from .repro import script_name
             from .script import write
 
-            script = write(f"{item.path}::{item.name}", folder / script_name(item.nodeid), settings.check_options)
+            script: Path | None = write(f"{item.path}::{item.name}", folder / script_name(item.nodeid), settings.check_options)
         else:
             dump = captured.get("dump") or load_dump(item.path)
             script = write_script(folder, dump, captured.get("entry_name", item.name), captured, record,
@@ -204,7 +206,7 @@ class Triage:
 
         found = list(getattr(report, "extras", []))
         found.append(extras.html(plots_html(record)))
-        report.extras = found
+        report.extras = found  # type: ignore[attr-defined]  # pytest-html's extras attribute
 
     @pytest.hookimpl(wrapper=True)
     def pytest_report_to_serializable(self, config: pytest.Config, report: Any) -> Generator[None, Any, Any]:

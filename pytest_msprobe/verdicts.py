@@ -7,7 +7,8 @@ error against the same bench (ratios floored by min_err). Pure functions over me
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 PASS, ERROR = "pass", "error"
 

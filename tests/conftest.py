@@ -10,6 +10,7 @@ import pytest
 # pytester's in-process runs drop modules first imported inside them; torch must never be
 # re-imported in one process (its C extension crashes), so import it once up front.
 import torch  # noqa: F401
+
 import bench_functions  # noqa: F401
 import pytest_msprobe.check  # noqa: F401
 

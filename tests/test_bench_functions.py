@@ -12,15 +12,17 @@ import inspect
 import json
 import math
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bench_functions
 from bench_functions import BenchUnsupported, activations, attention, matmul, moe, norms, optimizers, rotary, tensor_ops

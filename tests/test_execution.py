@@ -12,7 +12,12 @@ import torch
 from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump import load_dump
 from pytest_msprobe.execution import (
-    NotCheckable, _getitem, hf32_round, pair_cotangents, plan_precision, select_device,
+    NotCheckable,
+    _getitem,
+    hf32_round,
+    pair_cotangents,
+    plan_precision,
+    select_device,
 )
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs import load_specs

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from tests.helpers import (
-    EXAMPLES, SHARED_DUMPS, by_api, copy_dump, device_side_conftest, make_dump, records, shared_dump_dirs, tensor,
+    EXAMPLES,
+    SHARED_DUMPS,
+    by_api,
+    copy_dump,
+    device_side_conftest,
+    make_dump,
+    records,
+    shared_dump_dirs,
+    tensor,
 )
 
 TENSOR_EXAMPLE = EXAMPLES / "mlp_fp32_tensor" / "step0" / "rank0"

@@ -100,7 +100,9 @@ def _conv2d(combine: str) -> Impl:
             return orig(x, weight, bias, stride, padding, dilation, groups)
         n, _, h, w = x.shape
         o, _, kh, kw = weight.shape
-        pair = (lambda v: (v, v) if isinstance(v, int) else tuple(v))
+        def pair(v):
+            return (v, v) if isinstance(v, int) else tuple(v)
+
         (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
         cols = F.unfold(x, (kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))  # exact: a copy
         flat = weight.reshape(o, -1)
