@@ -147,6 +147,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_baseline", "default for --msprobe-baseline", default="")
     parser.addini("msprobe_allow_all_skipped", "default for --msprobe-allow-all-skipped", type="bool", default=False)
     parser.addini("msprobe_filter_api", "default for --msprobe-filter-api", type="bool", default=False)
+    parser.addini("msprobe_early_selection_entries", "dumps of at least this many entries apply -k/-m while they "
+                  "are collected (the dropped items are then not counted as deselected)", default="10000")
     parser.addini("msprobe_schedule", "default for --msprobe-schedule", default=SCHEDULES[0])
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
     parser.addini("msprobe_kernels", "default for --msprobe-kernels (a path is relative to the ini file)", default="")

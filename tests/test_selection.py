@@ -23,9 +23,11 @@ def ids(result: pytest.RunResult) -> list[str]:
 @pytest.mark.parametrize("option, expression", EXPRESSIONS)
 def test_early_selection_equals_pytests(pytester: pytest.Pytester, option: str, expression: str) -> None:
     dump = copy_dump(pytester, BF16_EXAMPLE, "nested/bf16")
-    early = pytester.runpytest("--collect-only", "-q", str(dump), option, expression)
+    early = pytester.runpytest("--collect-only", "-q", str(dump), option, expression,
+                               "-o", "msprobe_early_selection_entries=0")
     pytester.makeconftest(MODIFIER)
-    late = pytester.runpytest("--collect-only", "-q", str(dump), option, expression)
+    late = pytester.runpytest("--collect-only", "-q", str(dump), option, expression,
+                              "-o", "msprobe_early_selection_entries=0")
     assert ids(early) == ids(late)
     assert "deselected" not in early.stdout.str() or not ids(early)  # made only what is kept
     assert "deselected" in late.stdout.str() or len(ids(late)) == 18  # all of them
@@ -40,5 +42,12 @@ def test_a_conftest_marker_still_selects(pytester: pytest.Pytester) -> None:
                 if "gelu" in item.name:
                     item.add_marker(pytest.mark.slow)
     """)
-    result = pytester.runpytest("--collect-only", "-q", str(dump), "-m", "slow", "-p", "no:randomly")
+    result = pytester.runpytest("--collect-only", "-q", str(dump), "-m", "slow", "-p", "no:randomly",
+                                "-o", "msprobe_early_selection_entries=0")
     assert len(ids(result)) == 2 and all("gelu" in i for i in ids(result))
+
+
+def test_small_dumps_keep_pytests_deselected_count(pytester: pytest.Pytester) -> None:
+    dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
+    result = pytester.runpytest("--collect-only", "-q", str(dump), "-k", "linear")
+    result.stdout.fnmatch_lines(["*deselected*"])
