@@ -307,8 +307,8 @@ def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildCon
     if hi - lo <= torch.finfo(dtype).max / 2:
         u = ctx.rng.random(numel, dtype=np.float64 if dtype == torch.float64 else np.float32)
         u *= hi - lo
-        u += lo
-        np.clip(u, lo, hi, out=u)  # the rounding of u * (hi - lo) + lo may step just outside
+        u += lo  # lo + a non-negative number never rounds below lo ...
+        np.minimum(u, hi, out=u)  # ... but may round above hi
     else:  # hi - lo overflows: a convex combination in float64 cannot, even for a range that wide
         u = ctx.rng.random(numel)
         u = np.clip(u * hi + (1.0 - u) * lo, lo, hi)

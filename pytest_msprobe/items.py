@@ -61,7 +61,7 @@ def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] 
     markers) and -m's markers. Only when no other plugin or conftest modifies items after collection
     (one could add a marker that -k or -m selects)."""
     config = collector.config
-    keyword, markexpr = config.option.keyword.strip(), config.option.markexpr.strip()
+    keyword, markexpr = (config.option.keyword or "").strip(), (config.option.markexpr or "").strip()
     if not (keyword or markexpr):
         return None
     for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
