@@ -288,8 +288,9 @@ def temporary_dump(entries: Mapping[str, Any], tensors: Mapping[str, Any] | None
             target = tensor_dir / data_name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
-        doc = {"task": "tensor", "level": "L1", "framework": "pytorch", **(header or {}),
-               "dump_data_dir": str(tensor_dir), "data": dict(entries)}
+        doc = {"task": "tensor", "level": "L1", "framework": "pytorch", **(header or {}), "data": dict(entries)}
+        # a statistics dump stays one (its calls re-run from statistics); a tensor dump reads the folder
+        doc["dump_data_dir"] = str(tensor_dir) if doc["task"] != "statistics" else None
         (folder / "dump.json").write_text(json.dumps(doc, allow_nan=True), encoding="utf-8")
         try:
             yield load_dump(folder / "dump.json")
