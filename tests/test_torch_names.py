@@ -60,8 +60,10 @@ def test_the_recorded_linalg_dump_runs(pytester: pytest.Pytester, workers: int) 
     dump.parent.mkdir()
     dump.write_text((LINALG / "dump.json").read_text())
     xdist = ["-n", str(workers), "-p", "xdist"] if workers else []
-    result = (pytester.runpytest_subprocess if workers else pytester.runpytest)(str(dump), "-rs", *xdist,
-                                                                                "-p", "no:cacheprovider")
+    # msprobe's standard: this test is about names; CPU lstsq is not bit-reproducible from run to run (its
+    # LAPACK path depends on the buffers), so strict's torch run of it is another sample than the device's
+    result = (pytester.runpytest_subprocess if workers else pytester.runpytest)(
+        str(dump), "-rs", *xdist, "--msprobe-standard", "msprobe", "-p", "no:cacheprovider")
     recs = by_api(records(pytester))
     for api, path in EXPECTED.items():
         assert recs[f"{api}.forward"]["impl"] == path
@@ -77,15 +79,13 @@ def test_the_recorded_linalg_dump_runs(pytester: pytest.Pytester, workers: int) 
         if rec["outputs"] and key.endswith("forward"):
             recorded = [leaf["shape"] for leaf in iter_leaves(ENTRIES[key]["output"]) if isinstance(leaf, dict)]
             assert [o["shape"] for o in rec["outputs"]] == recorded, key
-    # lstsq's residuals and singular values are empty with the CPU driver: msprobe 8.3.3's Layer 1 calls that
-    # an error; strict (the default) passes empty outputs of the recorded shape
+    # lstsq's residuals and singular values are empty with the CPU driver: msprobe 8.3.3 calls that an error
     lstsq = recs["Torch.lstsq.0.forward"]
     assert [o["status"] for o in lstsq["outputs"]] == ["pass", "error", "pass", "error"]
     assert {o["message"] for o in lstsq["outputs"] if o["status"] == "error"} == {"There is not bench calculation result."}
-    assert lstsq["layer1_status"] == "error" and lstsq["status"] == "pass"
-    others = {k: r["status"] for k, r in recs.items() if k != "Torch.cholesky_ex.0.forward"}
+    others = {k: r["status"] for k, r in recs.items() if k not in ("Torch.cholesky_ex.0.forward", "Torch.lstsq.0.forward")}
     assert set(others.values()) == {"pass"}, others
-    result.assert_outcomes(passed=21, skipped=1)
+    result.assert_outcomes(passed=20, failed=1, skipped=1)
 
 
 INV_KERNEL = """
