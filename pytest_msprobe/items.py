@@ -46,6 +46,9 @@ def _want_dtype_markers(config: pytest.Config) -> bool:
     return setting == "always"
 
 
+# From this size on, -k/-m are applied while a dump is collected (smaller dumps: pytest's usual
+# "N deselected"; items it would deselect from a large dump are never made, so it reports none).
+EARLY_SELECTION_MIN_ENTRIES = 10_000
 # Plugins whose pytest_collection_modifyitems neither adds markers nor keywords to dump items: with only
 # these, -k/-m can be applied while a dump is collected (pytest applies them again afterwards).
 # (xdist's worker code runs as execnet's `__channelexec__` module; its hook only renames loadgroup items.)
@@ -119,7 +122,9 @@ class DumpFile(pytest.File):
             from .dedup import groups
 
             grouping = groups(dump, dump.entry_names())
-        selected = None if fuzz_items is not None else _selection(self)
+        selected = None
+        if fuzz_items is None and len(dump.entry_names()) >= EARLY_SELECTION_MIN_ENTRIES:
+            selected = _selection(self)
         msprobe = _mark("msprobe")
         for order, entry_name in enumerate(dump.entry_names()):
             try:

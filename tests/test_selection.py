@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_msprobe import items
 from tests.helpers import EXAMPLES, copy_dump
 
 BF16_EXAMPLE = EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0"
@@ -20,8 +21,14 @@ def ids(result: pytest.RunResult) -> list[str]:
     return [line for line in result.outlines if "::" in line]
 
 
+@pytest.fixture
+def early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Early selection for the small example dump too (in-process runs see the patched threshold)."""
+    monkeypatch.setattr(items, "EARLY_SELECTION_MIN_ENTRIES", 1)
+
+
 @pytest.mark.parametrize("option, expression", EXPRESSIONS)
-def test_early_selection_equals_pytests(pytester: pytest.Pytester, option: str, expression: str) -> None:
+def test_early_selection_equals_pytests(pytester: pytest.Pytester, early: None, option: str, expression: str) -> None:
     dump = copy_dump(pytester, BF16_EXAMPLE, "nested/bf16")
     early = pytester.runpytest("--collect-only", "-q", str(dump), option, expression)
     pytester.makeconftest(MODIFIER)
@@ -31,7 +38,13 @@ def test_early_selection_equals_pytests(pytester: pytest.Pytester, option: str, 
     assert "deselected" in late.stdout.str() or len(ids(late)) == 18  # all of them
 
 
-def test_a_conftest_marker_still_selects(pytester: pytest.Pytester) -> None:
+def test_small_dumps_report_deselected_items(pytester: pytest.Pytester) -> None:
+    dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
+    pytester.runpytest("--collect-only", "-q", str(dump), "-k", "linear").stdout.fnmatch_lines(
+        ["*4/18 tests collected (14 deselected)*"])
+
+
+def test_a_conftest_marker_still_selects(pytester: pytest.Pytester, early: None) -> None:
     dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
     pytester.makeconftest("""
         import pytest
