@@ -10,8 +10,9 @@
   (`inputs_s`) counted as overhead and not, as median and mean in ms. Everything else counts: pytest's runtest
   protocol, our hooks, the report, the terminal line, the journal write.
 * --shared: the same comparison on the shared msprobe dumps (PyTorch ones).
-* --skewed: 1,000 small calls plus one large matmul at the end of the dump, -n 2 with and
-  without expensive-first ordering (`-p no:msprobe-cost-order` turns it off).
+* --skewed: 1,000 small calls plus one large matmul at the end of the dump, -n 2 with the plugin's
+  cost scheduler (the default) and with xdist's own `load` scheduler in dump order
+  (`--msprobe-schedule xdist -p no:msprobe-cost-order`).
 
 The probe is this module loaded as a pytest plugin (`-p benchmarks.bench_xdist`); it writes its
 timestamps to $BENCH_PROBE_OUT.
@@ -141,9 +142,9 @@ def main() -> None:
         if args.skewed:
             skewed = str(write_skewed_dump(work / "skewed"))
             ordered = best([skewed], "2", args.repeat, work)
-            plain = best([skewed], "2", args.repeat, work, ("-p", "no:msprobe-cost-order"))
-            print(f"skewed dump: {ordered['items']} items, -n 2: expensive first {ordered['wall']:.2f} s, "
-                  f"dump order {plain['wall']:.2f} s")
+            plain = best([skewed], "2", args.repeat, work, ("--msprobe-schedule", "xdist", "-p", "no:msprobe-cost-order"))
+            print(f"skewed dump: {ordered['items']} items, -n 2: cost scheduler {ordered['wall']:.2f} s, "
+                  f"xdist load in dump order {plain['wall']:.2f} s")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
     props += [(f"msprobe_{k}", f"{v:.6g}") for k, v in key_metrics(record).items()]
     if record.get("seed") is not None:
         props.append(("msprobe_seed", record["seed"]))
+    if record.get("reused_from"):  # --msprobe-filter-api
+        props.append(("msprobe_reused_from", record["reused_from"]))
     return props
 
 

@@ -93,7 +93,7 @@ def test_filter_api_checks_each_group_once_and_marks_the_rest(pytester: pytest.P
         pytest.importorskip("xdist")
     pytester.makeconftest(COUNTING_GELU)
     dump = make_dump(pytester, dump_data())
-    args = [str(dump), "--msprobe-filter-api", "-v", "-rA", *LEAN]
+    args = [str(dump), "--msprobe-filter-api", "-v", "-rA", "--junitxml", "junit.xml", *LEAN]
     result = pytester.runpytest_subprocess(*args, "-n", str(workers), "-p", "xdist") if workers else \
         pytester.runpytest_subprocess(*args)
     recs = {f"{r['api']}.{r['direction']}": r for r in records(pytester)}
@@ -113,6 +113,8 @@ def test_filter_api_checks_each_group_once_and_marks_the_rest(pytester: pytest.P
                                  "*3 reused the result of an identical call (--msprobe-filter-api)*",
                                  "FAILED (reused) d/dump.json::Functional.gelu.1.forward*"])
     result.stdout.fnmatch_lines(["PASSED d/dump.json::Functional.relu.0.forward"])
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="msprobe_reused_from" value="Functional.gelu.0.forward"' in junit
     (details,) = (pytester.path / "msprobe_results").glob("accuracy_checking_details_*.csv")
     rows = {row[0]: row[-1] for row in csv.reader(details.open(encoding="utf-8-sig"))}
     assert rows["Functional.gelu.2.forward.output.0"].startswith("[reused: identical to Functional.gelu.0.forward")
