@@ -14,7 +14,7 @@ from typing import Any, Generator
 
 import pytest
 
-from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage, wire
+from . import backends, baseline, devices, guard, journal, kernels, shard, summary, triage, wire, workers
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import (
     BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings,
@@ -108,6 +108,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="with xdist's default --dist load: cost (default) deals the most expensive items first "
                          "to whichever worker is free (estimated from the dump's shapes) and keeps each "
                          "--msprobe-filter-api group on one worker; xdist keeps xdist's own load scheduler")
+    group.addoption("--msprobe-min-work-per-worker", default=None, metavar="SECONDS",
+                    help=f"under -n: start at most one xdist worker per SECONDS of work estimated from the dumps, "
+                         f"none when that is fewer than two (default {workers.DEFAULT_MIN_WORK_S:g}; 0: every worker asked for)")
     group.addoption("--msprobe-baseline", default=None, metavar="FILE",
                     help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
@@ -118,6 +121,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_baseline", "default for --msprobe-baseline", default="")
     parser.addini("msprobe_filter_api", "default for --msprobe-filter-api", type="bool", default=False)
     parser.addini("msprobe_schedule", "default for --msprobe-schedule", default=SCHEDULES[0])
+    parser.addini("msprobe_min_work_per_worker", "default for --msprobe-min-work-per-worker (seconds)", default="")
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
     parser.addini("msprobe_kernels", "default for --msprobe-kernels (a path is relative to the ini file)", default="")
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
@@ -199,6 +203,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.args[:] = paths
     if config.getini("msprobe_continue_on_collection_errors"):
         config.option.continue_on_collection_errors = True
+    workers.adapt(config)  # before xdist's own pytest_configure (trylast) starts a distributed session
     journal.configure(config, settings)  # first: resuming may adopt the journal's run seed
     devices.configure(config, settings)
     guard.configure(config, settings.check_options.run_seed)

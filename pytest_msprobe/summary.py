@@ -67,6 +67,10 @@ def header_lines(config: Any) -> list[str]:
     journal = config.stash.get(JOURNAL_KEY, None)
     if journal is not None and journal.resume:
         lines.append(f"msprobe: resuming from {journal.path}: {len(journal.finished)} finished item(s) there")
+    from .workers import header_line
+
+    if header_line(config):
+        lines.append(header_line(config))
     if config.getoption("msprobe_shard"):
         lines.append("msprobe: shard {}/{} of every dump".format(*config.getoption("msprobe_shard")))
     return lines

@@ -12,6 +12,7 @@ from pytest_msprobe.dump import load_dump
 from tests.helpers import make_dump, records, tensor
 
 LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
+ALL_WORKERS = ("--msprobe-min-work-per-worker", "0")  # a dump this small would otherwise run in one process
 
 # The device side of gelu is 5% off (fp32 outputs; the bench is fp64), and every gelu call of a
 # process is counted into calls.txt at exit: one check = one device call + one bench call.
@@ -94,7 +95,7 @@ def test_filter_api_checks_each_group_once_and_marks_the_rest(pytester: pytest.P
     pytester.makeconftest(COUNTING_GELU)
     dump = make_dump(pytester, dump_data())
     args = [str(dump), "--msprobe-filter-api", "-v", "-rA", "--junitxml", "junit.xml", *LEAN]
-    result = pytester.runpytest_subprocess(*args, "-n", str(workers), "-p", "xdist") if workers else \
+    result = pytester.runpytest_subprocess(*args, "-n", str(workers), "-p", "xdist", *ALL_WORKERS) if workers else \
         pytester.runpytest_subprocess(*args)
     recs = {f"{r['api']}.{r['direction']}": r for r in records(pytester)}
     reused = {name: r["reused_from"] for name, r in recs.items() if r.get("reused_from")}
