@@ -23,6 +23,7 @@ from .shard import parse_shard
 
 DUMP_BASENAME = "dump.json"
 SCHEDULES = ("cost", "xdist")
+PREINDEX_MAX = 256  # dump.json files below a folder argument the xdist controller indexes for the workers
 
 
 def _seed(value: str) -> int | str:
@@ -231,11 +232,15 @@ class XdistHooks:
         from .dump import DumpError, load_dump
 
         here = config.invocation_params.dir
+        columns = ("work", "dtypes") if config.option.keyword or config.option.markexpr else ("work",)
         for arg in dict.fromkeys(config.args):
             path = here / arg.split("::", 1)[0]
-            if path.suffix == ".json" and path.is_file():
+            explicit = config.args_source == pytest.Config.ArgsSource.ARGS  # not testpaths or "."
+            found = [path] if path.suffix == ".json" and path.is_file() else \
+                sorted(path.rglob(DUMP_BASENAME))[:PREINDEX_MAX] if explicit and path.is_dir() else []
+            for dump in found:
                 try:  # writes the index the workers load (dumpindex.py), with what they will need
-                    load_dump(path, ("work", "dtypes") if config.option.keyword or config.option.markexpr else ("work",))
+                    load_dump(dump, columns)
                 except DumpError:
                     pass  # every worker reports it as a collection error
 
