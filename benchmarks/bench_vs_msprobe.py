@@ -2,6 +2,7 @@
 
     python benchmarks/bench_vs_msprobe.py [DUMP_JSON] [--standards msprobe original] [--workers 0 2]
            [--msprobe-python /work/venv-msprobe/bin/python] [--no-msprobe] [--repeat 1]
+           [--pytest-arg=--msprobe-threads=2 ...]
 
 For each pytest-msprobe run (one per standard and -n): wall time of the whole command, CPU time and
 peak RSS of its processes (os.wait4: the largest process, controller or worker), and where the wall time
@@ -130,7 +131,8 @@ def main() -> None:
     parser.add_argument("--msprobe-python", default="/work/venv-msprobe/bin/python")
     parser.add_argument("--no-msprobe", action="store_true", help="only pytest-msprobe")
     parser.add_argument("--repeat", type=int, default=1, help="pytest-msprobe runs per setting; the fastest is shown")
-    parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
+    parser.add_argument("--pytest-arg", dest="pytest_args", action="append", default=[],
+                        help="one more pytest argument (repeat it), e.g. --pytest-arg=--msprobe-threads=2")
     args = parser.parse_args()
     if args.dump is None or not args.dump.is_file():
         raise SystemExit("no dump: give a dump.json")

@@ -10,8 +10,9 @@
   (`inputs_s`) counted as overhead and not, as median and mean in ms. Everything else counts: pytest's runtest
   protocol, our hooks, the report, the terminal line, the journal write.
 * --shared: the same comparison on the shared msprobe dumps (PyTorch ones).
-* --skewed: 1,000 small calls plus one large matmul at the end of the dump, -n 2 with and
-  without expensive-first ordering (`-p no:msprobe-cost-order` turns it off).
+* --skewed: 1,000 small calls plus one large matmul at the end of the dump, -n 2 with the plugin's
+  cost scheduler (the default) and with xdist's own `load` scheduler in dump order
+  (`--msprobe-schedule xdist -p no:msprobe-cost-order`).
 
 The probe is this module loaded as a pytest plugin (`-p benchmarks.bench_xdist`); it writes its
 timestamps to $BENCH_PROBE_OUT.
@@ -104,14 +105,17 @@ def timeline(probe: dict[str, Any]) -> str:
 
 
 def compare(title: str, paths: list[str], repeat: int, work: Path) -> dict[str, Any]:
+    """-n 0, -n 2 as a user gets it (the plugin may keep a small run in one process,
+    --msprobe-min-work-per-worker), and -n 2 with both workers started whatever the work."""
     serial, parallel = best(paths, "0", repeat, work), best(paths, "2", repeat, work)
+    forced = best(paths, "2", repeat, work, ("--msprobe-min-work-per-worker", "0"))
     print(f"{title}: {serial['items']} items")
-    print(f"  wall      -n 0 {serial['wall']:6.2f} s   -n 2 {parallel['wall']:6.2f} s   "
-          f"speed-up {serial['wall'] / parallel['wall']:.2f}x")
-    print(f"  steady    -n 0 {serial['throughput']:6.1f}/s  -n 2 {parallel['throughput']:6.1f}/s  "
-          f"speed-up {parallel['throughput'] / serial['throughput']:.2f}x")
+    print(f"  wall      -n 0 {serial['wall']:6.2f} s   -n 2 {parallel['wall']:6.2f} s ({serial['wall'] / parallel['wall']:.2f}x)"
+          f"   -n 2, workers forced {forced['wall']:6.2f} s ({serial['wall'] / forced['wall']:.2f}x)")
+    print(f"  steady    -n 0 {serial['throughput']:6.1f}/s  -n 2, workers forced {forced['throughput']:6.1f}/s  "
+          f"speed-up {forced['throughput'] / serial['throughput']:.2f}x")
     print(f"  -n 0: {timeline(serial['probe'])}; controller CPU {serial['probe']['controller_cpu_s']:.2f} s")
-    print(f"  -n 2: {timeline(parallel['probe'])}; controller CPU {parallel['probe']['controller_cpu_s']:.2f} s")
+    print(f"  -n 2, forced: {timeline(forced['probe'])}; controller CPU {forced['probe']['controller_cpu_s']:.2f} s")
     return serial
 
 
@@ -140,10 +144,12 @@ def main() -> None:
             compare(f"shared dumps ({len(shared)})", shared, args.repeat, work)
         if args.skewed:
             skewed = str(write_skewed_dump(work / "skewed"))
-            ordered = best([skewed], "2", args.repeat, work)
-            plain = best([skewed], "2", args.repeat, work, ("-p", "no:msprobe-cost-order"))
-            print(f"skewed dump: {ordered['items']} items, -n 2: expensive first {ordered['wall']:.2f} s, "
-                  f"dump order {plain['wall']:.2f} s")
+            forced = ("--msprobe-min-work-per-worker", "0")
+            ordered = best([skewed], "2", args.repeat, work, forced)
+            plain = best([skewed], "2", args.repeat, work,
+                         (*forced, "--msprobe-schedule", "xdist", "-p", "no:msprobe-cost-order"))
+            print(f"skewed dump: {ordered['items']} items, -n 2: cost scheduler {ordered['wall']:.2f} s, "
+                  f"xdist load in dump order {plain['wall']:.2f} s")
 
 
 if __name__ == "__main__":

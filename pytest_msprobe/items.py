@@ -54,6 +54,49 @@ _SELECTION_SAFE = ("_pytest.", "xdist.", "__channelexec__", "pytest_msprobe.", "
                    "pytest_randomly")
 
 
+class _Substrings:
+    """-k's matcher: a word matches when it is a substring of one of the names (case-insensitive)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = [n.lower() for n in names]
+
+    def __call__(self, word: str, /, **kwargs: str | int | bool | None) -> bool:
+        word = word.lower()
+        return not kwargs and any(word in n for n in self.names)
+
+
+class _Markers:
+    """-m's matcher: a marker name (dump items carry markers without arguments)."""
+
+    def __init__(self, marks: list[str]) -> None:
+        self.marks = set(marks)
+
+    def __call__(self, name: str, /, **kwargs: str | int | bool | None) -> bool:
+        return not kwargs and name in self.marks
+
+
+def matcher(config: pytest.Config) -> Callable[[list[str], list[str]], bool] | None:
+    """-k and -m as a test of (names, markers) of one item, or None without them or with an
+    expression pytest itself will reject."""
+    keyword, markexpr = (config.option.keyword or "").strip(), (config.option.markexpr or "").strip()
+    if not (keyword or markexpr):
+        return None
+    try:
+        from _pytest.mark.expression import Expression
+
+        by_keyword = Expression.compile(keyword) if keyword else None
+        by_mark = Expression.compile(markexpr) if markexpr else None
+    except Exception:  # a bad expression: pytest reports it; an older pytest: nothing early
+        return None
+
+    def keep(names: list[str], markers: list[str]) -> bool:
+        if by_keyword is not None and not by_keyword.evaluate(_Substrings([*names, *markers])):
+            return False
+        return by_mark is None or by_mark.evaluate(_Markers(markers))
+
+    return keep
+
+
 def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] | None:
     """A test of (entry name, its marker names) that is true for every item -k and -m keep, or None.
 
@@ -61,45 +104,22 @@ def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] 
     markers) and -m's markers. Only when no other plugin or conftest modifies items after collection
     (one could add a marker that -k or -m selects)."""
     config = collector.config
-    keyword, markexpr = (config.option.keyword or "").strip(), (config.option.markexpr or "").strip()
-    if not (keyword or markexpr):
+    match = matcher(config)
+    if match is None:
         return None
     for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
         plugin = impl.plugin
         module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
         if not str(module).startswith(_SELECTION_SAFE):
             return None
-    try:
-        from _pytest.mark.expression import Expression
-
-        by_keyword = Expression.compile(keyword) if keyword else None
-        by_mark = Expression.compile(markexpr) if markexpr else None
-    except Exception:  # a bad expression: pytest reports it; an older pytest: no early selection
-        return None
     chain = collector.listchain()
-    parents = [node.name.lower() for node in chain if not isinstance(node, pytest.Session)
+    parents = [node.name for node in chain if not isinstance(node, pytest.Session)
                and not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session))]
-    parents += [k.lower() for node in chain for k in node.extra_keyword_matches]
+    parents += [k for node in chain for k in node.extra_keyword_matches]
     parent_marks = [m.name for node in chain for m in node.own_markers]
 
     def keep(entry_name: str, markers: list[str]) -> bool:
-        if by_keyword is not None:
-            names = [*parents, entry_name.lower(), *(m.lower() for m in markers), *(m.lower() for m in parent_marks)]
-
-            def keyword_matches(sub: str, /, **kw: str | int | bool | None) -> bool:
-                return not kw and any(sub.lower() in n for n in names)
-
-            if not by_keyword.evaluate(keyword_matches):
-                return False
-        if by_mark is not None:
-            marks = {*markers, *parent_marks}
-
-            def mark_matches(name: str, /, **kw: str | int | bool | None) -> bool:
-                return not kw and name in marks
-
-            if not by_mark.evaluate(mark_matches):
-                return False
-        return True
+        return match([*parents, entry_name], [*markers, *parent_marks])
 
     return keep
 

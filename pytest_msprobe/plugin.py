@@ -28,6 +28,7 @@ from . import (
     summary,
     triage,
     wire,
+    workers,
 )
 from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .settings import (
@@ -45,6 +46,7 @@ from .shard import parse_shard
 DUMP_BASENAME = "dump.json"
 REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
 SCHEDULES = ("cost", "xdist")
+PREINDEX_MAX = 256  # dump.json files below a folder argument the xdist controller indexes for the workers
 
 
 def _seed(value: str) -> int | str:
@@ -131,6 +133,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="with xdist's default --dist load: cost (default) deals the most expensive items first "
                          "to whichever worker is free (estimated from the dump's shapes) and keeps each "
                          "--msprobe-filter-api group on one worker; xdist keeps xdist's own load scheduler")
+    group.addoption("--msprobe-min-work-per-worker", default=None, metavar="SECONDS",
+                    help=f"under -n: start at most one xdist worker per SECONDS of work estimated from the dumps, "
+                         f"none when that is fewer than two (default {workers.DEFAULT_MIN_WORK_S:g}; 0: every worker asked for)")
     group.addoption("--msprobe-baseline", default=None, metavar="FILE",
                     help="reviewed known failures (YAML/JSON list of {api, reason}) run as strict xfails")
     group.addoption("--msprobe-allow-all-skipped", action="store_true", default=None,
@@ -150,6 +155,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_early_selection_entries", "dumps of at least this many entries apply -k/-m while they "
                   "are collected (the dropped items are then not counted as deselected)", default="10000")
     parser.addini("msprobe_schedule", "default for --msprobe-schedule", default=SCHEDULES[0])
+    parser.addini("msprobe_min_work_per_worker", "default for --msprobe-min-work-per-worker (seconds)", default="")
     parser.addini("msprobe_device", "default for --msprobe-device", default="auto")
     parser.addini("msprobe_kernels", "default for --msprobe-kernels (a path is relative to the ini file)", default="")
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
@@ -231,6 +237,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.args[:] = paths
     if config.getini("msprobe_continue_on_collection_errors"):
         config.option.continue_on_collection_errors = True
+    workers.adapt(config)  # before xdist's own pytest_configure (trylast) starts a distributed session
     journal.configure(config, settings)  # first: resuming may adopt the journal's run seed
     msprobe_config.configure(config)  # before triage: its error_data_path
     npu_runtime.configure(config)
@@ -260,11 +267,15 @@ class XdistHooks:
         from .dump import DumpError, load_dump
 
         here = config.invocation_params.dir
+        columns = ("work", "dtypes") if config.option.keyword or config.option.markexpr else ("work",)
         for arg in dict.fromkeys(config.args):
             path = here / arg.split("::", 1)[0]
-            if path.suffix == ".json" and path.is_file():
+            explicit = config.args_source == pytest.Config.ArgsSource.ARGS  # not testpaths or "."
+            found = [path] if path.suffix == ".json" and path.is_file() else \
+                sorted(path.rglob(DUMP_BASENAME))[:PREINDEX_MAX] if explicit and path.is_dir() else []
+            for dump in found:
                 try:  # writes the index the workers load (dumpindex.py), with what they will need
-                    load_dump(path, ("work", "dtypes") if config.option.keyword or config.option.markexpr else ("work",))
+                    load_dump(dump, columns)
                 except DumpError:
                     pass  # every worker reports it as a collection error
 

@@ -37,6 +37,8 @@ def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
     props += [(f"msprobe_{k}", f"{v:.6g}") for k, v in key_metrics(record).items()]
     if record.get("seed") is not None:
         props.append(("msprobe_seed", record["seed"]))
+    if record.get("reused_from"):  # --msprobe-filter-api
+        props.append(("msprobe_reused_from", record["reused_from"]))
     return props
 
 
@@ -148,6 +150,10 @@ def header_lines(config: Any) -> list[str]:
     journal = config.stash.get(JOURNAL_KEY, None)
     if journal is not None and journal.resume:
         lines.append(f"msprobe: resuming from {journal.path}: {len(journal.finished)} finished item(s) there")
+    from .workers import header_line
+
+    if header_line(config):
+        lines.append(header_line(config))
     if config.getoption("msprobe_shard"):
         lines.append("msprobe: shard {}/{} of every dump".format(*config.getoption("msprobe_shard")))
     return lines

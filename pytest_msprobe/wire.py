@@ -18,7 +18,7 @@ _TUPLE_LISTS = ("user_properties", "sections")  # lists of tuples, which JSON tu
 
 def pack(data: dict[str, Any]) -> dict[str, Any]:
     """A worker's serialized TestReport as {"$report_type", PACKED_KEY: json}; other data unchanged."""
-    if data.get("$report_type") != "TestReport":
+    if data.get("$report_type") != "TestReport" or PACKED_KEY in data:
         return data
     longrepr = data.get("longrepr")
     if not (longrepr is None or isinstance(longrepr, str) or _is_skip_location(longrepr)):

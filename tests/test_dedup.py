@@ -14,6 +14,7 @@ from tests.helpers import make_dump, records, tensor
 # msprobe's standard: the conftest's gelu bug is global, and these tests count device and bench calls
 # (strict's torch run would call gelu a third time, and see the bug too)
 LEAN = ("--msprobe-standard", "msprobe", "-p", "no:hypothesispytest", "-p", "no:benchmark")
+ALL_WORKERS = ("--msprobe-min-work-per-worker", "0")  # a dump this small would otherwise run in one process
 
 # The device side of gelu is 5% off (fp32 outputs; the bench is fp64), and every gelu call of a
 # process is counted into calls.txt at exit: one check = one device call + one bench call.
@@ -95,8 +96,8 @@ def test_filter_api_checks_each_group_once_and_marks_the_rest(pytester: pytest.P
         pytest.importorskip("xdist")
     pytester.makeconftest(COUNTING_GELU)
     dump = make_dump(pytester, dump_data())
-    args = [str(dump), "--msprobe-filter-api", "-v", "-rA", *LEAN]
-    result = pytester.runpytest_subprocess(*args, "-n", str(workers), "-p", "xdist") if workers else \
+    args = [str(dump), "--msprobe-filter-api", "-v", "-rA", "--junitxml", "junit.xml", *LEAN]
+    result = pytester.runpytest_subprocess(*args, "-n", str(workers), "-p", "xdist", *ALL_WORKERS) if workers else \
         pytester.runpytest_subprocess(*args)
     recs = {f"{r['api']}.{r['direction']}": r for r in records(pytester)}
     reused = {name: r["reused_from"] for name, r in recs.items() if r.get("reused_from")}
@@ -115,6 +116,8 @@ def test_filter_api_checks_each_group_once_and_marks_the_rest(pytester: pytest.P
                                  "*3 reused the result of an identical call (--msprobe-filter-api)*",
                                  "FAILED (reused) d/dump.json::Functional.gelu.1.forward*"])
     result.stdout.fnmatch_lines(["PASSED d/dump.json::Functional.relu.0.forward"])
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="msprobe_reused_from" value="Functional.gelu.0.forward"' in junit
     (details,) = (pytester.path / "msprobe_results").glob("accuracy_checking_details_*.csv")
     rows = {row[0]: row[-1] for row in csv.reader(details.open(encoding="utf-8-sig"))}
     assert rows["Functional.gelu.2.forward.output.0"].startswith("[reused: identical to Functional.gelu.0.forward")

@@ -31,7 +31,9 @@ TENSOR_EXAMPLE = EXAMPLES / "mlp_fp32_tensor" / "step0" / "rank0"
 VOLATILE = ("timings", "duration_s")
 # Subprocess runs skip plugins this file does not need (hypothesis' alone costs a second per process).
 LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
-XDIST = ("-n", "2", "-p", "xdist", *LEAN)
+# These runs test xdist itself: start the workers even for dumps this small.
+ALL_WORKERS = ("--msprobe-min-work-per-worker", "0")
+XDIST = ("-n", "2", "-p", "xdist", *LEAN, *ALL_WORKERS)
 
 # Corrupts the device's gelu result (inside the device call only) while PLANT_BUG is set: a failure
 # that can be "fixed".
@@ -155,7 +157,7 @@ def test_xdist_on_pinned_workers_gives_the_same_seeds_verdicts_and_junit_propert
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")  # what -n auto finds, on any machine
     result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "--junitxml", "parallel.xml",
-                                           "-n", "auto", "-p", "xdist", *LEAN, "--msprobe-devices", "1", "0",
+                                           "-n", "auto", "-p", "xdist", *LEAN, *ALL_WORKERS, "--msprobe-devices", "1", "0",
                                            "--msprobe-workers-per-device", "1")
     # on a CPU-only machine the devices are accepted, pinned and reported; the items run on the CPU
     result.stdout.fnmatch_lines(["*msprobe: devices 1 0, at most 1 workers per device; 3 workers asked for, 2 started*",

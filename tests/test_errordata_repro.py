@@ -90,7 +90,8 @@ def test_under_xdist_workers_write_item_files_and_the_controller_writes_dump_jso
     pytest.importorskip("xdist")
     pytester.makeconftest(PLANTED)
     dump = make_dump(pytester, {**gelu_bf16(), **matmul_fp16(), **relu_fp16()})
-    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "-p", "no:hypothesispytest",
+    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "--msprobe-min-work-per-worker", "0",
+                                           "-p", "no:hypothesispytest",
                                            "-p", "no:benchmark", "--msprobe-standard", "strict",
                                            "--msprobe-save-error-data", "err", "--msprobe-repro", "rep",
                                            "--msprobe-fuzz", "30", "-m", "not (fuzz and Torch)",

@@ -418,7 +418,8 @@ def test_kernels_and_a_conftest_backend_under_xdist(pytester: pytest.Pytester) -
     pytester.makepyfile(lazy_kernels='KERNELS = {"Functional.softmax": "impl_mod:softmax"}\n',
                         impl_mod="import torch\n\ndef softmax(input, dim=None, _stacklevel=3, dtype=None):\n"
                                  "    return torch.softmax(input, dim)\n")
-    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "-p", "no:hypothesispytest",
+    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "--msprobe-min-work-per-worker", "0",
+                                           "-p", "no:hypothesispytest",
                                            "-p", "no:benchmark", "--msprobe-device", "fancy",
                                            "--msprobe-kernels", "lazy_kernels.py:KERNELS")
     result.assert_outcomes(passed=2)

@@ -224,9 +224,11 @@ def test_xdist_gives_the_same_records_and_one_set_of_files(pytester: pytest.Pyte
     pytest.importorskip("xdist")
     dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
     # msprobe's standard: its run also writes the api_precision_compare pair
-    pytester.runpytest(str(dump), "--msprobe-out", "serial", "--msprobe-standard", "msprobe")
+    pytester.runpytest(str(dump), "--msprobe-out", "serial", "--msprobe-standard", "msprobe",
+                                           "--msprobe-min-work-per-worker", "0")  # a small dump: start the workers
     result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "-n", "2", "-p", "xdist",
-                                           "--msprobe-standard", "msprobe")
+                                           "--msprobe-standard", "msprobe",
+                                           "--msprobe-min-work-per-worker", "0")  # a small dump: start the workers
     assert result.ret in (0, 1), result.stdout.str()
     serial, parallel = records(pytester, "serial"), records(pytester, "parallel")
     strip = ("timings",)

@@ -33,6 +33,12 @@ def test_early_selection_equals_pytests(pytester: pytest.Pytester, option: str, 
     assert "deselected" in late.stdout.str() or len(ids(late)) == 18  # all of them
 
 
+def test_small_dumps_report_deselected_items(pytester: pytest.Pytester) -> None:
+    dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
+    pytester.runpytest("--collect-only", "-q", str(dump), "-k", "linear").stdout.fnmatch_lines(
+        ["*4/18 tests collected (14 deselected)*"])
+
+
 def test_a_conftest_marker_still_selects(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
     pytester.makeconftest("""
