@@ -41,7 +41,7 @@ def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 
 def _specs() -> dict[str, Any]:
-    from pytest_msprobe.specs import load_specs
+    from pytest_msprobe.specs.loader import load_specs
 
     return load_specs()
 

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from pytest_msprobe import standards, strict  # noqa: E402
-from pytest_msprobe.specs import load_specs  # noqa: E402
+from pytest_msprobe.specs.loader import load_specs  # noqa: E402
+from pytest_msprobe.verdict import standards, strict  # noqa: E402
 
 CASES = [  # (device dtype, numpy storage, api whose 8.x category is used)
     ("torch.float32", np.float32, "gelu"),            # benchmark
@@ -56,7 +56,7 @@ def main() -> None:
                                    device_dtype=dtype, api_name=api, specs=specs), args.repeat)
         algo = standards.algorithm_for(api, dtype, specs["categories"])
         print(f"  msprobe metrics  {dtype:15} {algo:20} {t:6.3f} s")
-    from pytest_msprobe.judge import _rules
+    from pytest_msprobe.verdict.judge import _rules
 
     for dtype, storage in (("torch.float32", np.float32), ("torch.bfloat16", np.float32)):
         device = strict.round_to(bench64 * (1 + 2e-3 * rng.standard_normal(args.numel)), dtype).astype(storage)

@@ -85,7 +85,7 @@ def write_dump(folder: Path) -> Path:
 
 def shared_entries() -> list[tuple[Path, str]]:
     """Every entry of the shared PyTorch dumps."""
-    from pytest_msprobe.dump import load_dump
+    from pytest_msprobe.dump.reader import load_dump
 
     return [(folder / "dump.json", name) for folder in sorted(SHARED.iterdir()) if "_pt_" in folder.name
             for name in load_dump(folder / "dump.json").entry_names()]
@@ -96,7 +96,7 @@ def attention_accuracy(seq: int) -> None:
     import torch
 
     from bench_functions.attention import npu_fusion_attention
-    from pytest_msprobe import strict
+    from pytest_msprobe.verdict import strict
 
     heads, dim = 8, 128
     gen = torch.Generator().manual_seed(0)
@@ -145,10 +145,10 @@ def main() -> None:
 
     import torch
 
-    from pytest_msprobe.check import check_entry
-    from pytest_msprobe.dump import load_dump
+    from pytest_msprobe.check.rerun import check_entry
+    from pytest_msprobe.dump.reader import load_dump
     from pytest_msprobe.settings import CheckOptions
-    from pytest_msprobe.specs import load_specs
+    from pytest_msprobe.specs.loader import load_specs
 
     torch.set_num_threads(1)
     specs = load_specs()

@@ -121,7 +121,7 @@ LAYERS = 8
 def _replicate(recorded: dict[str, Any], entries: int) -> dict[str, Any]:
     """Repeat the recorded layers, renumbering call indices so every entry name stays unique and each
     backward entry keeps its forward partner; saved tensors are shared between the copies."""
-    from pytest_msprobe.dump import parse_entry_name
+    from pytest_msprobe.dump.reader import parse_entry_name
 
     per_api: dict[str, int] = {}
     for name in recorded:

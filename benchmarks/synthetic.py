@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pytest_msprobe.dump import parse_entry_name
+from pytest_msprobe.dump.reader import parse_entry_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (ROOT / "examples" / "mlp_bf16_statistics" / "step0" / "rank0" / "dump.json",)

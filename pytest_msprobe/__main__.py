@@ -11,10 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import baseline
-from .journal import final_records
-from .report import JSONL_PREFIX, read_jsonl, summary_counts, write_results
-from .summary import file_lines
+from .reports.results import JSONL_PREFIX, read_jsonl, summary_counts, write_results
+from .reports.summary import file_lines
+from .session import baseline
+from .session.journal import final_records
 
 
 def records_of(source: Path) -> list[dict]:
@@ -57,9 +57,9 @@ def write_baseline(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from .compare import CompareError, compare_files, summary
-    from .report import timestamp, write_compare_files
-    from .specs import SpecError, load_specs
+    from .reports.compare import CompareError, compare_files, summary
+    from .reports.results import timestamp, write_compare_files
+    from .specs.loader import SpecError, load_specs
 
     try:
         specs = load_specs(user_file=str(Path(args.specs).resolve()) if args.specs else None)
@@ -78,8 +78,8 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def write_script(args: argparse.Namespace) -> int:
-    from .script import ScriptError, write
     from .settings import DATA_MODES, CheckOptions
+    from .triage.script import ScriptError, write
 
     options = CheckOptions(device=args.device, run_seed=args.seed, data_mode=args.data_mode, standard=args.standard,
                            mode=args.mode, bench_precision=args.bench_precision, threads=args.threads,

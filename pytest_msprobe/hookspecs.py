@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .backends import Backend, DeviceCall
+    from .runs.backends import Backend, DeviceCall
 
 hookspec = pytest.hookspec
 
@@ -39,7 +39,7 @@ def pytest_msprobe_device(config: pytest.Config, name: str) -> Backend | None:
 
     .. code-block:: python
 
-        from pytest_msprobe.backends import Backend
+        from pytest_msprobe.runs.backends import Backend
 
         class MyDevice(Backend):
             name, kind = "mydev", "privateuseone"

@@ -15,33 +15,14 @@ from typing import Any
 
 import pytest
 
-from . import (
-    backends,
-    baseline,
-    devices,
-    guard,
-    journal,
-    kernels,
-    msprobe_config,
-    npu_runtime,
-    shard,
-    summary,
-    triage,
-    wire,
-    workers,
-)
-from .items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
-from .settings import (
-    BENCH_PRECISIONS,
-    DATA_MODES,
-    DEFAULT_SEED,
-    MODES,
-    SETTINGS_KEY,
-    STANDARDS,
-    CheckOptions,
-    Settings,
-)
-from .shard import parse_shard
+from .records import wire
+from .reports import summary
+from .runs import backends, kernels, npu_runtime
+from .session import baseline, devices, guard, journal, msprobe_config, shard, workers
+from .session import triage_hooks as triage
+from .session.items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
+from .session.shard import parse_shard
+from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings
 
 DUMP_BASENAME = "dump.json"
 REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
@@ -190,7 +171,7 @@ def _settings(config: pytest.Config) -> Settings:
     specs_file = opt.msprobe_specs or config.getini("msprobe_specs") or None
     if specs_file:
         specs_file = str(here / specs_file)
-        from .specs import SpecError, load_specs
+        from .specs.loader import SpecError, load_specs
 
         try:
             load_specs(user_file=specs_file)  # reject a bad file before anything runs
@@ -264,7 +245,7 @@ class XdistHooks:
         config = session.config
         if hasattr(config, "workerinput") or not getattr(config.option, "tx", None):
             return
-        from .dump import DumpError, load_dump
+        from .dump.reader import DumpError, load_dump
 
         here = config.invocation_params.dir
         columns = ("work", "dtypes") if config.option.keyword or config.option.markexpr else ("work",)
@@ -282,7 +263,7 @@ class XdistHooks:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getvalue("dist") != "load" or _schedule(config) != "cost":
             return None
-        from .schedule import CostScheduling
+        from .session.schedule import CostScheduling
 
         return CostScheduling(config, log, filter_api=config.stash[SETTINGS_KEY].filter_api)
 
@@ -425,7 +406,7 @@ class ResultCollector:
             return
         unreported = [] if self.journal.reported else self.journal.resumed_records()  # e.g. after Ctrl-C
         if self.records or unreported:
-            from .report import write_results
+            from .reports.results import write_results
 
             self.records = journal.final_records(unreported, self.records)
             self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)

@@ -12,7 +12,7 @@ import pytest
 import torch  # noqa: F401
 
 import bench_functions  # noqa: F401
-import pytest_msprobe.check  # noqa: F401
+import pytest_msprobe.check.rerun  # noqa: F401
 
 # --msprobe-fuzz imports hypothesis inside in-process runs. It is a test extra: pytest also loads this
 # file (testpaths) for `pytest --msprobe-api-info dump.json` after a plain `pip install -e .`, where

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_msprobe import judge, standards
-from pytest_msprobe.specs import load_specs
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict import judge, standards
 from tests.helpers import api_records, make_dump, tensor
 
 SPECS = load_specs()
@@ -90,7 +90,7 @@ def test_dynamic_quant_bench_quantises_per_row() -> None:
 
 
 def test_fp8_ulp_errors_follow_the_tapered_format() -> None:
-    from pytest_msprobe.metrics import ulp_errors_fp8
+    from pytest_msprobe.metrics.vectorised import ulp_errors_fp8
 
     p = SPECS["thresholds"]["ulp_fp8_26x"]
     bench = np.array([1.0, 1.0, 0.001, 2.0 ** -20, -2.0 ** -20, 0.0])

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import bench_functions
 from bench_functions import BenchUnsupported, activations, attention, matmul, moe, norms, optimizers, rotary, tensor_ops
-from pytest_msprobe.specs import load_specs
+from pytest_msprobe.specs.loader import load_specs
 
 from .helpers import EXAMPLES, tensor
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from pytest_msprobe.__main__ import main
-from pytest_msprobe.compare import CompareError, compare_files
-from pytest_msprobe.metrics import METRIC_KEYS
-from pytest_msprobe.report import DETAILS_HEADER, details_rows
-from pytest_msprobe.specs import load_specs
+from pytest_msprobe.metrics.vectorised import METRIC_KEYS
+from pytest_msprobe.reports.compare import CompareError, compare_files
+from pytest_msprobe.reports.results import DETAILS_HEADER, details_rows
+from pytest_msprobe.specs.loader import load_specs
 
 SPECS = load_specs()
 _COLUMN = dict(zip(METRIC_KEYS, DETAILS_HEADER[4:]))
@@ -156,7 +156,7 @@ def test_the_compare_command_applies_api_precision_compare(tmp_path: Path, capsy
 
 
 def test_our_own_details_csv_is_accepted(tmp_path: Path) -> None:
-    from pytest_msprobe.report import write_results
+    from pytest_msprobe.reports.results import write_results
     from tests.test_report import sample_records
 
     paths = write_results(sample_records(), tmp_path / "run", ts="20240102030405")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pytest_msprobe import dedup
-from pytest_msprobe.dump import load_dump
+from pytest_msprobe.dump import dedup
+from pytest_msprobe.dump.reader import load_dump
 from tests.helpers import make_dump, records, tensor
 
 # msprobe's standard: the conftest's gelu bug is global, and these tests count device and bench calls

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from pytest_msprobe import __main__ as cli
-from pytest_msprobe import baseline, devices, shard
-from pytest_msprobe.report import read_jsonl
+from pytest_msprobe.reports.results import read_jsonl
+from pytest_msprobe.session import baseline, devices, shard
 from tests.helpers import EXAMPLES, copy_dump, device_side_conftest, make_dump, tensor
 
 pytest.importorskip("xdist")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_msprobe.dump import DumpError, load_dump, parse_entry_name, resolve_tensor_path
+from pytest_msprobe.dump.reader import DumpError, load_dump, parse_entry_name, resolve_tensor_path
 from tests.helpers import SHARED_DUMPS, shared_dump_dirs, tensor
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_msprobe import dump as dump_module
-from pytest_msprobe import dumpindex
-from pytest_msprobe.dump import load_dump
+from pytest_msprobe.dump import index as dumpindex
+from pytest_msprobe.dump import reader as dump_module
+from pytest_msprobe.dump.reader import load_dump
 from tests.helpers import SHARED_DUMPS, shared_dump_dirs, tensor
 
 

@@ -77,7 +77,7 @@ def test_repro_scripts_print_the_numbers_the_item_reported(pytester: pytest.Pyte
     for record in failing:
         script = Path(record["repro"])
         # the script runs the plugin's own check (there is no copy of it to drift)
-        assert script.parent == pytester.path / "rep" and "from pytest_msprobe.repro import main" in script.read_text()
+        assert script.parent == pytester.path / "rep" and "from pytest_msprobe.triage.repro import main" in script.read_text()
         rc, out = run_script(script, planted, "--json")
         assert rc == 1 and assert_same_numbers(out, record) >= 5
         rc, text = run_script(script, plain)  # the same call with a correct kernel: the fix is verified

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_msprobe.check import check_entry
-from pytest_msprobe.dump import load_dump
-from pytest_msprobe.execution import (
+from pytest_msprobe.check.rerun import check_entry
+from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.runs.execution import (
     NotCheckable,
     _getitem,
     hf32_round,
@@ -20,7 +20,7 @@ from pytest_msprobe.execution import (
     select_device,
 )
 from pytest_msprobe.settings import CheckOptions
-from pytest_msprobe.specs import load_specs
+from pytest_msprobe.specs.loader import load_specs
 from tests.helpers import tensor
 
 SPECS = load_specs()
@@ -214,8 +214,8 @@ def test_strict_third_runs_by_kind_of_op(write_dump, tmp_path, dtype) -> None:
 def test_magnitude_run_is_the_api_on_absolute_values() -> None:
     from types import SimpleNamespace
 
-    from pytest_msprobe.execution import run_side
-    from pytest_msprobe.third_run import third_run
+    from pytest_msprobe.runs.execution import run_side
+    from pytest_msprobe.runs.third_run import third_run
 
     x, w, b = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)
     name = SimpleNamespace(api_type="Torch", api_name="addmm")

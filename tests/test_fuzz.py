@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_msprobe.fuzz import materialize, strategy, tensor_space
+from pytest_msprobe.session.fuzz import materialize, strategy, tensor_space
 from tests.helpers import make_dump, tensor
 from tests.triage_helpers import PLANTED, relu_fp16
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_msprobe import __main__ as cli
-from pytest_msprobe import baseline
+from pytest_msprobe.session import baseline
 from tests.helpers import (
     EXAMPLES,
     copy_dump,

@@ -129,8 +129,8 @@ def test_plots_draw_stricts_gross_limit_of_the_ops_kind() -> None:
     """The dashed line and the red bars follow `strict: gross` of api_specs (a reduction's own), not a constant."""
     import torch
 
-    from pytest_msprobe.html_report import gross_limit, output_plots, summarize
-    from pytest_msprobe.specs import load_specs
+    from pytest_msprobe.specs.loader import load_specs
+    from pytest_msprobe.triage.html import gross_limit, output_plots, summarize
 
     specs = load_specs()
     rules = specs["thresholds"]["strict"]
@@ -167,8 +167,8 @@ def _record(message: str, **extra: object) -> dict:
 def test_messages_are_english_and_the_message_column_wraps(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from pytest_msprobe.html_report import CSS, write_html
-    from pytest_msprobe.verdicts import ENGLISH
+    from pytest_msprobe.triage.html import CSS, write_html
+    from pytest_msprobe.verdict.verdicts import ENGLISH
 
     message = "ERROR: inf/nan错误率超过阈值ERROR: 绝对误差错误率超过阈值"  # as msprobe concatenates them
     summary = [{"name": "Torch.mul.0.forward.output.0", "dtype": "torch.int32", "shape": [2], "numel": 2,
@@ -197,7 +197,7 @@ def test_messages_are_english_and_the_message_column_wraps(tmp_path: Path) -> No
 
 
 def test_in_english_keeps_unknown_text_and_order() -> None:
-    from pytest_msprobe.verdicts import in_english
+    from pytest_msprobe.verdict.verdicts import in_english
 
     assert in_english("Relative error is less than 0.001") == "Relative error is less than 0.001"
     assert in_english("ERROR: 绝对误差错误率超过阈值ERROR: inf/nan错误率超过阈值") == (
@@ -207,7 +207,7 @@ def test_in_english_keeps_unknown_text_and_order() -> None:
 def test_chromium_wraps_a_long_message_inside_the_window(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from pytest_msprobe.html_report import write_html
+    from pytest_msprobe.triage.html import write_html
 
     chromium()
     long = ("The shape of bench torch.Size([4096, 4096]) and npu torch.Size([4096, 4095]) not equal; "

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_msprobe.dump import load_dump
-from pytest_msprobe.inputs import BuildContext, DeviceArg, InputError, build
+from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.inputs.build import BuildContext, DeviceArg, InputError, build
 from tests.helpers import tensor
 
 FLOATS = ["torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"]

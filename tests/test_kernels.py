@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_msprobe import backends, kernels
+from pytest_msprobe.runs import backends, kernels
 from tests.helpers import EXAMPLES, api_records, make_dump, tensor
 
 EXAMPLE = EXAMPLES / "approximate_kernel"
@@ -375,7 +375,7 @@ def test_bench_is_untouched_by_the_boundary(pytester: pytest.Pytester) -> None:
 def test_device_call_without_config_runs_in_the_backend_boundary() -> None:
     import torch
 
-    from pytest_msprobe.execution import Device
+    from pytest_msprobe.runs.execution import Device
 
     seen = []
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pytest_msprobe import metrics as M
+from pytest_msprobe.metrics import vectorised as M
 
 TOL = 1e-12
 F32_EPS = float(np.finfo(np.float32).eps)

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-import pytest_msprobe.mindspore as msmap
-import pytest_msprobe.replay  # noqa: F401  (kept across pytester's in-process runs)
-from pytest_msprobe.execution import NotCheckable, tensors_of
-from pytest_msprobe.inputs import BuildContext, build
-from pytest_msprobe.specs import load_specs
+import pytest_msprobe.check.replay  # noqa: F401  (kept across pytester's in-process runs)
+import pytest_msprobe.runs.mindspore as msmap
+from pytest_msprobe.inputs.build import BuildContext, build
+from pytest_msprobe.runs.execution import NotCheckable, tensors_of
+from pytest_msprobe.specs.loader import load_specs
 from tests import helpers
 from tests.helpers import EXAMPLES, api_records, copy_dump
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-import pytest_msprobe.mindspore as msmap
-import pytest_msprobe.replay  # noqa: F401  (kept across pytester's in-process runs)
+import pytest_msprobe.check.replay  # noqa: F401  (kept across pytester's in-process runs)
+import pytest_msprobe.runs.mindspore as msmap
 from tests.helpers import api_records, make_dump
 
 MS_IMPORT_ERROR = msmap.import_error()  # MindSpore imported once, before any in-process pytester run

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-import pytest_msprobe.mindspore as msmap
-import pytest_msprobe.replay  # noqa: F401  (kept across pytester's in-process runs)
+import pytest_msprobe.check.replay  # noqa: F401  (kept across pytester's in-process runs)
+import pytest_msprobe.runs.mindspore as msmap
 from bench_functions.ms_attention import flash_attention_score
-from pytest_msprobe.specs import load_specs
+from pytest_msprobe.specs.loader import load_specs
 from tests.helpers import api_records
 
 MS_IMPORT_ERROR = msmap.import_error()  # MindSpore imported once, before any in-process pytester run

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 import torch
 
+import pytest_msprobe.check.replay  # noqa: F401
+
 # imported before any pytester run, so in-process runs keep them (see tests/conftest.py)
-import pytest_msprobe.mindspore as msmap
-import pytest_msprobe.replay  # noqa: F401
-from pytest_msprobe import judge, ms_results
-from pytest_msprobe.execution import NotCheckable
-from pytest_msprobe.inputs import InputError, parse_dtype
-from pytest_msprobe.specs import load_specs
-from pytest_msprobe.standards import OutputComparison
+import pytest_msprobe.runs.mindspore as msmap
+from pytest_msprobe.inputs.build import InputError, parse_dtype
+from pytest_msprobe.runs.execution import NotCheckable
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict import judge, ms_results
+from pytest_msprobe.verdict.standards import OutputComparison
 from tests.helpers import EXAMPLES, api_records, copy_dump
 
 MS_TENSOR = EXAMPLES / "mint_mlp_fp32_tensor" / "step0" / "rank0"
@@ -314,7 +315,7 @@ def test_mindspore_standard_compares_scalars_exactly() -> None:
 
 
 def test_user_specs_extend_the_mindspore_table(tmp_path: Path) -> None:
-    from pytest_msprobe.specs import SpecError
+    from pytest_msprobe.specs.loader import SpecError
 
     user = tmp_path / "specs.yaml"
     user.write_text("mindspore:\n  apis:\n    Mint.my_add: {torch: torch.add}\n    Mint.matmul: {skip: vendor bug 7}\n")

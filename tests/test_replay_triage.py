@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-import pytest_msprobe.replay  # noqa: F401  (kept across pytester's in-process runs)
+import pytest_msprobe.check.replay  # noqa: F401  (kept across pytester's in-process runs)
 from tests.helpers import EXAMPLES, by_api, records
 
 MS_TENSOR = EXAMPLES / "mint_mlp_fp32_tensor" / "step0" / "rank0"
@@ -83,7 +83,7 @@ def test_replay_items_save_data_that_fails_the_same_way_and_get_scripts(pytester
 
     for key in failing:
         script = Path(before[key]["repro"])
-        assert script.parent == pytester.path / "rep" and "from pytest_msprobe.script import run_embedded" in \
+        assert script.parent == pytester.path / "rep" and "from pytest_msprobe.triage.script import run_embedded" in \
             script.read_text()
         proc = subprocess.run([sys.executable, str(script), "--json"], capture_output=True, text=True, timeout=300, check=False)
         assert proc.returncode == 1, proc.stderr

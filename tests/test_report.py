@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pytest_msprobe.metrics import METRIC_KEYS
-from pytest_msprobe.report import (
+from pytest_msprobe.metrics.vectorised import METRIC_KEYS
+from pytest_msprobe.reports.results import (
     DETAILS_HEADER,
     RESULT_HEADER,
     api_results,

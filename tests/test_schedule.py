@@ -11,7 +11,7 @@ from tests.helpers import make_dump, tensor
 
 pytest.importorskip("xdist")
 
-from pytest_msprobe.schedule import MIN_PENDING, CostScheduling  # noqa: E402
+from pytest_msprobe.session.schedule import MIN_PENDING, CostScheduling  # noqa: E402
 
 
 class Node:

@@ -46,7 +46,7 @@ def test_a_script_of_any_item_gives_the_items_numbers(pytester: pytest.Pytester,
         out = pytester.path / "scripts" / f"{entry}.py"
         assert main(["script", f"{dump}::{entry}", "-o", str(out), "--standard", "strict", "--iter-times", "2"]) == 0
         text = out.read_text()
-        assert "from pytest_msprobe.script import run_embedded" in text and "\ndef " not in text  # no copied code
+        assert "from pytest_msprobe.triage.script import run_embedded" in text and "\ndef " not in text  # no copied code
         rc, result = run(out, "--json")
         assert rc == (1 if items[entry]["status"] == "error" else 0) and result["runs_agree"] is True
         assert len(result["records"]) == 2
@@ -72,8 +72,8 @@ def test_a_failing_call_and_large_tensors_beside_the_script(pytester: pytest.Pyt
     (item,) = records(pytester)
     out = pytester.path / "m.py"
     target = f"{dump}::Torch.matmul.0.forward"
-    from pytest_msprobe.script import write
     from pytest_msprobe.settings import CheckOptions
+    from pytest_msprobe.triage.script import write
 
     write(target, out, CheckOptions(device="auto", kernels=str(pytester.path / "kern.py") + ":KERNELS"))
     assert (pytester.path / "m.data" / "dump_tensor_data" / "a.pt").is_file()  # 512 KiB: beside the script

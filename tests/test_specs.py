@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_msprobe.specs import SpecError, load_specs, thresholds_for
+from pytest_msprobe.specs.loader import SpecError, load_specs, thresholds_for
 
 
 def user(tmp_path: Path, text: str) -> str:

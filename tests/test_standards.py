@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pytest_msprobe import standards as S
-from pytest_msprobe.metrics import METRIC_KEYS
-from pytest_msprobe.specs import SpecError, load_specs
+from pytest_msprobe.metrics.vectorised import METRIC_KEYS
+from pytest_msprobe.specs.loader import SpecError, load_specs
+from pytest_msprobe.verdict import standards as S
 
 NAN, INF = float("nan"), float("inf")
 TOL = 1e-12

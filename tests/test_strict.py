@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_msprobe import strict
-from pytest_msprobe.judge import _rules
-from pytest_msprobe.specs import load_specs
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict.judge import _rules
 
 THRESHOLDS = load_specs()["thresholds"]["strict"]
 DTYPES = ["torch.float16", "torch.bfloat16", "torch.float32"]

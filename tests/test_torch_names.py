@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_msprobe.dump import iter_leaves
-from pytest_msprobe.torch_names import torch_function
+from pytest_msprobe.dump.reader import iter_leaves
+from pytest_msprobe.runs.torch_names import torch_function
 from tests.helpers import ROOT, by_api, records
 
 LINALG = ROOT / "tests" / "data" / "linalg_msprobe26"

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from pytest_msprobe.specs import load_specs
-from pytest_msprobe.verdicts import benchmark_thresholds, single_run, with_reference
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict.verdicts import benchmark_thresholds, single_run, with_reference
 
 TH = load_specs()["thresholds"]
 

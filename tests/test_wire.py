@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from pytest_msprobe import wire
+from pytest_msprobe.records import wire
 
 
 def _report(**changes: object) -> pytest.TestReport:

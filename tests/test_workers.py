@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from pytest_msprobe import workers
+from pytest_msprobe.session import workers
 from tests.helpers import make_dump, tensor
 
 pytest.importorskip("xdist")

@@ -1,0 +1,455 @@
+"""One item's whole check: rebuild inputs, run device and bench, compare, produce a record.
+
+The record is a plain JSON-able dict so it can travel from an xdist worker to the controller
+on the test report; `report.py` turns records into msprobe's CSV files.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from ..dump.reader import Dump, parse_entry_name
+from ..inputs.build import BuildContext, InputError, build, parse_dtype
+from ..inputs.seeds import item_seed
+from ..runs import backends, capture, kernels
+from ..runs.execution import (
+    RAISABLE,
+    Device,
+    NotCheckable,
+    backward,
+    broken_precondition,
+    first_output_dtype,
+    hf32_round,
+    make_side,
+    map_structure,
+    output_leaves,
+    pair_cotangents,
+    plan_precision,
+    resolve,
+    run_side,
+    seed_random_apis,
+    select_device,
+    tensors_of,
+)
+from ..runs.third_run import autocast_round, bench_product, error_kind, third_run
+from ..settings import CheckOptions
+from ..specs.loader import api_settings, in_list
+from ..verdict import judge, standards
+
+_LOW_PRECISION = (torch.bfloat16,) + tuple(
+    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
+)
+
+
+class ApiFailure(Exception):
+    """The API raised while running; the record keeps the traceback."""
+
+
+def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> dict[str, Any]:
+    name = parse_entry_name(entry_name)
+    record: dict[str, Any] = {
+        "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
+        "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
+        "outputs": [], "timings": {},
+    }
+    run = _run
+    if dump.task == "overflow_check":  # REFERENCE §3.6: classify each overflow instead of judging precision
+        from .overflow import run_overflow_check as run
+        record["mode"] = "overflow_check"
+    try:
+        run(dump, name, options, specs, record)
+    except (NotCheckable, InputError) as exc:
+        record["status"], record["message"] = "SKIP", str(exc)
+    except (ApiFailure, kernels.KernelError) as exc:
+        record["status"], record["message"] = "error", str(exc)
+        record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
+    return record
+
+
+def checkable_entries(dump: Dump, name: Any, specs: dict[str, Any]) -> tuple[Any, dict[str, Any], Any]:
+    """(the user's per-API settings, forward entry, backward entry or None), or NotCheckable when
+    the API is skipped by api_specs or the user's spec file, or its entries are missing."""
+    for group in ("always_skip", "random_apis"):
+        if in_list(specs, name.api_name, group):
+            raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
+    user = api_settings(specs, name.api_name)
+    if user.get("skip"):
+        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
+    forward = _entry(dump, name.full_name, "forward")
+    backward_entry = _entry(dump, name.full_name, "backward") if name.direction == "backward" else None
+    return user, forward, backward_entry
+
+
+def _entry(dump: Dump, full: str, direction: str) -> dict[str, Any]:
+    entry = dump.entry(f"{full}.{direction}")
+    if entry is None:
+        raise NotCheckable(f"no {direction} entry {full}.{direction} in the dump")
+    if not isinstance(entry, dict):
+        raise NotCheckable(f"entry {full}.{direction} is a {type(entry).__name__}, expected an object")
+    return entry
+
+
+def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
+    api = name.api_name
+    user, forward, backward_entry = checkable_entries(dump, name, specs)
+    want_grad = backward_entry is not None
+    kwargs_enc = forward.get("input_kwargs") or {}
+    args_enc = forward.get("input_args") or []
+    if not isinstance(args_enc, list) or not isinstance(kwargs_enc, dict):
+        raise NotCheckable(f"{name.full_name}: input_args must be a list and input_kwargs an object")
+    if want_grad:
+        if in_list(specs, api, "backward", "not_backward"):
+            raise NotCheckable(f"{api}: no backward input data is recorded for this API")
+        if in_list(specs, api, "backward", "unsupported"):
+            raise NotCheckable(f"{api}: backward of this API is not checkable")
+        if "out" in kwargs_enc:
+            raise NotCheckable(f"{api}: called with out=..., which does not support autograd")
+    if options.mode == "replay" or dump.framework != "pytorch":  # recorded outputs, MindSpore (replay.py)
+        from .replay import run_external
+        return run_external(dump, name, options, specs, record)
+
+    device = select_device(options.device, options.device_index)
+    resolved = resolve(name.api_type, api, device, specs, forward)
+    resolved = kernels.substitute(options.kernels, name.api_type, api, resolved)  # --msprobe-kernels
+    record["device"] = device.name
+    record["backend"] = device.label
+    record["impl"] = resolved.label
+    if resolved.kernel:
+        record["kernel"] = resolved.kernel
+    if resolved.reference_vs_reference:
+        record["reference_only"] = True  # counted apart: such a pass says nothing about a vendor kernel
+        record["notes"].append("reference-vs-reference: the device side runs the bench function in the recorded "
+                               "dtype, not a vendor kernel")
+
+    started = time.perf_counter()
+    ctx, args, kwargs, cotangents = prepared_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record, options,
+                                                    specs)
+    plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
+                          options.standard)
+    if plan.hf32:
+        args = [_hf32(a, ctx.requires_grad) for a in args]
+    capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
+                  device=device, name=name, want_grad=want_grad,
+                  resolved=resolved)  # --msprobe-save-error-data/-repro/-fuzz
+
+    def bench_dtype(t: torch.Tensor) -> torch.dtype:
+        if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
+            return t.dtype
+        return plan.raise_to
+
+    dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
+                         requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False, move=device.to_device)
+    bench_args, bench_kwargs = args, kwargs
+    if options.standard == "strict" and error_kind(api, specs) == "contraction" and \
+            not any(t.dtype == torch.float64 for t in tensors_of(args)):
+        # a kernel computing in fp32 or below takes its alpha and beta as fp32: so does the bench
+        scalars = specs["error_model"].get("contraction_scalars", ())
+        bench_kwargs = {k: float(torch.tensor(v, dtype=torch.float32)) if k in scalars and type(v) is float else v
+                        for k, v in kwargs.items()}
+    autocast = plan.autocast
+    if autocast is not None and options.standard == "strict" and \
+            in_list(specs, api, "error_model", "autocast_lower_precision"):
+        # the autocast kernel computes from its inputs rounded to the autocast dtype: so does the bench
+        bench_args, bench_kwargs = (map_structure(lambda v: autocast_round(v, autocast, ctx.requires_grad), x)
+                                    for x in (bench_args, bench_kwargs))
+        record["notes"].append(f"autocast: the bench's inputs are rounded to {plan.autocast}, as the kernel's were")
+    bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
+                           requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True)
+    record["timings"]["inputs_s"] = time.perf_counter() - started
+
+    timings = record["timings"]
+    reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad)
+    seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
+    api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
+    # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
+    device_fn = backends.runner(device, api_key, resolved.device_fn)
+
+    def run_bench() -> Any:
+        return run_side(resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad)
+
+    try:
+        out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
+            entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
+                device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
+    except ApiFailure as failure:
+        reason = record["data"] == "random" and broken_precondition(failure.__cause__, run_bench,
+                                                                    resolved.bench_fn, bench_side)
+        if reason:
+            raise NotCheckable(reason) from None
+        raise
+    out_b = _timed(timings, "bench_s", "bench", run_bench, None)
+    capture.stash(out_d=out_d, out_b=out_b)
+    leaves_d, leaves_b = _selected(output_leaves(out_d), api, specs), _selected(output_leaves(out_b), api, specs)
+    if name.api_type == "NPU":  # rows an NPU op leaves unwritten (output_postprocess, api_specs/bench_functions.yaml)
+        from bench_functions import postprocess
+        leaves_d, leaves_b = (postprocess(api, leaves, args, kwargs, side)
+                              for leaves, side in ((leaves_d, "device"), (leaves_b, "bench")))
+    leaves_r: list[Any] | None = None  # the third run's outputs
+    if reference is not None and reference.side is not None:
+        record["reference"] = reference.label
+        ref_side = reference.side
+        seed_random_apis(record["seed"], reference.device)  # the same random numbers as the device call
+        out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
+            reference.fn, ref_side, autocast=reference.autocast, device_type=reference.device.kind,
+            grad=want_grad), reference.device)
+        leaves_r = _selected(output_leaves(out_r), api, specs)
+
+    started = time.perf_counter()
+    role = reference.role if reference is not None else "torch"
+    if backward_entry is None:
+        product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
+        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
+                 product=product, autocast=plan.autocast)
+    else:
+        if not dev_side.grad_leaves:
+            raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
+        grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
+        backward_both(name, leaves_b, leaves_d, cotangents, grad_index, timings, device, resolved.label)
+        grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
+        grads_r = None
+        if leaves_r is not None and reference is not None and reference.side is not None:
+            run, ref_side = reference, reference.side
+            pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
+            _timed(timings, "reference_backward_s", "reference backward",
+                   lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
+            grads_r = [leaf.grad for _, leaf in ref_side.grad_leaves]
+        grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
+        positions = [pos for pos, _ in dev_side.grad_leaves]
+        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, role, api, specs, options,
+                 positions, autocast=plan.autocast)
+    timings["compare_s"] = time.perf_counter() - started
+    finish_record(record)
+
+
+def backward_both(name: Any, leaves_b: list[Any], leaves_d: list[Any], cotangents: list[Any], grad_index: int | None,
+                  timings: dict[str, float], device: Device, impl: str) -> None:
+    """Backward of the bench and, inside the device-call boundary, of the device, from the recorded
+    gradients paired with each side's outputs."""
+    pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
+    pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
+    if not pairs_b or len(pairs_b) != len(pairs_d):
+        raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
+    _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
+    _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
+        f"{name.full_name}.{name.direction}", f"{name.api_type}.{name.api_name}", "backward", device, impl,
+        lambda: backward(leaves_d, pairs_d, device.name)), None)
+
+
+def finish_record(record: dict[str, Any]) -> None:
+    """The item's statuses from its output rows: Layer 1 alone, and with the standard's verdicts."""
+    record["layer1_status"] = standards.aggregate(row["status"] for row in record["outputs"])
+    record["status"] = standards.aggregate(row["verdict"] or row["status"] for row in record["outputs"])
+    if record["status"] == "SKIP" and not record["message"]:
+        record["message"] = "; ".join(row.get("verdict_message") or row["message"] for row in record["outputs"]
+                                      if row.get("verdict_message") or row["message"]) or \
+            "nothing was compared"
+
+
+def prepared_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
+                    record: dict[str, Any], options: CheckOptions,
+                    specs: dict[str, Any]) -> tuple[BuildContext, list[Any], dict[str, Any], list[Any]]:
+    """build_inputs from the record's seed and the data mode, with msprobe's CPU dtype conversions;
+    the record gets the input notes and where the data came from."""
+    real = options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
+    ctx, args, kwargs, cotangents = build_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record["seed"],
+                                                 real, options, specs)
+    args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
+    record["notes"] += ctx.notes
+    record["data"] = "real" if ctx.loaded_files else "random"
+    return ctx, args, kwargs, cotangents
+
+
+def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
+                 seed: int, real: bool, options: CheckOptions,
+                 specs: dict[str, Any]) -> tuple[BuildContext, list[Any], dict[str, Any], list[Any]]:
+    """The call's arguments (and, for a backward item, the recorded cotangents), reproducibly from `seed`."""
+    ctx = BuildContext(dump, torch.Generator().manual_seed(seed), real,
+                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)))
+    args = []
+    for i, enc in enumerate(args_enc):
+        ctx.clamp_min_zero = i == 1 and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
+        args.append(build(enc, ctx, f"input_args.{i}"))
+    ctx.clamp_min_zero = False
+    kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
+    cotangents: list[Any] = []
+    if backward_entry is not None:
+        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(seed + 1), real, ctx.max_bytes)
+        raw = backward_entry.get("input")
+        cotangents = output_leaves([build(c, grad_ctx, f"backward.input.{i}")
+                                    for i, c in enumerate(raw if isinstance(raw, list) else [raw])])
+    return ctx, args, kwargs, cotangents
+
+
+def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
+    """Only the outputs api_specs says are comparable (e.g. attention_out of npu_fusion_attention)."""
+    selected = specs.get("forward_output_index", {}).get(api)
+    return leaves if selected is None else [leaves[i] for i in selected if i < len(leaves)]
+
+
+def _hf32(value: Any, requires_grad: set[int]) -> Any:
+    """An fp32 tensor rounded to HF32, keeping its place among the inputs that require a gradient."""
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
+        return value
+    rounded = hf32_round(value)
+    if id(value) in requires_grad:
+        requires_grad.add(id(rounded))
+    return rounded
+
+
+def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Device | None) -> Any:
+    started = time.perf_counter()
+    try:
+        result = fn()
+        if device is not None:
+            device.synchronize()
+    except (NotCheckable, InputError):
+        raise
+    except Exception as exc:
+        if type(exc).__name__ == "BenchUnsupported":  # bench_functions' own "cannot reproduce this call"
+            raise NotCheckable(str(exc)) from None
+        raise ApiFailure(f"{what} run raised {type(exc).__name__}: {exc}") from exc
+    finally:
+        timings[key] = timings.get(key, 0.0) + time.perf_counter() - started  # the twins share a key
+    return result
+
+
+def _preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[str, Any],
+                requires_grad: set[int]) -> tuple[list[Any], dict[str, Any]]:
+    """msprobe's dtype conversions for CPU kernels: `convert` (int32 targets -> int64) and
+    `preprocess.int_input_to_float` (an integer first argument of histc -> float32, any integer dtype)."""
+    conversions = []
+    for rule in specs.get("convert", {}).values():
+        if api in rule.get("apis", []):
+            conversions.append((parse_dtype(rule["from"]), parse_dtype(rule["to"])))
+    to_float = in_list(specs, api, "preprocess", "int_input_to_float") and bool(args) and \
+        isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() and not args[0].is_complex() \
+        and args[0].dtype != torch.bool
+    if not conversions and not to_float:
+        return args, kwargs
+
+    def convert(v: Any, dst: torch.dtype | None = None) -> Any:
+        if isinstance(v, torch.Tensor):
+            for src, to in conversions if dst is None else [(v.dtype, dst)]:
+                if v.dtype == src:
+                    new = v.to(to)
+                    if id(v) in requires_grad:
+                        requires_grad.add(id(new))
+                    return new
+        return v
+
+    args = [convert(a) for a in args]
+    if to_float:
+        args[0] = convert(args[0], torch.float32)
+    return args, {k: convert(v) for k, v in kwargs.items()}
+
+
+def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
+    if x is None:
+        return ("none", None, None)
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu().resolve_conj()
+        dtype = str(t.dtype)
+        if t.dtype in _LOW_PRECISION:
+            t = t.float()
+        return ("tensor", t.numpy(), dtype)
+    return ("scalar", x, None)
+
+
+def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
+             role: str, api: str, specs: dict[str, Any], options: CheckOptions,
+             positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None) -> None:
+    capture.stash(compared_bench=bench, compared_device=device, positions=positions)
+    if api in specs.get("dropout_apis", []):
+        b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
+        d = next((x for x in device if isinstance(x, torch.Tensor)), None)
+        if b is None or d is None:
+            raise NotCheckable(f"{api}: dropout produced no tensor to judge")
+        status, message = standards.dropout_verdict(_to_numpy(b)[1], _to_numpy(d)[1], specs)
+        record["outputs"].append({
+            "name": f"{prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
+            "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
+        })
+        record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
+        return
+    metric_standard = "msprobe26" if options.standard == "msprobe26" else "msprobe"
+    rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy,
+                                       standard=metric_standard)
+    torch_run = magnitude = None
+    if third is not None and role == "torch":
+        torch_run = [_round_like(r, d) for r, d in zip(third, device)]
+    elif third is not None:
+        magnitude = third
+    ref_rows = None
+    if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
+        ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
+                                               converter=_to_numpy, standard=metric_standard)
+    kind = error_kind(api, specs)
+    # an autocast kernel computes in the autocast dtype whatever dtype its results are stored in
+    narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
+        else None
+    for i, row in enumerate(rows):
+        if positions is not None and i < len(positions):
+            row.name = f"{prefix}.{positions[i]}"
+        paired = i < len(bench) and len(rows) == len(bench)
+        arrays = None
+        if paired:
+            arrays = _float_arrays(bench[i], device[i], _nth(torch_run, i), _nth(magnitude, i), kind,
+                                   product if i == 0 else None, narrow)
+            if arrays is not None and positions is not None and \
+                    in_list(specs, api, "error_model", "gradient_rounding"):
+                arrays.rules = "gradient_rounding"
+        judge.decide(row, options.standard, api_name=api, specs=specs,
+                     ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
+                     arrays=arrays, reference_results=options.reference_results)
+        if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
+            row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
+        record["outputs"].append(row.to_dict())
+
+
+def _exactly(bench: Any, device: Any) -> tuple[str, str] | None:
+    """strict's verdict on tensors msprobe's Layer 1 cannot compare (empty, int16, int8, complex), or None."""
+    if not (isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)) or bench.shape != device.shape:
+        return None
+    if device.numel() == 0:
+        return "pass", "empty output of the recorded shape"
+    if device.is_complex() and bench.is_complex():
+        return "SKIP", "complex output: not judged by strict (msprobe's standards compare it)"
+    if device.is_complex() or bench.dtype != device.dtype or device.is_floating_point():
+        return None
+    wrong = int((bench.cpu() != device.cpu()).sum())
+    return ("pass", "compared exactly") if not wrong else ("error", f"{wrong} of {device.numel()} elements differ")
+
+
+def _nth(values: list[Any] | None, i: int) -> Any:
+    return values[i] if values is not None and i < len(values) else None
+
+
+def _round_like(ref: Any, device: Any) -> Any:
+    """A reference computed in a wider dtype is rounded to the device output's dtype."""
+    if isinstance(ref, torch.Tensor) and isinstance(device, torch.Tensor) and ref.dtype != device.dtype \
+            and ref.is_floating_point() and device.is_floating_point():
+        return ref.detach().to(device.dtype)
+    return ref
+
+
+def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
+                  product: Any = None, narrow: torch.dtype | None = None) -> judge.StrictArrays | None:
+    """numpy arrays of a float output for the strict standard, or None.
+
+    Kept in their own dtypes (bf16 widened to fp32, exactly); a third run of another shape is left out.
+    """
+    if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
+        return None
+    if bench.shape != device.shape:
+        return None
+
+    def same(x: Any) -> Any:
+        ok = isinstance(x, torch.Tensor) and x.shape == device.shape and x.is_floating_point()
+        return _to_numpy(x)[1] if ok else None
+
+    return judge.StrictArrays(_to_numpy(bench)[1], _to_numpy(device)[1], same(torch_run), same(magnitude), kind,
+                              int(device.shape[-1]) if device.dim() else 1, same(product),
+                              str(narrow) if narrow is not None and narrow.itemsize < device.dtype.itemsize else None)

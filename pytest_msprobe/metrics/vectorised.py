@@ -1,0 +1,291 @@
+"""Vectorised numpy versions of msprobe's accuracy metrics (REFERENCE-msprobe.md §4.1, §4.2).
+
+Every function is pure numpy, without torch, so it runs the same on every worker. The arithmetic keeps
+msprobe's dtypes on purpose (float32 sums for fp16/bf16 outputs, float64 for fp32 outputs, numpy's
+pairwise `mean`) so the numbers equal the ones msprobe writes, not merely come close. Thresholds are
+arguments; the numbers live in api_specs/thresholds.yaml.
+inf/NaN inputs are legal and give inf/NaN metrics, so numpy's floating-point warnings are silenced.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from ..records.columns import METRIC_KEYS as METRIC_KEYS  # re-exported: the metrics' column order
+
+
+def _quiet(fn: Callable) -> Callable:
+    """Silence numpy floating-point warnings: inf - inf, 0 / 0 and log2(0) are expected here."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+_BLOCK = 1 << 20                      # elements per block of a normalised float64 cosine pass
+
+COSINE_SCALAR_MSG = "All the data in device dump data is scalar. Please refer to other compare algorithms."
+COSINE_BOTH_ZERO_MSG = "All the data in device and bench outputs are zero."
+COSINE_DEVICE_ZERO_MSG = "All the data is zero in device dump data."
+COSINE_BENCH_ZERO_MSG = "All the data is zero in bench dump data."
+COSINE_NAN_MSG = "Dump data has NaN when comparing with Cosine Similarity."
+
+
+class ErrorArrays(NamedTuple):
+    """The flat arrays every metric is built from, computed once per output."""
+    abs_bench: np.ndarray      # |b|
+    abs_err: np.ndarray        # |d - b|  (numpy promotion: fp32 for fp16 outputs, fp64 for fp32)
+    rel_err: np.ndarray        # |d - b| / (|b| + eps)  (msprobe's rel_err_origin)
+    eps: float | np.floating   # the eps above; |b| + eps is not kept, it is cheap to rebuild on a subset
+
+
+def blank_metrics() -> dict[str, float | None]:
+    """All metric columns blank (None is msprobe's " " cell)."""
+    return dict.fromkeys(METRIC_KEYS)
+
+
+@_quiet
+def error_arrays(bench: np.ndarray, device: np.ndarray, eps: float | np.floating) -> ErrorArrays:
+    """Shared error arrays; `eps` must be a numpy scalar of the bench dtype (or a Python float) so the
+    sums stay in the bench dtype exactly as msprobe computes them."""
+    abs_bench = np.abs(bench)
+    abs_err = np.subtract(device, bench)
+    np.abs(abs_err, out=abs_err)
+    rel_err = abs_bench + eps
+    np.divide(abs_err, rel_err, out=rel_err)   # both sides >= 0, so msprobe's extra abs() is the identity
+    return ErrorArrays(abs_bench, abs_err, rel_err, eps)
+
+
+def max_abs(values: np.ndarray) -> np.floating:
+    """max|x| in the array's dtype (NaN if any NaN); avoids a temporary |x| array."""
+    return np.maximum(np.max(values), -np.min(values))
+
+
+_SAFE_SCALE = (1e-100, 1e100)  # max|x| range whose float64 squares, summed, neither overflow nor underflow
+
+
+def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float) -> tuple[float, float, float]:
+    """(n.g, n.n, g.g) in float64 for the cosine, which does not depend on the scale of either side.
+
+    msprobe divides each side by its max|x| first so that the squares cannot overflow; in float64 that
+    is only needed outside _SAFE_SCALE (never for fp32/fp16/bf16 outputs), so the dot products usually
+    run on the arrays themselves: einsum widens them in small buffers (no float64 copy of the output)
+    and runs on one thread (BLAS threads on a busy machine cost up to 50x here). Only the rounding order
+    differs from msprobe's (~1e-16 relative).
+    """
+    lo, hi = _SAFE_SCALE
+    if lo <= n_max <= hi and lo <= g_max <= hi:
+        def dot(a: np.ndarray, b: np.ndarray) -> float:
+            return float(np.einsum("i,i->", a, b, dtype=np.float64))
+        return dot(n, g), dot(n, n), dot(g, g)
+    ng = nn = gg = 0.0
+    for i in range(0, n.size, _BLOCK):  # normalised float64 blocks: memory stays flat
+        nb = np.true_divide(n[i:i + _BLOCK], n_max, dtype=np.float64)
+        gb = np.true_divide(g[i:i + _BLOCK], g_max, dtype=np.float64)
+        ng += float(np.einsum("i,i->", nb, gb))
+        nn += float(np.einsum("i,i->", nb, nb))
+        gg += float(np.einsum("i,i->", gb, gb))
+    return ng, nn, gg
+
+
+@_quiet
+def cosine(bench: np.ndarray, device: np.ndarray, *, zero_eps: float, pass_gt: float,
+           bench_absmax: np.floating | None = None) -> tuple[float | None, bool, str]:
+    """msprobe's cosine similarity in float64 (huge values cannot overflow: see _dots), single elements and all-zero pairs are not judged. Returns
+    (value or None for a blank cell, passed, message). NaN anywhere gives (nan, False) like 8.3.3."""
+    n = device.reshape(-1)
+    g = bench.reshape(-1)
+    if n.shape != g.shape:
+        return -1.0, False, f"Shape of device and bench outputs don't match. device: {n.shape}, bench: {g.shape}."
+    if n.size == 0:
+        return None, False, "There is not bench calculation result."
+    if n.size == 1:
+        return None, True, COSINE_SCALAR_MSG
+    n_max = np.float64(max_abs(n))
+    g_max = np.float64(max_abs(g) if bench_absmax is None else bench_absmax)
+    if n_max <= zero_eps and g_max <= zero_eps:
+        return None, True, COSINE_BOTH_ZERO_MSG
+    if n_max <= zero_eps:
+        return None, False, COSINE_DEVICE_ZERO_MSG
+    if g_max <= zero_eps:
+        return None, False, COSINE_BENCH_ZERO_MSG
+    ng, nn, gg = _dots(n, g, n_max, g_max)
+    cos = ng / (math.sqrt(nn) * math.sqrt(gg))        # nn, gg > 0 here (max|x| > zero_eps), or NaN
+    if math.isnan(cos):
+        return float("nan"), False, COSINE_NAN_MSG
+    cos = min(max(cos, -1.0), 1.0)
+    return cos, cos > pass_gt, ""
+
+
+def dual_ratio(rel_err: np.ndarray, threshold: float) -> tuple[float, bool]:
+    """双百/双千/双万: fraction of elements with rel_err < t (strict); the check holds iff it is > 1 - t."""
+    ratio = 1.0 if rel_err.size == 0 else float(np.count_nonzero(rel_err < threshold) / rel_err.size)
+    return ratio, ratio > 1 - threshold
+
+
+def binary_error_rate(bench: np.ndarray, device: np.ndarray) -> float:
+    """Fraction of elements that differ (exact equality after numpy promotion)."""
+    return float(np.count_nonzero(bench != device) / bench.size)
+
+
+def _fraction(cond: np.ndarray, mask: np.ndarray, mask_count: int | None = None) -> float:
+    """count(cond & mask) / count(mask), 0 when the mask is empty (msprobe's convention)."""
+    total = np.count_nonzero(mask) if mask_count is None else mask_count
+    if total == 0:
+        return 0.0
+    np.logical_and(cond, mask, out=cond)
+    return float(np.count_nonzero(cond) / total)
+
+
+@_quiet
+def finite_mask(bench: np.ndarray, device: np.ndarray, device_dtype: np.dtype | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(both finite, bench rounded to the device dtype). The bench is rounded first, so a bench value that
+    overflows the device dtype counts as non-finite; the rounded bench is reused by the error balance.
+    `device` may hold the device values in a wider dtype (fp16 values as float32, which numpy handles much
+    faster); `device_dtype` then names the real one and the rounded bench comes back in the wider dtype."""
+    bench_dev = bench.astype(device.dtype if device_dtype is None else device_dtype, copy=False)
+    bench_dev = bench_dev.astype(device.dtype, copy=False)
+    both = np.isfinite(device)
+    both &= np.isfinite(bench_dev)
+    return both, bench_dev
+
+
+def small_value_mask(abs_bench: np.ndarray, both_finite: np.ndarray, small_value: float) -> np.ndarray:
+    """Finite elements whose |bench| <= small_value."""
+    small = np.less_equal(abs_bench, small_value)
+    small &= both_finite
+    return small
+
+
+def error_balance(device: np.ndarray, bench_dev: np.ndarray) -> float:
+    """误差均衡性: |#(d > b) - #(d < b)| / N with b rounded to the device dtype. Counting the comparisons
+    equals counting the signs of d - b (a difference of distinct floats never rounds to zero)."""
+    if device.size == 0:
+        return 0.0
+    return float(abs(np.count_nonzero(device > bench_dev) - np.count_nonzero(device < bench_dev)) / device.size)
+
+
+@_quiet
+def inf_nan_error_ratio(device: np.ndarray, bench_dev: np.ndarray, err: ErrorArrays,
+                        both_finite: np.ndarray, rtol: float, clip_range: tuple,
+                        device_dtype: np.dtype | None = None) -> float:
+    """Among elements where either side is inf/NaN: fraction NOT matching after clipping both sides to the
+    device dtype's finite range (|dc - bc| / (|b| + eps) <= rtol, or both NaN); the difference is taken in
+    the device dtype, as msprobe does. Elementwise, so it is computed on the non-finite subset only."""
+    bad = ~both_finite
+    n_bad = np.count_nonzero(bad)
+    if n_bad == 0:
+        return 0.0
+    lo, hi = clip_range
+    dt = device.dtype if device_dtype is None else device_dtype
+    d = device[bad].astype(dt, copy=False)
+    gc = np.clip(bench_dev[bad].astype(dt, copy=False), lo, hi)
+    dc = np.clip(d, lo, hi)
+    ok = np.abs(dc - gc) / (err.abs_bench[bad] + err.eps) <= rtol
+    ok |= np.isnan(d) & np.isnan(gc)
+    return float(np.count_nonzero(~ok) / n_bad)
+
+
+@_quiet
+def absolute_threshold_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarray,
+                               both_finite: np.ndarray, *, rtol: float, small_value: float, atol: float,
+                               clip_range: tuple, device_dtype: np.dtype | None = None) -> dict[str, float]:
+    """绝对阈值法: inf/nan error ratio, rel-error ratio on normal values (rel > rtol), abs-error ratio on
+    small values (abs > atol)."""
+    small = small_value_mask(err.abs_bench, both_finite, small_value)
+    normal = both_finite & ~small
+    return {
+        "inf_nan_err_ratio": inf_nan_error_ratio(device, bench_dev, err, both_finite, rtol, clip_range,
+                                                 device_dtype),
+        "rel_err_ratio": _fraction(err.rel_err > rtol, normal),
+        "abs_err_ratio": _fraction(err.abs_err > atol, small),
+    }
+
+
+def rmse(abs_err: np.ndarray, keep: np.ndarray, n_kept: int, denominator_eps: float, additive: float) -> float:
+    """Root mean square of the kept errors, corrected for the masked ones the way msprobe does:
+    sqrt(mean(where(keep, ae, 0)**2) * (N / (N - k + denominator_eps) + additive)), k = N - n_kept
+    masked elements. The mean is numpy's pairwise mean in the error dtype, as in msprobe."""
+    masked = np.where(keep, abs_err, 0)
+    np.square(masked, out=masked)
+    mse = np.float64(masked.mean())
+    return float(np.sqrt(mse * (abs_err.size / (n_kept + denominator_eps) + additive)))
+
+
+@_quiet
+def benchmark_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarray, both_finite: np.ndarray, *,
+                      small_value: float, atol: float, rmse_fudge: tuple[float, float]) -> dict[str, float]:
+    """标杆比对法: small-value error ratio, max/mean relative error and rmse over the normal (finite,
+    not small) elements, error balance over all."""
+    small = small_value_mask(err.abs_bench, both_finite, small_value)
+    n_small = np.count_nonzero(small)
+    normal = both_finite & ~small                       # = not (small or inf/nan)
+    rel_normal = err.rel_err[normal]                    # same elements/order as msprobe's rel_err[rel_err >= 0]
+    return {
+        "small_value_err_ratio": _fraction(err.abs_err > atol, small, int(n_small)),
+        "max_rel_err": float(rel_normal.max()) if rel_normal.size else 0.0,
+        "mean_rel_err": float(rel_normal.mean()) if rel_normal.size else 0.0,
+        "rmse": rmse(err.abs_err, normal, rel_normal.size, *rmse_fudge),
+        "error_balance": error_balance(device, bench_dev),
+    }
+
+
+@_quiet
+def ulp_errors(bench: np.ndarray, device: np.ndarray, abs_bench: np.ndarray, *, mantissa_bits: int,
+               min_exponent: int, compute_dtype: np.dtype | str) -> np.ndarray:
+    """Per-element error in units of the device dtype's last place at the bench value:
+    |(d - b) * 2**(mantissa_bits - eb)|, eb = max(floor(log2|b|), min_exponent) with log2 in the bench
+    dtype. msprobe's quirk is kept: for b == 0 the exponent is 0, not min_exponent, so the unit there is
+    2**-mantissa_bits (huge) and errors around zero are almost ignored."""
+    cd = np.dtype(compute_dtype)
+    eb = np.log2(abs_bench)
+    np.floor(eb, out=eb)
+    np.copyto(eb, 0, where=abs_bench == 0)
+    np.maximum(eb, min_exponent, out=eb)
+    scale = np.exp2(mantissa_bits - eb).astype(cd, copy=False)
+    ulp = np.subtract(device.astype(cd, copy=False), bench).astype(cd, copy=False)
+    ulp *= scale
+    np.abs(ulp, out=ulp)
+    return ulp
+
+
+@_quiet
+def ulp_errors_fp8(bench: np.ndarray, device: np.ndarray, *, exponent_floor: float,
+                   mantissa_width: dict[int, int]) -> np.ndarray:
+    """|ULP error| of fp8 outputs as msprobe 26.x measures them, in float64: a tapered format whose mantissa
+    width depends on the bench value's exponent e = floor(max(log2|b|, exponent_floor)): the width of the first
+    `mantissa_width` key >= |e|, else 0, where the error is the difference of the signed log2 magnitudes.
+    Two departures from msprobe: it keeps the sign (so counts only device values above the bench) and floors
+    only the bench's log2 (so an exact zero on both sides is 978 ULP off); here both directions count and
+    both sides are floored."""
+    x, d = np.asarray(bench, dtype=np.float64), np.asarray(device, dtype=np.float64)
+    tiny = 2.0 ** -1000
+    ex = np.maximum(np.log2(np.abs(x) + tiny), exponent_floor)
+    exponent = np.floor(ex)
+    width = np.zeros_like(x)
+    for limit, bits in sorted(mantissa_width.items(), reverse=True):
+        width[np.abs(exponent) <= int(limit)] = bits
+    err = (d - x) * np.exp2(width - exponent)
+    eh = np.maximum(np.log2(np.abs(d) + tiny), exponent_floor)
+    log_err = eh * np.where(d >= 0, 1.0, -1.0) - ex * np.where(x >= 0, 1.0, -1.0)
+    return np.abs(np.where(width == 0, log_err, err))
+
+
+@_quiet
+def ulp_metrics(ulp: np.ndarray, elem_threshold: float) -> dict[str, float]:
+    """ULP误差最大值 / 平均值 / 大于阈值占比 (mean is numpy's pairwise mean in the compute dtype)."""
+    return {
+        "max_ulp_err": float(ulp.max()),
+        "mean_ulp_err": float(ulp.mean()),
+        "ulp_err_proportion": float(np.count_nonzero(ulp > elem_threshold) / ulp.size),
+    }
+
+
+def zero_fraction_diff(bench: np.ndarray, device: np.ndarray) -> float:
+    """Dropout rule: |#zeros(b) - #zeros(d)| / numel(b)."""
+    return float(abs(np.count_nonzero(bench == 0) - np.count_nonzero(device == 0)) / bench.size)

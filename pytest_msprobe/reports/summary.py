@@ -1,0 +1,205 @@
+"""What a person or a CI system reads about a run: terminal summary lines and JUnit properties."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+WORST_SHOWN = 10
+
+
+def _values(record: Mapping[str, Any], key: str) -> list[float]:
+    values = []
+    for out in record.get("outputs") or ():
+        value = (out.get("metrics") or {}).get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+            values.append(float(value))
+    return values
+
+
+def key_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+    """min/max cosine and the largest max-abs error over the item's outputs (absent ones left out)."""
+    result: dict[str, float] = {}
+    cosine, abs_err = _values(record, "cosine"), _values(record, "max_abs_err")
+    if cosine:
+        result["min_cosine"], result["max_cosine"] = min(cosine), max(cosine)
+    if abs_err:
+        result["max_abs_err"] = max(abs_err)
+    return result
+
+
+def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
+    props: list[tuple[str, object]] = [("msprobe_status", record.get("status", ""))]
+    algorithms = dict.fromkeys(str(a) for a in [record.get("algorithm")] + [
+        out.get("algorithm") for out in record.get("outputs") or ()] if a)  # per output, in order
+    if algorithms:
+        props.append(("msprobe_algorithm", ",".join(algorithms)))
+    props += [(f"msprobe_{k}", f"{v:.6g}") for k, v in key_metrics(record).items()]
+    if record.get("seed") is not None:
+        props.append(("msprobe_seed", record["seed"]))
+    if record.get("reused_from"):  # --msprobe-filter-api
+        props.append(("msprobe_reused_from", record["reused_from"]))
+    return props
+
+
+_SEVERITY = {"error": 0, "Warning": 1, "SKIP": 2, "pass": 3}
+
+
+def severity(out: Mapping[str, Any]) -> int:
+    """Sort key of an output by its verdict: error, Warning, SKIP, pass."""
+    return _SEVERITY.get(str(out.get("verdict") or out.get("status")), 4)
+
+
+def short_name(name: str, direction: str) -> str:
+    """'Functional.linear.0.forward.output.0' -> 'output.0' (the API is already named)."""
+    marker = f".{direction}."
+    cut = name.rfind(marker)
+    return name[cut + len(marker):] if cut >= 0 else name
+
+
+def output_reasons(out: Mapping[str, Any]) -> list[str]:
+    """Why an output got its verdict: the selected standard's message, then msprobe's Layer-1 message when
+    Layer 1 did not pass and says something else (e.g. which original check a fallback verdict applied)."""
+    verdict_message = str(out.get("verdict_message") or "").strip()
+    message = str(out.get("message") or "").strip()
+    texts = [verdict_message] if verdict_message else []
+    if message and message != verdict_message:
+        if not verdict_message:
+            texts.append(message)
+        elif out.get("status") in ("error", "Warning"):
+            texts.append(f"original standard (Layer 1) {out['status']}: {message}")
+    return texts
+
+
+def reason(record: Mapping[str, Any]) -> str:
+    """One line saying why an item got its status: its worst output's reasons, else its message."""
+    direction = str(record.get("direction", ""))
+    for out in sorted(record.get("outputs") or (), key=severity):
+        texts = output_reasons(out) if (out.get("verdict") or out.get("status")) not in ("pass", None) else []
+        if texts:
+            return f"{short_name(str(out.get('name', '')), direction)}: " + "; ".join(" ".join(t.split()) for t in texts)
+    return " ".join(str(record.get("message") or "").split()) or str(record.get("status", ""))
+
+
+def label(record: Mapping[str, Any]) -> str:
+    """The item as pytest names it (dump and entry), for records that have no node id the API name."""
+    return str(record.get("nodeid") or f"{record.get('api')}.{record.get('direction')}")
+
+
+def worst(records: Iterable[Mapping[str, Any]], n: int = WORST_SHOWN) -> list[str]:
+    """Failed items, lowest cosine first, then largest error; those without metrics (crash, exception) last.
+    Each is named by its node id, so the dump it came from is known."""
+    def rank(rec: Mapping[str, Any]) -> tuple[int, float, float]:
+        m = key_metrics(rec)
+        return (0 if m else 1, m.get("min_cosine", 1.0), -m.get("max_abs_err", 0.0))
+
+    lines = []
+    for rec in sorted((r for r in records if r.get("status") == "error"), key=rank)[:n]:
+        m = key_metrics(rec)
+        numbers = "  ".join(f"{k}={v:.6g}" for k, v in m.items() if k != "max_cosine")
+        lines.append(f"{label(rec)}  {numbers or reason(rec)[:120]}".rstrip())
+    return lines
+
+
+def warned_lines(records: Iterable[Mapping[str, Any]], every: bool = False, n: int = WORST_SHOWN) -> list[str]:
+    """Items passed with msprobe's Warning and why, as pytest's short summary writes its lines
+    (every one with -rA / -rp, else the first n)."""
+    warned = [r for r in records if r.get("status") == "Warning"]
+    if not warned:
+        return []
+    more = "" if every or len(warned) <= n else f"; the first {n}, -rA lists all"
+    lines = [f"warned items ({len(warned)}, passed; --msprobe-warning-as-error fails them{more}):"]
+    return lines + [f"WARNED {label(r)} - {reason(r)}" for r in (warned if every else warned[:n])]
+
+
+def nothing_checked(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The line that fails a run whose every API item was skipped: a gate that checked nothing is not green."""
+    if not records or any(r.get("status") != "SKIP" for r in records):
+        return None
+    which = f"all {len(records)} API items were" if len(records) > 1 else "the only API item was"
+    return (f"msprobe: {which} skipped, so nothing was checked (e.g. "
+            f"{reason(records[0])[:160]}): exit status 1; --msprobe-allow-all-skipped (ini "
+            "msprobe_allow_all_skipped) accepts such a run")
+
+
+def file_lines(written: Mapping[str, Any], shown: int = 3) -> list[str]:
+    """The files of a run; per-dump CSV sets (keys `<kind>:<label>`) for the first `shown` dumps."""
+    plain = [f"{kind}: {path}" for kind, path in written.items() if ":" not in kind]
+    per_dump: dict[str, list[str]] = {}
+    for kind, path in written.items():
+        if ":" in kind:
+            per_dump.setdefault(kind.split(":", 1)[1], []).append(getattr(path, "name", str(path)))
+    if not per_dump:
+        return plain
+    first = next(p for k, p in written.items() if ":" in k)
+    lines = [f"one CSV set per dump ({len(per_dump)} dumps) in {getattr(first, 'parent', '')}:"]
+    for name, files in list(per_dump.items())[:shown]:
+        lines.append(f"  {name}: {', '.join(files)}")
+    if len(per_dump) > shown:
+        lines.append(f"  ... and {len(per_dump) - shown} more set(s) named the same way")
+    return lines + plain
+
+
+def header_lines(config: Any) -> list[str]:
+    from ..session.devices import DEVICES_KEY
+    from ..session.journal import JOURNAL_KEY
+
+    lines = []
+    if DEVICES_KEY in config.stash:
+        lines.append(config.stash[DEVICES_KEY].header())
+    journal = config.stash.get(JOURNAL_KEY, None)
+    if journal is not None and journal.resume:
+        lines.append(f"msprobe: resuming from {journal.path}: {len(journal.finished)} finished item(s) there")
+    from ..session.workers import header_line
+
+    if header_line(config):
+        lines.append(header_line(config))
+    if config.getoption("msprobe_shard"):
+        lines.append("msprobe: shard {}/{} of every dump".format(*config.getoption("msprobe_shard")))
+    return lines
+
+
+def terminal_lines(config: Any, records: list[dict[str, Any]], written: Mapping[str, Any],
+                   resumed: int, known: int) -> list[str]:
+    """Counts by status, where results came from, devices, the worst failures, the files."""
+    from ..session.devices import DEVICES_KEY
+    from ..session.guard import CRASH_KEY
+    from ..session.journal import JOURNAL_KEY
+    from ..settings import SETTINGS_KEY
+    from .results import reference_only, summary_counts
+
+    ref_only = reference_only(records)
+    counts = summary_counts(r for r in records if not r.get("reference_only"))
+    lines = ["items: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
+    if ref_only:
+        lines.append(f"{sum(ref_only.values())} items checked only the reference (" + ", ".join(
+            f"{v} {k}" for k, v in sorted(ref_only.items())) + "): NPU ops without an NPU run their bench function "
+            "on both sides, so they test the inputs and the bench, not a vendor kernel")
+    notes = []
+    if resumed:
+        notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
+    if known:
+        notes.append(f"{known} known failure(s) xfailed by the baseline")
+    reused = sum(1 for r in records if r.get("reused_from"))
+    if reused:
+        notes.append(f"{reused} reused the result of an identical call (--msprobe-filter-api)")
+    crash = config.stash.get(CRASH_KEY, None)
+    if crash is not None and crash.crashed:
+        notes.append(f"{crash.crashed} crashed or hung item(s)")
+    if notes:
+        lines.append("; ".join(notes))
+    info = config.stash.get(DEVICES_KEY, None)
+    if info is not None:
+        ran_on = sorted({str(r.get("device")) for r in records if r.get("device")})
+        where = info.hooks.summary() if info.hooks is not None else str(info.slot)
+        lines.append(f"devices: {where}; items ran on {', '.join(ran_on) or '-'}")
+    bad = worst(records)
+    if bad:
+        lines.append(f"worst failures ({len(bad)} of {counts.get('error', 0) + ref_only.get('error', 0)}):")
+        lines += [f"  {line}" for line in bad]
+    lines.append(f"seed: {config.stash[SETTINGS_KEY].check_options.run_seed}")
+    lines += file_lines(written)
+    journal = config.stash.get(JOURNAL_KEY, None)
+    if journal is not None:
+        lines.append(f"journal: {journal.path}")
+    return lines

@@ -1,0 +1,436 @@
+"""Running one recorded call on the device under test and on the CPU bench.
+
+The bench follows msprobe's precision rules (fp16/bf16 -> fp32, fp32 -> fp64, mixed -> fp32,
+HF32 for fp32 convolutions); the device runs the API in its recorded dtype, under autocast when
+the dump shows an AMP region. Both sides get their own copies of the inputs, so in-place and
+`out=` calls never leak from one side into the other.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..inputs.build import DeviceArg, InputError
+
+RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class NotCheckable(Exception):
+    """The call cannot be checked here; the message is the skip reason."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """A torch device of a backend (backends.py): `name` is the torch device string."""
+
+    kind: str  # torch device type: "cpu" | "cuda" | "npu" | a backend's own
+    index: int | None = None
+    backend: Any = field(default=None, compare=False, repr=False)  # backends.Backend; None: plain torch
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+    @property
+    def label(self) -> str:
+        """The --msprobe-device name, with the torch device when they differ."""
+        backend = getattr(self.backend, "name", None) or self.kind
+        return self.name if backend in (self.kind, self.name) else f"{backend} ({self.name})"
+
+    def synchronize(self) -> None:
+        if self.backend is not None:
+            self.backend.synchronize(self.name)
+        elif self.kind == "cuda":
+            torch.cuda.synchronize()
+        elif self.kind == "npu":
+            torch.npu.synchronize()  # type: ignore[attr-defined]
+
+    def to_device(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """A fresh copy on this device, as its backend moves tensors."""
+        if self.backend is None:
+            return tensor.to(device=self.name, dtype=dtype, copy=True)
+        moved = self.backend.to_device(tensor, self.name, dtype).detach()
+        if moved.device == tensor.device and moved.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
+            moved = moved.clone()  # never share memory with the inputs the bench and reference copy
+        return moved
+
+
+@functools.lru_cache(maxsize=1)
+def npu_import_error() -> str | None:
+    """Import torch_npu once; without CANN it raises, which must become a skip reason."""
+    try:
+        importlib.import_module("torch_npu")
+    except BaseException as exc:  # ImportError, OSError from missing CANN libraries, SystemExit, ...
+        return f"{type(exc).__name__}: {exc}".strip()
+    return None
+
+
+def select_device(requested: str, index: int | None = None) -> Device:
+    """auto: npu if torch_npu imports, else cuda, else cpu. Explicit choices must be usable.
+
+    Every name, the built-in ones included, goes through the backends (backends.py).
+    """
+    from .backends import select
+
+    return select(requested, index)
+
+
+# ----------------------------------------------------------------------------- API resolution
+
+
+@dataclass
+class Resolved:
+    device_fn: Callable[..., Any]
+    bench_fn: Callable[..., Any]
+    label: str
+    reference_vs_reference: bool = False
+    kernel: str | None = None  # the --msprobe-kernels kernel that is the device side, if any
+    call: dict[str, Any] | None = field(default=None, repr=False)  # the recorded entry it was resolved for
+    api_path: str | None = None  # dotted path of the torch API (torch.linalg.inv), kept when a kernel substitutes
+
+
+def _getattr_path(root: Any, dotted: str) -> Any:
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
+            call: dict[str, Any] | None = None) -> Resolved:
+    """The device and bench callables of a recorded API. `call`, the recorded forward entry, tells a
+    `Torch.<name>` of torch.linalg from an older torch namesake (torch_names.py)."""
+    reason = specs.get("unsupported_types", {}).get(api_type)
+    if reason:
+        raise NotCheckable(f"{api_type}.{api_name}: {reason}")
+    try:
+        if api_type == "Functional":
+            fn = _getattr_path(torch.nn.functional, api_name)
+            return Resolved(fn, fn, f"torch.nn.functional.{api_name}")
+        if api_type == "Torch":
+            from .torch_names import torch_function
+
+            fn, label = torch_function(api_name, call)
+            return Resolved(fn, fn, label, call=call, api_path=label.split(" ")[0])
+        if api_type == "Tensor":
+            fn = getattr(torch.Tensor, api_name)
+            if api_name == "__getitem__":
+                fn = _getitem
+            elif api_name == "__eq__":
+                fn = _eq
+            return Resolved(fn, fn, f"torch.Tensor.{api_name}")
+    except AttributeError:
+        raise NotCheckable(
+            f"{api_type}.{api_name}: no such API in torch {torch.__version__} (dumped with another version?)"
+        ) from None
+    if api_type == "NPU":
+        return _resolve_npu(api_name, device, specs)
+    raise NotCheckable(f"API type {api_type!r} of {api_type}.{api_name} is not executable")
+
+
+def _resolve_npu(api_name: str, device: Device, specs: dict[str, Any]) -> Resolved:
+    import bench_functions
+
+    name = specs.get("aliases", {}).get(api_name, api_name)
+    bench = bench_functions.get(name)
+    if bench is None:
+        raise NotCheckable(f"NPU.{api_name}: no bench function for {name} in bench_functions/")
+    if device.kind == "npu":
+        import torch_npu
+
+        try:
+            fn = _getattr_path(torch_npu, api_name)
+        except AttributeError:
+            raise NotCheckable(f"NPU.{api_name}: torch_npu has no {api_name}") from None
+        return Resolved(fn, bench, f"torch_npu.{api_name}")
+    return Resolved(bench, bench, f"bench_functions.{name} on {device.kind}", reference_vs_reference=True)
+
+
+def _getitem(self: torch.Tensor, index: Any) -> Any:
+    """msprobe's indexing rules for tensor indices, applied identically on both sides."""
+    if isinstance(index, torch.Tensor):
+        if index.dtype == torch.uint8:
+            index = index.bool()
+        if index.dtype == torch.bool:
+            if index.shape == self.shape:
+                return torch.masked_select(self, index)
+            return self[index.nonzero(as_tuple=True)]
+        if index.dim() <= 1:
+            return self[index.tolist()]
+        return torch.stack([_getitem(self, row) for row in index])
+    return self[index]
+
+
+def _eq(self: torch.Tensor, other: Any) -> Any:
+    return False if other is None else torch.Tensor.__eq__(self, other)
+
+
+# ----------------------------------------------------------------------------- argument sets
+
+
+def seed_random_apis(seed: int, device: Any = None) -> None:
+    """Seed the generators random APIs inside a call draw from: CPU's, and the device's own.
+
+    Not torch.manual_seed: for every device type that is not initialised it records a lazy call with
+    a formatted stack trace, milliseconds per item.
+    """
+    torch.random.default_generator.manual_seed(seed)
+    kind = getattr(device, "kind", None)
+    if kind == "cuda":
+        torch.cuda.manual_seed(seed)
+    elif kind == "npu":
+        torch.npu.manual_seed(seed)  # type: ignore[attr-defined]
+
+
+def tensors_of(value: Any) -> list[torch.Tensor]:
+    """Tensor leaves in argument order (lists, tuples and dict values)."""
+    out: list[torch.Tensor] = []
+    _tensors_into(value, out)
+    return out
+
+
+def _tensors_into(v: Any, out: list[torch.Tensor]) -> None:
+    # A module-level recursion: a nested `def walk` refers to itself through its closure, a reference
+    # cycle that keeps `out`, and every tensor in it, alive until the cyclic GC runs (hundreds of MB).
+    if isinstance(v, torch.Tensor):
+        out.append(v)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _tensors_into(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _tensors_into(x, out)
+
+
+def map_structure(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, list):
+        return [map_structure(fn, v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(map_structure(fn, v) for v in value)
+    if isinstance(value, dict):
+        return {k: map_structure(fn, v) for k, v in value.items()}
+    return fn(value)
+
+
+@dataclass
+class Plan:
+    """How the two sides treat dtypes for one call."""
+
+    raise_to: torch.dtype | None
+    autocast: torch.dtype | None
+    hf32: bool
+
+
+def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtype: torch.dtype | None,
+                   specs: dict[str, Any], policy: str = "auto", standard: str = "msprobe") -> Plan:
+    """Bench dtypes and autocast for one call. `policy` (--msprobe-bench-precision): "auto" is msprobe's
+    raise rule with the per-API tables of api_specs (precision.raise_map_by_api); "fp64" raises every
+    float dtype to fp64."""
+    rules = specs["precision"]
+    table, mixed = rules["raise_map"], rules["mixed_raise_to"]
+    by_api = rules.get("raise_map_by_api", {})
+    if policy == "fp64":
+        table, mixed = {k: "torch.float64" for k in rules["raise_map"]}, "torch.float64"
+    elif api_name in by_api:
+        table = by_api[api_name]
+    raise_map = {getattr(torch, k.split(".")[1]): getattr(torch, v.split(".")[1]) for k, v in table.items()}
+    dtypes = {t.dtype for t in tensors_of(args) + tensors_of(kwargs) if t.dtype in raise_map}
+    autocast_dtype: torch.dtype | None = None
+    is_autocast = False
+    raise_to: torch.dtype | None = None
+    if len(dtypes) == 1:
+        (only,) = dtypes
+        raise_to, autocast_dtype = raise_map[only], only
+    elif len(dtypes) >= 2:
+        raise_to = getattr(torch, mixed.split(".")[1])
+        low = sorted((d for d in dtypes if d != torch.float32), key=str)
+        autocast_dtype, is_autocast = (low[0] if low else None), True
+    if api_name in rules.get("not_raise", []):
+        raise_to = None
+    if not is_autocast and output_dtype is not None:
+        is_autocast = autocast_dtype != output_dtype
+        autocast_dtype = output_dtype
+    # Autocast only means something for a 16-bit target; msprobe's fp32 autocast is a no-op.
+    autocast = autocast_dtype if is_autocast and autocast_dtype in (torch.float16, torch.bfloat16) else None
+    return Plan(raise_to, autocast, api_name in rules.get("hf32", []))
+
+
+def hf32_round(t: torch.Tensor) -> torch.Tensor:
+    """Round fp32 to HF32 (1 + 8 + 11 bits, round half up at mantissa bit 11) as Ascend cubes do."""
+    bits = t.contiguous().view(torch.int32)
+    bits = ((bits >> 11) + 1) >> 1 << 12
+    return bits.view(torch.float32).reshape(t.shape)
+
+
+@dataclass
+class Side:
+    """One side's arguments plus the leaves whose gradients we collect."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    grad_leaves: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+
+
+def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for: Callable[[torch.Tensor], torch.dtype],
+              requires_grad: set[int], want_grad: bool, bench: bool,
+              move: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None) -> Side:
+    """Fresh copies of every tensor, cast and moved (by `move`, a backend's, when given); grad-requiring
+    inputs become non-leaf clones."""
+    side = Side([], {})
+    counter = [0]
+
+    def convert(v: Any, in_kwargs: bool, key: str | None = None) -> Any:
+        if isinstance(v, DeviceArg):
+            return "cpu" if bench else device
+        if not isinstance(v, torch.Tensor):
+            return v
+        position = counter[0]
+        counter[0] += 1
+        t = move(v.detach(), dtype_for(v)) if move is not None else \
+            v.detach().to(device=device, dtype=dtype_for(v), copy=True)
+        if want_grad and id(v) in requires_grad and key != "out" and t.dtype.is_floating_point:
+            leaf = t.requires_grad_(True)
+            side.grad_leaves.append((position, leaf))
+            return leaf.clone()  # non-leaf, so in-place APIs work under autograd
+        return t
+
+    side.args = [map_structure(lambda x: convert(x, False), a) for a in args]
+    for key, value in kwargs.items():
+        if key == "device" and isinstance(value, DeviceArg) and bench:
+            continue  # the bench always runs on CPU
+
+        def to_side(x: Any, k: str = key) -> Any:
+            return convert(x, True, k)
+
+        side.kwargs[key] = map_structure(to_side, value)
+    return side
+
+
+def output_leaves(value: Any) -> list[Any]:
+    """Flatten an API result: tensors and Python scalars in order (namedtuples as tuples)."""
+    out: list[Any] = []
+    _leaves_into(value, out)
+    return out
+
+
+def _leaves_into(v: Any, out: list[Any]) -> None:  # module-level: see _tensors_into
+    if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
+        for x in v:
+            _leaves_into(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _leaves_into(x, out)
+    else:
+        out.append(v)
+
+
+def first_output_dtype(encoded_output: Any) -> torch.dtype | None:
+    """The AMP hint: dtype of the first recorded float output (namedtuples included)."""
+    from ..dump.reader import iter_leaves
+
+    for leaf in iter_leaves(encoded_output):
+        if isinstance(leaf, dict) and isinstance(leaf.get("dtype"), str):
+            name = leaf["dtype"]
+            if name in ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"):
+                return getattr(torch, name.split(".")[1])
+            return None
+    return None
+
+
+def run_side(fn: Callable[..., Any], side: Side, *, autocast: torch.dtype | None, device_type: str,
+             grad: bool) -> Any:
+    context = torch.enable_grad() if grad else torch.no_grad()
+    with context:
+        if autocast is not None:
+            with torch.autocast(device_type=device_type, dtype=autocast):
+                return fn(*side.args, **side.kwargs)
+        return fn(*side.args, **side.kwargs)
+
+
+def broken_precondition(device_exc: BaseException | None, run_bench: Callable[[], Any], fn: Callable[..., Any],
+                        side: Side) -> str | None:
+    """Why a device exception on generated inputs is a skip, or None when it is a failure.
+
+    It is a skip when the bench raises the same way (type, and message up to numbers) while the same call on
+    meta tensors (shapes and dtypes only) goes through: the arguments are well-formed and only their random
+    values break a precondition of the API (Cholesky of a matrix that is not positive-definite, an index out of
+    range). A call that fails on meta tensors too, or has no meta kernel, stays a failure.
+    """
+    def gist(exc: BaseException) -> str:
+        lines = str(exc).strip().splitlines()
+        return re.sub(r"\d+", "#", lines[0] if lines else "")
+
+    if device_exc is None:
+        return None
+    try:
+        run_bench()
+        return None
+    except Exception as exc:
+        if type(exc) is not type(device_exc) or gist(exc) != gist(device_exc):
+            return None
+        bench_exc = exc
+    meta = map_structure(lambda v: torch.empty_like(v, device="meta") if isinstance(v, torch.Tensor) else v,
+                         [side.args, side.kwargs])
+    try:
+        with torch.no_grad():
+            fn(*meta[0], **meta[1])
+    except Exception:
+        return None
+    first = str(bench_exc).strip().splitlines()
+    return (f"the generated inputs break a precondition of the API (not a kernel failure): the device and the "
+            f"bench both raise {type(bench_exc).__name__}: {first[0] if first else ''}")
+
+
+def to_cpu(value: Any) -> Any:
+    return map_structure(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, value)
+
+
+def pair_cotangents(outputs: list[Any], cotangents: list[Any], grad_index: int | None) -> list[tuple[int, Any]]:
+    """Which forward outputs the recorded backward inputs belong to."""
+    differentiable = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if grad_index is not None:
+        cot = cotangents[grad_index] if len(cotangents) == len(outputs) else (cotangents[0] if cotangents else None)
+        return [(grad_index, cot)] if cot is not None and grad_index in differentiable else []
+    if len(outputs) == 1:
+        return [(0, cotangents[0])] if cotangents and cotangents[0] is not None and differentiable else []
+    if len(cotangents) == len(outputs):
+        return [(i, c) for i, c in enumerate(cotangents) if c is not None and i in differentiable]
+    raise NotCheckable(
+        f"{len(outputs)} outputs but {len(cotangents)} recorded gradients and no grad_index in api_specs/apis.yaml"
+    )
+
+
+def backward(outputs: list[Any], pairs: list[tuple[int, Any]], device: str) -> None:
+    tensors, grads = [], []
+    for index, cot in pairs:
+        out = outputs[index]
+        tensors.append(out)
+        grads.append(cot.detach().to(device=device, dtype=out.dtype).reshape(out.shape))
+    _run_backward(tensors, grads)
+
+
+def _run_backward(tensors: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+    """torch.autograd.backward without its argument checks, whose first call imports sympy (~0.5 s per
+    process, every xdist worker): the gradients already have their outputs' shapes, dtypes and devices."""
+    engine_run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if engine_run is None or any(not isinstance(t, torch.Tensor) or t.is_nested for t in tensors):
+        torch.autograd.backward(tensors, grads)
+        return
+    engine_run(tuple(tensors), tuple(grads), False, False, (), allow_unreachable=True, accumulate_grad=True)
+
+
+def is_finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+__all__ = [
+    "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Side", "backward", "first_output_dtype",
+    "hf32_round", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
+    "resolve", "run_side", "select_device", "tensors_of", "to_cpu",
+]

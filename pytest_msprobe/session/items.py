@@ -1,0 +1,271 @@
+"""pytest nodes: a dump.json file collector and one item per recorded API call.
+
+Collection only parses JSON (no torch), so every xdist worker collects quickly; torch is
+imported by the first item that runs.
+"""
+from __future__ import annotations
+
+import functools
+import shlex
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ..dump.reader import Dump, DumpError, load_dump, parse_entry_name
+from ..reports.summary import junit_properties
+from ..settings import SETTINGS_KEY
+
+RECORD_KEY = pytest.StashKey[dict]()
+REUSE_KEY = pytest.StashKey[dict]()  # (dump path, group key) -> the group's check record, per process
+KNOWN_TYPES = ("Functional", "Tensor", "Torch", "NPU", "Aten", "VF", "Distributed", "MindSpeed", "Triton",
+               "Mint", "MintFunctional", "MintDistributed", "Primitive", "Jit")
+KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+                "int64", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "int4")
+
+
+class ApiCheckFailed(Exception):
+    """Raised by an item whose verdict is error (or Warning with --msprobe-warning-as-error)."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__(record.get("message", ""))
+        self.record = record
+
+
+def dtype_marker(dtype: str) -> str:
+    """torch.bfloat16 / BFloat16 -> bfloat16."""
+    return dtype.rsplit(".", 1)[-1].lower()
+
+
+def _want_dtype_markers(config: pytest.Config) -> bool:
+    """dtype markers cost a walk over every entry; by default only when -m or -k could use them."""
+    setting = config.getini("msprobe_dtype_markers")
+    if setting == "auto":
+        return bool(config.option.markexpr or config.option.keyword)
+    return setting == "always"
+
+
+# Plugins whose pytest_collection_modifyitems neither adds markers nor keywords to dump items: with only
+# these, -k/-m can be applied while a dump is collected (pytest applies them again afterwards).
+# (xdist's worker code runs as execnet's `__channelexec__` module; its hook only renames loadgroup items.)
+_SELECTION_SAFE = ("_pytest.", "xdist.", "__channelexec__", "pytest_msprobe.", "_hypothesis_pytestplugin",
+                   "pytest_randomly")
+
+
+class _Substrings:
+    """-k's matcher: a word matches when it is a substring of one of the names (case-insensitive)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = [n.lower() for n in names]
+
+    def __call__(self, word: str, /, **kwargs: str | int | bool | None) -> bool:
+        word = word.lower()
+        return not kwargs and any(word in n for n in self.names)
+
+
+class _Markers:
+    """-m's matcher: a marker name (dump items carry markers without arguments)."""
+
+    def __init__(self, marks: list[str]) -> None:
+        self.marks = set(marks)
+
+    def __call__(self, name: str, /, **kwargs: str | int | bool | None) -> bool:
+        return not kwargs and name in self.marks
+
+
+def matcher(config: pytest.Config) -> Callable[[list[str], list[str]], bool] | None:
+    """-k and -m as a test of (names, markers) of one item, or None without them or with an
+    expression pytest itself will reject."""
+    keyword, markexpr = (config.option.keyword or "").strip(), (config.option.markexpr or "").strip()
+    if not (keyword or markexpr):
+        return None
+    try:
+        from _pytest.mark.expression import Expression
+
+        by_keyword = Expression.compile(keyword) if keyword else None
+        by_mark = Expression.compile(markexpr) if markexpr else None
+    except Exception:  # a bad expression: pytest reports it; an older pytest: nothing early
+        return None
+
+    def keep(names: list[str], markers: list[str]) -> bool:
+        if by_keyword is not None and not by_keyword.evaluate(_Substrings([*names, *markers])):
+            return False
+        return by_mark is None or by_mark.evaluate(_Markers(markers))
+
+    return keep
+
+
+def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] | None:
+    """A test of (entry name, its marker names) that is true for every item -k and -m keep, or None.
+
+    It gives each entry exactly the names pytest's -k matches (the item's and its parents' names, its
+    markers) and -m's markers. Only when no other plugin or conftest modifies items after collection
+    (one could add a marker that -k or -m selects)."""
+    config = collector.config
+    match = matcher(config)
+    if match is None:
+        return None
+    for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
+        plugin = impl.plugin
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if not str(module).startswith(_SELECTION_SAFE):
+            return None
+    chain = collector.listchain()
+    parents = [node.name for node in chain if not isinstance(node, pytest.Session)
+               and not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session))]
+    parents += [k for node in chain for k in node.extra_keyword_matches]
+    parent_marks = [m.name for node in chain for m in node.own_markers]
+
+    def keep(entry_name: str, markers: list[str]) -> bool:
+        return match([*parents, entry_name], [*markers, *parent_marks])
+
+    return keep
+
+
+@functools.cache
+def _mark(name: str) -> pytest.Mark:
+    return pytest.Mark(name, (), {}, _ispytest=True)
+
+
+class DumpFile(pytest.File):
+    """A dump.json: one item per forward entry and one per backward entry."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        try:
+            dump = load_dump(self.path)
+        except DumpError as exc:
+            raise self.CollectError(str(exc)) from None
+        config = self.config
+        registered = set(KNOWN_TYPES + KNOWN_DTYPES)
+        with_dtypes = _want_dtype_markers(config)
+        fuzz_items: Callable[[pytest.Collector, pytest.Item], Iterator[pytest.Item]] | None = None
+        if config.getoption("msprobe_fuzz", 0):
+            from .fuzz import extra_items as fuzz_items
+        grouping: dict[str, tuple[str, str]] = {}
+        if config.stash[SETTINGS_KEY].filter_api:
+            from ..dump.dedup import groups
+
+            grouping = groups(dump, dump.entry_names())
+        # Large dumps only: items -k/-m drop are then never made, so pytest's summary does not count them as
+        # deselected; small dumps keep pytest's own accounting.
+        large = len(dump.entry_names()) >= int(config.getini("msprobe_early_selection_entries"))
+        selected = None if fuzz_items is not None or not large else _selection(self)
+        msprobe = _mark("msprobe")
+        for order, entry_name in enumerate(dump.entry_names()):
+            try:
+                parsed = parse_entry_name(entry_name)
+            except ValueError:
+                parsed = None
+            markers = [] if parsed is None else [parsed.api_type, parsed.direction]
+            if with_dtypes and parsed is not None:
+                # every dtype recorded in the call (its forward entry), from the dump's index
+                markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
+            markers = [m for m in markers if m.isidentifier()]
+            for marker in markers:
+                if marker not in registered:
+                    config.addinivalue_line("markers", f"{marker}: msprobe API type or dtype")
+                    registered.add(marker)
+            if selected is not None and not selected(entry_name, ["msprobe", *markers]):
+                continue  # -k/-m would deselect it: not even made (a 200k-entry dump, 20 items picked)
+            item = ApiItem.from_parent(self, name=entry_name, order=order)
+            item.reuse = grouping.get(entry_name)
+            # Marks are attached directly (add_marker costs ~50 us per call, 400k calls for a big dump);
+            # -m and -k both read own_markers.
+            item.own_markers += [msprobe, *(_mark(m) for m in markers)]
+            yield item
+            if fuzz_items is not None:
+                yield from fuzz_items(self, item)  # --msprobe-fuzz: <entry>[fuzz] right after its API
+
+    @property
+    def dump(self) -> Dump:
+        return load_dump(self.path)
+
+
+def failure_text(record: dict[str, Any], rerun: str = "") -> str:
+    """What a failed item prints: the failure table, after the traceback of an exception it raised.
+    Also the text of a failure taken from the journal (--msprobe-resume)."""
+    from ..reports.results import format_failure
+
+    text = format_failure(record, record.get("rerun") or rerun)
+    if record.get("traceback"):
+        text = f"{record['traceback'].rstrip()}\n\n{text}"
+    return text
+
+
+class ApiItem(pytest.Item):
+    """One recorded API call in one direction; runs device and bench and applies the standard."""
+
+    def __init__(self, *, order: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.order = order
+        self.reuse: tuple[str, str] | None = None  # --msprobe-filter-api: (group key, representative entry)
+
+    def _check(self, entry_name: str) -> dict[str, Any]:
+        from ..check.rerun import check_entry  # torch is imported here, never at collection
+        from ..specs.loader import load_specs
+
+        options = self.config.stash[SETTINGS_KEY].check_options
+        try:
+            return check_entry(load_dump(self.path), entry_name, options, load_specs(user_file=options.specs_file))
+        except ValueError as exc:  # unparseable entry name
+            return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
+
+    def _record(self) -> tuple[dict[str, Any], str]:
+        """(this item's record, the entry whose check produced it): its own check, or with
+        --msprobe-filter-api the group's one check, made once per process (dedup.py)."""
+        if self.reuse is None:
+            return self._check(self.name), self.name
+        key, representative = self.reuse
+        done = self.config.stash.setdefault(REUSE_KEY, {})
+        record = done.get((self.path, key))
+        if record is None:
+            record = done[(self.path, key)] = self._check(representative)
+        if representative == self.name:
+            return dict(record), self.name
+        from ..dump.dedup import reused_record
+
+        return reused_record(record, representative, self.name), representative
+
+    def runtest(self) -> None:
+        settings = self.config.stash[SETTINGS_KEY]
+        record, checked = self._record()
+        record.update(nodeid=self.nodeid, dump=self.path.as_posix() if not self._relpath() else self._relpath(),
+                      order=self.order, standard=settings.standard, rerun=self.rerun_command(checked))
+        self.stash[RECORD_KEY] = record
+        self.user_properties += junit_properties(record)  # JUnit <property> elements, also under xdist
+        status = record["status"]
+        if status == "SKIP":
+            pytest.skip(record["message"])
+        if status == "error" or (status == "Warning" and settings.warning_as_error):
+            raise ApiCheckFailed(record)
+
+    def _relpath(self) -> str:
+        return self.nodeid.split("::", 1)[0]
+
+    def rerun_command(self, entry_name: str | None = None) -> str:
+        settings = self.config.stash[SETTINGS_KEY]
+        args = ["pytest", f"{self.path}::{entry_name or self.name}", "--msprobe-seed", str(settings.check_options.run_seed),
+                "--msprobe-device", settings.check_options.device]
+        opts = settings.check_options
+        args += ["--msprobe-standard", opts.standard]
+        for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
+                            ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
+                            ("--msprobe-reference", opts.reference_device),
+                            ("--msprobe-reference-results", opts.reference_results),
+                            ("--msprobe-specs", opts.specs_file),
+                            ("--msprobe-kernels", getattr(opts, "kernels", None)),
+                            ("--msprobe-threads", str(opts.threads) if opts.threads != 1 else None),
+                            ("--msprobe-bench-precision", None if opts.bench_precision == "auto" else opts.bench_precision)):
+            if value:
+                args += [flag, value]
+        return shlex.join(args)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ApiCheckFailed):
+            return failure_text(excinfo.value.record, self.rerun_command())
+        return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"msprobe: {self.name}"

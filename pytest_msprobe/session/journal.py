@@ -1,0 +1,292 @@
+"""An append-only journal of finished records, and `--msprobe-resume` built on it.
+
+The controller appends each record as its report arrives (one JSON line, flushed), so a kill loses
+only the items in flight; fsync runs with a new record at most once a second, for reboots.
+`--lf` cannot resume: it knows failures, not what never ran (NOTES B.13).
+
+Resume finds an item by its `item_id` (the dump file's resolved path and the entry name: pytest's
+rootdir and node ids change with how the command is spelled and where it runs, the file does not)
+and checks its `entry_key`: a hash of the dump entries it replays and of the run settings that
+change results (seed, device, data mode, standard, ...). An edited dump or another seed therefore
+reruns the item. Items whose worker crashed are not finished and rerun.
+The controller reads the journal before workers start and ships {dump file: {entry: key}} in
+`workerinput`, so every worker leaves out the same items (the journal grows while they collect);
+each worker reports back what it left out, and after the run loop the controller reports those
+items with their journaled results (pass, fail, skip, baseline xfail), as if they had run: the exit
+status, the short summary, JUnit XML and the files cover every item. A resumed run's result files
+replace the ones earlier runs of the same journal wrote (their names are journaled).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import pytest
+
+from ..dump.reader import load_dump, parse_entry_name
+from ..settings import SETTINGS_KEY, Settings
+from .items import ApiItem
+
+JOURNAL_NAME = "msprobe_journal.jsonl"
+WORKERINPUT_KEY = "msprobe_resume"
+WORKEROUTPUT_KEY = "msprobe_resumed"
+FSYNC_EVERY_S = 1.0
+_NOT_RESULTS = ("out_dir", "api_info", "warning_as_error")  # settings that do not change a record
+
+
+def run_fingerprint(settings: Settings) -> str:
+    """The settings a record depends on; options added to Settings/CheckOptions join automatically."""
+    fields = {k: v for k, v in dataclasses.asdict(settings).items() if k not in _NOT_RESULTS}
+    fields["check_options"].pop("device_index", None)  # differs per worker, same results
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+def entry_key(dump_path: Path, entry_name: str, fingerprint: str) -> str:
+    """Hash of what an item replays: its entries (the forward one for a backward item) and settings."""
+    dump = load_dump(dump_path)
+    try:
+        full = parse_entry_name(entry_name).full_name
+        entries = [dump.entry(f"{full}.forward"), dump.entry(f"{full}.backward") if entry_name.endswith(
+            ".backward") else None]
+    except ValueError:
+        entries = [dump.entry(entry_name)]
+    payload = json.dumps([entry_name, entries, fingerprint], sort_keys=True, default=str)
+    return hashlib.blake2b(payload.encode(), digest_size=10).hexdigest()
+
+
+@functools.cache
+def dump_file(path: Path | str) -> str:
+    """The dump's resolved absolute path: the same whatever the rootdir or working directory."""
+    return Path(path).resolve().as_posix()
+
+
+def item_id(path: Path | str, entry_name: str) -> str:
+    """What resume finds a journaled result by."""
+    return f"{dump_file(path)}::{entry_name}"
+
+
+# result files a resumed run may remove: only these names, and only in the --msprobe-out folder
+_RESULT_PREFIXES = ("accuracy_checking_", "api_precision_compare_", "msprobe_records_")
+
+
+class Journal:
+    """Controller side: reads the previous journal when resuming, then appends to it."""
+
+    def __init__(self, path: Path, resume: bool) -> None:
+        self.path, self.resume = path, resume
+        self.finished: dict[str, dict[str, Any]] = {}  # item_id -> record
+        self.run_seed: int | None = None
+        self.earlier_files: list[str] = []  # result files earlier runs of this journal wrote
+        if resume and path.exists():
+            from ..reports.results import read_jsonl  # numpy only when resuming, not at plugin load
+
+            for line in read_jsonl(path):
+                if "nodeid" not in line:
+                    self.run_seed = line.get("run_seed", self.run_seed)
+                    self.earlier_files += line.get("msprobe_written", [])
+                elif not line.get("item_id"):
+                    continue  # a journal of an older version: its items run again
+                elif line.get("crashed") or not line.get("entry_key"):
+                    self.finished.pop(line["item_id"], None)
+                else:
+                    self.finished[line["item_id"]] = line
+        self._file: IO[str] | None = None
+        self._synced = 0.0
+        self.header: dict[str, Any] = {}
+        self.resumed: dict[str, str] = {}  # item_id -> this session's node id, left out as finished
+        self.reported = False  # the resumed items' reports were emitted
+
+    def _open(self) -> IO[str]:
+        """On the first record, so --collect-only or an early usage error never truncates a journal."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a" if self.resume else "w", encoding="utf-8")
+        self._file.write(json.dumps(self.header) + "\n")
+        return self._file
+
+    def resumed_records(self) -> list[dict[str, Any]]:
+        """The journaled records of the items left out, with this session's node id and dump path."""
+        records = [{**self.finished[iid], "nodeid": nodeid, "dump": nodeid.rpartition("::")[0]}
+                   for iid, nodeid in self.resumed.items() if iid in self.finished]
+        return sorted(records, key=_order)  # dump order, as they would have run
+
+    def keys(self) -> dict[str, dict[str, str]]:
+        """{dump file: {entry name: entry_key}} of the finished items."""
+        keys: dict[str, dict[str, str]] = {}
+        for iid, rec in self.finished.items():
+            path, _, name = iid.rpartition("::")
+            keys.setdefault(path, {})[name] = rec["entry_key"]
+        return keys
+
+    def write(self, record: dict[str, Any]) -> None:
+        file = self._file or self._open()
+        file.write(json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n")
+        file.flush()
+        now = time.monotonic()
+        if now - self._synced >= FSYNC_EVERY_S:
+            os.fsync(file.fileno())
+            self._synced = now
+
+    def supersede(self, written: dict[str, Path]) -> list[Path]:
+        """Journal this session's result files; when resuming, remove those of earlier runs (each a
+        part of what this set holds), so one set remains. Returns the removed files."""
+        out_dir = self.path.parent
+        names = sorted({p.name for p in written.values() if p.parent == out_dir})
+        file = self._file or self._open()
+        file.write(json.dumps({"msprobe_written": names}) + "\n")
+        removed = []
+        for name in dict.fromkeys(self.earlier_files) if self.resume else ():
+            path = out_dir / name
+            if name not in names and os.sep not in name and name.startswith(_RESULT_PREFIXES) and path.is_file():
+                path.unlink()
+                removed.append(path)
+        return removed
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+
+class Resume:
+    """Every process that collects: leave out items whose journaled key still matches."""
+
+    def __init__(self, keys: dict[str, dict[str, str]], fingerprint: str, journal: Journal | None = None) -> None:
+        self.keys, self.fingerprint, self.journal = keys, fingerprint, journal
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        keep, done = [], []
+        for item in items:
+            if isinstance(item, ApiItem):
+                key = self.keys.get(dump_file(item.path), {}).get(item.name)
+                if key and key == entry_key(item.path, item.name, self.fingerprint):
+                    done.append(item)
+                    continue
+            keep.append(item)
+        items[:] = keep  # not "deselected": they are reported with their journaled results after the run
+        resumed = [[item_id(item.path, item.name), item.nodeid] for item in done]
+        if self.journal is not None:  # no xdist: this process is the controller
+            self.journal.resumed = dict(resumed)
+        else:
+            config.workeroutput[WORKEROUTPUT_KEY] = resumed  # type: ignore[attr-defined]
+
+
+class ResumeXdistHooks:
+    """Controller side under xdist: ships the keys, gathers what the workers left out."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.keys = journal.keys()
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[WORKERINPUT_KEY] = self.keys
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        resumed = (getattr(node, "workeroutput", None) or {}).get(WORKEROUTPUT_KEY)
+        if resumed is not None:  # every worker leaves out the same items; a crashed one reports nothing
+            self.journal.resumed = dict(resumed)
+
+
+def report_resumed(config: pytest.Config, session: pytest.Session, journal: Journal) -> int:
+    """Controller, after the run loop: report every item left out with its journaled result, through
+    the same hooks a run uses (terminal, short summary, JUnit, --lf cache, exit status)."""
+    from ..reports.summary import junit_properties
+    from . import baseline
+
+    records = journal.resumed_records()
+    journal.reported = True
+    session.testscollected += len(records)
+    hook, warning_as_error = config.hook, config.stash[SETTINGS_KEY].warning_as_error
+    for record in records:
+        nodeid = record["nodeid"]
+        location = (record["dump"], 0, f"msprobe: {nodeid.rpartition('::')[2]}")
+        outcome, longrepr, wasxfail = _outcome(record, warning_as_error, baseline.xfail_reason(config, nodeid))
+        hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
+        for when in ("setup", "call", "teardown"):
+            report = pytest.TestReport(nodeid, location, {"msprobe": 1}, outcome if when == "call" else "passed",
+                                       longrepr if when == "call" else None, when,
+                                       user_properties=junit_properties(record) if when == "call" else ())
+            if when == "call":
+                report.msprobe = record  # type: ignore[attr-defined]
+                report.msprobe_resumed = True  # type: ignore[attr-defined]
+                if wasxfail is not None:
+                    report.wasxfail = wasxfail
+            hook.pytest_runtest_logreport(report=report)
+        hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+    return len(records)
+
+
+Outcome = Literal["passed", "failed", "skipped"]
+
+
+def _outcome(record: dict[str, Any], warning_as_error: bool, xfail: str | None) -> tuple[Outcome, Any, str | None]:
+    """(outcome, longrepr, wasxfail) of a journaled record, as ApiItem.runtest and a strict baseline xfail give."""
+    from .items import failure_text
+
+    status = record.get("status")
+    if status == "SKIP":
+        return "skipped", (record["dump"], 1, f"Skipped: {record.get('message', '')}"), None
+    failed = status == "error" or (status == "Warning" and warning_as_error)
+    if xfail is not None:
+        return ("skipped", failure_text(record), xfail) if failed else ("failed", f"[XPASS(strict)] {xfail}", None)
+    return ("failed", failure_text(record), None) if failed else ("passed", None, None)
+
+
+def _order(record: dict[str, Any]) -> tuple[str, int, bool]:
+    return record.get("dump", ""), record.get("order", 0), record.get("direction") != "forward"
+
+
+def final_records(*batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per node id (a later batch wins), in dump order: what the final files hold."""
+    latest: dict[str, dict[str, Any]] = {}
+    for batch in batches:
+        for record in batch:
+            latest[record.get("nodeid") or f"{record.get('api')}.{record.get('direction')}"] = record
+    return sorted(latest.values(), key=_order)
+
+
+JOURNAL_KEY = pytest.StashKey[Journal]()
+FINGERPRINT_KEY = pytest.StashKey[str]()
+
+
+def configure(config: pytest.Config, settings: Settings) -> None:
+    """Controller: open the journal (adopting its run seed when resuming without --msprobe-seed).
+    Every collecting process with something to resume: the plugin that leaves finished items out."""
+    resume = bool(config.getoption("msprobe_resume"))
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        keys = workerinput.get(WORKERINPUT_KEY)
+        if keys:
+            config.pluginmanager.register(Resume(keys, item_fingerprint(config)), "msprobe-resume")
+        return
+    journal = Journal(settings.out_dir / JOURNAL_NAME, resume)
+    if journal.run_seed is not None and config.option.msprobe_seed is None:
+        settings.check_options = dataclasses.replace(settings.check_options, run_seed=journal.run_seed)
+    journal.header = {"msprobe_journal": 1, "run_seed": settings.check_options.run_seed,
+                      "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    config.stash[JOURNAL_KEY] = journal
+    if not resume:
+        return
+    if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "tx", None):
+        config.pluginmanager.register(ResumeXdistHooks(journal), "msprobe-resume-xdist")
+    else:
+        config.pluginmanager.register(Resume(journal.keys(), item_fingerprint(config), journal), "msprobe-resume")
+
+
+def item_key(item: pytest.Item) -> str:
+    return entry_key(item.path, item.name, item_fingerprint(item.config))
+
+
+def item_fingerprint(config: pytest.Config) -> str:
+    """run_fingerprint of this process's settings, computed once."""
+    if FINGERPRINT_KEY not in config.stash:
+        config.stash[FINGERPRINT_KEY] = run_fingerprint(config.stash[SETTINGS_KEY])
+    return config.stash[FINGERPRINT_KEY]

@@ -1,0 +1,405 @@
+"""`--msprobe-html FILE`: one self-contained HTML page (inline CSS, JS and SVG; nothing from the network).
+
+* The worker that ran a failing item reduces each compared float output to a bounded error summary
+  (:func:`summarize`, numpy, a few hundred numbers: a 2-D histogram of the error in ULPs of the device
+  dtype against the bench magnitude, the largest error per slice of the flat index, the worst
+  elements). Raw tensors never leave the worker; the summary rides on the record.
+* The controller renders the page once at the end (:func:`write_html`): a table of every item
+  (status, algorithm, key metrics; click a header to sort, type to filter, or put it in the URL:
+  `report.html#sort=max_abs_err&dir=desc&q=gelu&status=error`) and, for each failing API and fuzz
+  failure, the plots. The same plots go into pytest-html's report through its extras when it runs.
+"""
+from __future__ import annotations
+
+import html
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable
+
+from ..verdict.verdicts import in_english
+
+ULP_LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(0, 21)] + [">2^20"]
+MAX_X_BINS = 16
+POSITION_BUCKETS = 48
+WORST_KEPT = 8
+
+
+# ----------------------------------------------------------------------------- worker side (numpy)
+
+
+def _r(x: float) -> float:
+    return float(f"{x:.6g}") if math.isfinite(x) else x
+
+
+def gross_limit(specs: dict[str, Any], api_name: str, dtype: str) -> float:
+    """strict's gross-error limit for an output of the API (api_specs/thresholds.yaml `strict: gross`, with
+    the op kind's and the dtype's overrides), drawn on the plots."""
+    from ..runs.third_run import error_kind
+    from ..specs.loader import thresholds_for
+    from ..verdict.judge import _rules
+
+    return float(_rules(thresholds_for(specs, api_name)["strict"], dtype, error_kind(api_name, specs))["gross"])
+
+
+def summarize(bench: Sequence[Any], device: Sequence[Any], names: Sequence[Any],
+              gross: Callable[[str], float]) -> list[dict[str, Any]]:
+    """Bounded summaries of the compared (bench, device) pairs of one item; `gross(dtype)` is strict's limit."""
+    import numpy as np
+    import torch
+
+    from ..verdict.strict import round_to, supported, ulp
+
+    out = []
+    for i, (b, d) in enumerate(zip(bench, device)):
+        name = names[i] if i < len(names) and names[i] else f"output.{i}"
+        if not (isinstance(b, torch.Tensor) and isinstance(d, torch.Tensor)) or b.shape != d.shape or d.numel() == 0:
+            continue
+        dtype = str(d.dtype)
+        shape = [int(s) for s in d.shape]
+        if not d.is_floating_point() or not supported(dtype):
+            mismatches = int((b.detach().cpu() != d.detach().cpu()).sum())
+            out.append({"name": name, "dtype": dtype, "shape": shape, "numel": d.numel(), "kind": "exact",
+                        "mismatches": mismatches})
+            continue
+        b64 = b.detach().cpu().double().reshape(-1).numpy()
+        d64 = d.detach().cpu().double().reshape(-1).numpy()
+        with np.errstate(all="ignore"):
+            rounded = round_to(b64, dtype)
+            nonfinite = (np.isnan(d64) != np.isnan(rounded)) | (np.isinf(d64) != np.isinf(rounded)) | (
+                np.isinf(d64) & np.isinf(rounded) & (np.sign(d64) != np.sign(rounded)))
+            finite = np.isfinite(d64) & np.isfinite(rounded) & np.isfinite(b64)
+            err = np.zeros(d64.size)
+            fb, fd, fr = b64[finite], d64[finite], rounded[finite]
+            err[finite] = np.where(fd == fr, 0.0, np.abs(fd - fb) / ulp(fr, dtype))
+            err[nonfinite] = np.inf
+            # y: error in ULPs, bins 0 | <=1/2 | <=1 | <=2 ... <=2^20 | >2^20
+            k = np.ceil(np.log2(np.where(err > 0, err, 1.0)))
+            ybin = np.where(err > 0, np.clip(k, -1, 21) + 2, 0).astype(np.int64)
+            # x: decade of |bench| (bin 0: exactly zero or non-finite)
+            mag = np.abs(np.where(np.isfinite(b64), b64, 0.0))
+            decade = np.floor(np.log10(np.where(mag > 0, mag, 1.0))).astype(np.int64)
+        nonzero = mag > 0
+        lo = int(decade[nonzero].min()) if nonzero.any() else 0
+        hi = int(decade[nonzero].max()) if nonzero.any() else 0
+        step = max(1, math.ceil((hi - lo + 1) / MAX_X_BINS))
+        xbin = np.where(nonzero, (decade - lo) // step + 1, 0)
+        nx = (hi - lo) // step + 2
+        counts = np.zeros((nx, len(ULP_LABELS)), dtype=np.int64)
+        np.add.at(counts, (xbin, ybin), 1)
+        n = d64.size
+        buckets = min(POSITION_BUCKETS, n)
+        bucket = np.arange(n) * buckets // n
+        pos_max = np.zeros(buckets)
+        np.maximum.at(pos_max, bucket, err)
+        worst_idx = np.argsort(-err, kind="stable")[:WORST_KEPT]
+        worst = [{"index": [int(v) for v in np.unravel_index(int(j), shape)] if shape else [],
+                  "bench": _r(float(b64[j])), "device": _r(float(d64[j])), "ulp": _r(float(err[j]))}
+                 for j in worst_idx if err[j] > 0]
+        finite_err = err[np.isfinite(err)]
+        out.append({
+            "name": name, "dtype": dtype, "shape": shape, "numel": n, "kind": "float",
+            "x_labels": ["0"] + [f"1e{lo + j * step}" for j in range(nx - 1)],
+            "y_labels": ULP_LABELS, "counts": counts.tolist(),
+            "position_max_ulp": [_r(float(v)) for v in pos_max],
+            "worst": worst, "exact": int(np.count_nonzero(err == 0)), "nonfinite_mismatch": int(nonfinite.sum()),
+            "max_ulp": _r(float(finite_err.max())) if finite_err.size else 0.0,
+            "mean_ulp": _r(float(finite_err.mean())) if finite_err.size else 0.0, "gross": gross(dtype),
+        })
+    return out
+
+
+# ----------------------------------------------------------------------------- SVG (torch-free)
+
+
+def _heat(value: int, top: int) -> str:
+    if value <= 0:
+        return "#f7f7f7"
+    t = math.log1p(value) / math.log1p(max(top, 1))
+    r, g, b = 255, int(235 - 200 * t), int(200 - 190 * t)
+    return f"rgb({r},{max(g, 0)},{max(b, 0)})"
+
+
+def svg_heatmap(s: Mapping[str, Any]) -> str:
+    """Error (ULPs of the device dtype) against the bench magnitude: where in the value range it goes wrong."""
+    counts, xl, yl = s["counts"], s["x_labels"], s["y_labels"]
+    cw, ch, left, top, bottom = 34, 13, 52, 22, 44
+    width, height = max(left + cw * len(xl) + 10, 300), top + ch * len(yl) + bottom
+    peak = max((max(col) for col in counts), default=0)
+    parts = [f'<svg class="plot heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'role="img" aria-label="error vs magnitude">',
+             f'<text x="{left}" y="14" class="t">error (ULP) vs |bench| — {html.escape(s["name"])}</text>']
+    for xi, col in enumerate(counts):
+        for yi, value in enumerate(col):
+            x, y = left + xi * cw, top + (len(yl) - 1 - yi) * ch
+            parts.append(f'<rect x="{x}" y="{y}" width="{cw - 1}" height="{ch - 1}" fill="{_heat(value, peak)}">'
+                         f'<title>|bench| {html.escape(xl[xi])}, error {html.escape(yl[yi])} ULP: {value}'
+                         '</title></rect>')
+    for yi, label in enumerate(yl):
+        if yi % 2 == 0 or yi == len(yl) - 1:
+            y = top + (len(yl) - 1 - yi) * ch + 10
+            parts.append(f'<text x="{left - 4}" y="{y}" class="yl">{html.escape(label)}</text>')
+    for xi, label in enumerate(xl):
+        xt = left + xi * cw + cw / 2
+        parts.append(f'<text x="{xt}" y="{top + len(yl) * ch + 12}" class="xl">{html.escape(label)}</text>')
+    # strict's gross-error limit, on the log2 scale of the rows (row 2 + k holds errors in (2^(k-1), 2^k])
+    log_limit = min(max(math.log2(s["gross"]), -1.0), 21.0)
+    k = math.ceil(log_limit)
+    gross_y = top + (len(yl) - k - 2) * ch - (log_limit - k + 1) * ch
+    parts.append(f'<line x1="{left}" x2="{left + cw * len(xl)}" y1="{gross_y:.1f}" y2="{gross_y:.1f}" class="limit"/>')
+    parts.append(f'<text x="{left}" y="{height - 6}" class="t">|bench| (decade; 0 = zero) → count per cell; '
+                 f'dashed: {s["gross"]:g} ULP, strict\'s gross-error limit (in units of at least one ULP)</text></svg>')
+    return "".join(parts)
+
+
+def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None = None, log2: bool = True,
+             red: Sequence[bool] | None = None) -> str:
+    """Bars (log2(1 + value) high); `red` marks the bars beyond strict's gross-error limit."""
+    width, height, left, top, bottom = 420, 150, 40, 20, 30
+    n = max(len(values), 1)
+    bw = (width - left - 10) / n
+    scaled = [math.log2(1 + v) if log2 and math.isfinite(v) else (v if math.isfinite(v) else None) for v in values]
+    peak = max([v for v in scaled if v is not None] + [1e-12])
+    parts = [f'<svg class="plot bars" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+             f'<text x="{left}" y="14" class="t">{html.escape(title)}</text>',
+             f'<line x1="{left}" x2="{width - 10}" y1="{height - bottom}" y2="{height - bottom}" class="axis"/>']
+    for i, v in enumerate(scaled):
+        h = (height - top - bottom) if v is None else (height - top - bottom) * v / peak
+        colour = "#b00" if v is None else "#d9534f" if red is not None and red[i] else "#5b8fd9"
+        label = labels[i] if labels else str(i)
+        parts.append(f'<rect x="{left + i * bw:.1f}" y="{height - bottom - h:.1f}" width="{max(bw - 1, 1):.1f}" '
+                     f'height="{max(h, 0.5):.1f}" fill="{colour}"><title>{html.escape(label)}: {values[i]:.6g}'
+                     f'</title></rect>')
+    if labels:
+        for i in range(0, n, max(1, n // 8)):
+            parts.append(f'<text x="{left + i * bw + bw / 2:.1f}" y="{height - bottom + 12}" class="xl">'
+                         f'{html.escape(labels[i])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def output_plots(s: Mapping[str, Any]) -> str:
+    if s.get("kind") != "float":
+        return (f'<p>{html.escape(s["name"])} ({html.escape(s["dtype"])}): {s.get("mismatches")} of {s["numel"]} '
+                f'elements differ (compared exactly)</p>')
+    hist = [sum(col[yi] for col in s["counts"]) for yi in range(len(s["y_labels"]))]
+    # the bins that hold errors beyond strict's gross-error limit (bin yi: errors up to 2^(yi-2) ULP)
+    beyond = [yi >= 1 and 2.0 ** (yi - 2) > s["gross"] for yi in range(len(hist))]
+    over = [v > s["gross"] for v in s["position_max_ulp"]]
+    rows = "".join(f"<tr><td>{w['index']}</td><td>{w['bench']:.8g}</td><td>{w['device']:.8g}</td>"
+                   f"<td>{w['ulp']:.4g}</td></tr>" for w in s["worst"])
+    nonfinite = f", {int(s['nonfinite_mismatch'])} NaN/inf mismatches" if s["nonfinite_mismatch"] else ""
+    return (f'<div class="output"><h4>{html.escape(s["name"])} <small>{html.escape(s["dtype"])} {s["shape"]}: '
+            f'{s["exact"]} of {s["numel"]} exact, max {s["max_ulp"]:.4g} ULP, mean {s["mean_ulp"]:.4g} ULP'
+            f'{nonfinite}</small></h4>'
+            f'<div class="plots">{svg_heatmap(s)}'
+            f'{svg_bars(hist, "histogram of errors (ULP), elements per bin", s["y_labels"], red=beyond)}'
+            f'{svg_bars(s["position_max_ulp"], "largest error (ULP) per slice of the flat index", red=over)}</div>'
+            f'<table class="worst"><tr><th>worst index</th><th>bench</th><th>device</th><th>ULP</th></tr>{rows}'
+            f'</table></div>')
+
+
+def plots_html(record: Mapping[str, Any]) -> str:
+    return "".join(output_plots(s) for s in record.get("error_summary") or ())
+
+
+# ----------------------------------------------------------------------------- the page (controller)
+
+CSS = """
+body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 6px} h3{font-size:14px;margin:18px 0 4px}
+h4{font-size:13px;margin:10px 0 4px} small{color:#555;font-weight:normal}
+table.api{border-collapse:collapse;width:100%} table.api th,table.api td{border-bottom:1px solid #ddd;padding:3px 6px;
+text-align:left;white-space:nowrap} table.api th{cursor:pointer;background:#f0f0f0;position:sticky;top:0}
+table.api th.sorted-asc:after{content:" ▲"} table.api th.sorted-desc:after{content:" ▼"}
+table.api td.msg{white-space:normal;overflow-wrap:anywhere;min-width:16em;max-width:480px;color:#444} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.s-error{color:#b00;font-weight:bold} .s-pass{color:#070} .s-Warning{color:#a60} .s-SKIP{color:#777}
+.controls{margin:8px 0} .controls input{width:280px}
+.plots{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
+svg.plot text{font:10px sans-serif} svg.plot text.t{font-size:11px} svg.plot text.yl{text-anchor:end}
+svg.plot text.xl{text-anchor:middle} svg.plot .limit{stroke:#000;stroke-dasharray:4 3} svg.plot .axis{stroke:#999}
+table.worst{border-collapse:collapse;margin-top:4px} table.worst td,table.worst th{border:1px solid #ddd;padding:1px 5px}
+section.failure{border-top:2px solid #b00;margin-top:18px}
+pre{background:#f6f6f6;padding:6px;overflow:auto;white-space:pre-wrap;overflow-wrap:anywhere}
+"""
+
+JS = r"""
+(function(){
+  var table=document.getElementById('apis'), body=table.tBodies[0];
+  var q=document.getElementById('q'), st=document.getElementById('status');
+  var state={sort:null,dir:'asc',q:'',status:''};
+  function params(){var h=location.hash.replace(/^#/,''),o={};
+    h.split('&').forEach(function(kv){if(!kv)return;var i=kv.indexOf('=');
+      o[decodeURIComponent(i<0?kv:kv.slice(0,i))]=decodeURIComponent(i<0?'':kv.slice(i+1));});return o;}
+  function value(tr,col){var td=tr.querySelector('td[data-col="'+col+'"]');if(!td)return '';
+    var v=td.getAttribute('data-v');if(v===null)v=td.textContent;var f=parseFloat(v);
+    return (v!==''&&!isNaN(f)&&isFinite(v))?f:v.toLowerCase();}
+  function apply(){
+    var rows=Array.prototype.slice.call(body.rows);
+    if(state.sort){var s=state.sort,m=state.dir==='desc'?-1:1;
+      rows.sort(function(a,b){var x=value(a,s),y=value(b,s);
+        if(typeof x!==typeof y){if(x==='')return 1;if(y==='')return -1;x=String(x);y=String(y);}
+        return (x<y?-1:x>y?1:0)*m||(+a.getAttribute('data-order'))-(+b.getAttribute('data-order'));});
+      rows.forEach(function(r){body.appendChild(r);});}
+    var needle=state.q.toLowerCase(),shown=0;
+    rows.forEach(function(r){var ok=(!needle||r.textContent.toLowerCase().indexOf(needle)>=0)&&
+      (!state.status||r.getAttribute('data-status')===state.status);r.style.display=ok?'':'none';if(ok)shown++;});
+    Array.prototype.forEach.call(table.tHead.rows[0].cells,function(th){th.className=
+      th.getAttribute('data-col')===state.sort?'sorted-'+state.dir:'';});
+    document.getElementById('shown').textContent=shown;
+    table.setAttribute('data-sorted',(state.sort||'')+':'+state.dir);
+    var h=[];['sort','dir','q','status'].forEach(function(k){if(state[k]&&!(k==='dir'&&!state.sort))
+      h.push(k+'='+encodeURIComponent(state[k]));});
+    if(history.replaceState)history.replaceState(null,'',h.length?'#'+h.join('&'):location.pathname);}
+  function load(){var p=params();state.sort=p.sort||null;state.dir=p.dir==='desc'?'desc':'asc';
+    state.q=p.q||'';state.status=p.status||'';q.value=state.q;st.value=state.status;apply();}
+  table.tHead.addEventListener('click',function(e){var th=e.target.closest('th');if(!th)return;
+    var c=th.getAttribute('data-col');state.dir=(state.sort===c&&state.dir==='asc')?'desc':'asc';state.sort=c;apply();});
+  q.addEventListener('input',function(){state.q=q.value;apply();});
+  st.addEventListener('change',function(){state.status=st.value;apply();});
+  window.addEventListener('hashchange',load);
+  load();
+  var drawn=0;Array.prototype.forEach.call(document.querySelectorAll('svg.plot'),function(s){
+    var b=s.getBBox();if(b.width>0&&b.height>0)drawn++;});
+  document.body.setAttribute('data-plots-rendered',String(drawn));
+})();
+"""
+
+COLUMNS = (("order", "#"), ("item", "API call"), ("status", "status"), ("standard", "standard"),
+           ("algorithm", "algorithm"), ("cosine", "min cosine"), ("max_abs_err", "max abs err"),
+           ("max_rel_err", "max rel err"), ("max_ulp", "strict max err (ULP)"), ("device", "device"),
+           ("message", "message"))
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _row_values(rec: Mapping[str, Any]) -> dict[str, Any]:
+    outputs = rec.get("outputs") or ()
+    metrics = [o.get("metrics") or {} for o in outputs]
+    cos = [m["cosine"] for m in metrics if isinstance(m.get("cosine"), (int, float))]
+    abs_err = [m["max_abs_err"] for m in metrics if isinstance(m.get("max_abs_err"), (int, float))]
+    rel: list[Any] = [(o.get("worst") or {}).get("rel_err") for o in outputs]
+    rel = [r for r in rel if isinstance(r, (int, float))]
+    ulps: list[Any] = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
+    ulps = [u for u in ulps if isinstance(u, (int, float))]
+    algorithms = ",".join(dict.fromkeys(str(o["algorithm"]) for o in outputs if o.get("algorithm")))
+    message = str(rec.get("message") or "") or "; ".join(
+        in_english(str(o.get("verdict_message") or o.get("message") or "")) for o in outputs
+        if (o.get("verdict") or o.get("status")) not in ("pass", None)) or ""
+    return {"item": f"{rec.get('api')}.{rec.get('direction')}", "status": rec.get("status", ""),
+            "standard": rec.get("standard") or "",
+            "algorithm": algorithms or ("overflow" if rec.get("overflow") else ""),
+            "cosine": min(cos) if cos else None, "max_abs_err": max(abs_err) if abs_err else None,
+            "max_rel_err": max(rel) if rel else None, "max_ulp": max(ulps) if ulps else None,
+            "device": rec.get("device") or "",
+            "message": message.strip().splitlines()[0][:300] if message.strip() else ""}
+
+
+def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = []
+    entries = [(rec, None) for rec in records] + [(f.get("record") or {}, f) for f in fuzz]
+    for order, (rec, fz) in enumerate(entries):
+        values = _row_values(rec)
+        if fz is not None:
+            values.update(item=f"{fz.get('api')} [fuzz]", status=fz.get("status", ""),
+                          message=fz.get("shrunk_text")
+                          or f"{fz.get('examples', 0)} examples passed (seed {fz.get('seed')})")
+        values["order"] = order + 1
+        anchor = f"f{order}" if (values["status"] == "error" and (rec.get("error_summary") or fz)) else None
+        cells = []
+        for col, _ in COLUMNS:
+            v = values.get(col)
+            text = _num(v) if not isinstance(v, str) else v
+            attr = f' data-v="{html.escape(repr(float(v)) if isinstance(v, float) else str(v))}"' \
+                if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+            css = "num" if attr else ("msg" if col == "message" else "")
+            if col == "status":
+                css = f"s-{text}"
+            if col == "item" and anchor:
+                text_html = f'<a href="#{anchor}">{html.escape(text)}</a>'
+            else:
+                text_html = html.escape(text)
+            cells.append(f'<td data-col="{col}" class="{css}"{attr}>{text_html}</td>')
+        rows.append(f'<tr data-order="{order}" data-status="{html.escape(values["status"])}" '
+                    f'title="{html.escape(str(rec.get("nodeid", "")))}">{"".join(cells)}</tr>')
+    return rows
+
+
+def _failure_sections(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]) -> list[str]:
+    sections = []
+    entries = [(rec, None) for rec in records] + [(f.get("record") or {}, f) for f in fuzz]
+    for order, (rec, fz) in enumerate(entries):
+        status = fz.get("status") if fz is not None else rec.get("status")
+        if status != "error" or not (rec.get("error_summary") or fz):
+            continue
+        title = f"{rec.get('api')}.{rec.get('direction')}" + (" [fuzz]" if fz is not None else "")
+        lines = [f'<section class="failure" id="f{order}"><h3>{html.escape(title)} '
+                 f'<small>{html.escape(str(rec.get("nodeid", "")))}</small></h3>']
+        if fz is not None:
+            lines.append(f"<p>hypothesis seed {fz.get('seed')}, {fz.get('examples')} examples; shrunk example:</p>"
+                         f"<pre>{html.escape(str(fz.get('shrunk') or ''))}</pre>")
+        message = str(rec.get("message") or "")
+        verdicts = [f"{o.get('name')}: {in_english(str(o.get('verdict_message') or o.get('message')))}"
+                    for o in rec.get("outputs") or ()
+                    if (o.get("verdict") or o.get("status")) == "error"]
+        if message or verdicts:
+            lines.append(f"<pre>{html.escape(chr(10).join(([message] if message else []) + verdicts))}</pre>")
+        for key, label in (("repro", "repro script"), ("rerun", "rerun")):
+            value = fz.get("rerun") if (fz is not None and key == "rerun") else rec.get(key)
+            if value:
+                command = ("python " if key == "repro" else "") + str(value)
+                lines.append(f"<p>{label}: <code>{html.escape(command)}</code></p>")
+        lines.append(plots_html(rec) or "<p>(no float output to plot)</p>")
+        lines.append("</section>")
+        sections.append("".join(lines))
+    return sections
+
+
+def write_html(path: Path, records: Iterable[Mapping[str, Any]], fuzz: Iterable[Mapping[str, Any]],
+               settings: Any) -> Path:
+    records = sorted(records, key=lambda r: (str(r.get("dump", "")), r.get("order", 0), str(r.get("direction"))))
+    fuzz = sorted(fuzz, key=lambda f: str(f.get("nodeid")))
+    counts: dict[str, int] = {}
+    for rec in records:
+        counts[str(rec.get("status"))] = counts.get(str(rec.get("status")), 0) + 1
+    for f in fuzz:
+        counts[f"fuzz {f.get('status')}"] = counts.get(f"fuzz {f.get('status')}", 0) + 1
+    opts = settings.check_options
+    head = " · ".join(f"{k}: {v}" for k, v in counts.items())
+    options = "".join(f'<option value="{s}">{s}</option>' for s in ("", "error", "Warning", "pass", "SKIP"))
+    rows = _table_rows(records, fuzz)
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>pytest-msprobe report</title>
+<meta name="generator" content="pytest-msprobe"><style>{CSS}</style></head>
+<body>
+<h1>pytest-msprobe report</h1>
+<p>{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))} · standard <b>{html.escape(str(settings.standard))}</b> ·
+seed {opts.run_seed} · device {html.escape(str(opts.device))} · {html.escape(head)}</p>
+<div class="controls">filter <input id="q" type="search" placeholder="text in any column">
+status <select id="status">{options}</select> · <span id="shown">{len(rows)}</span> shown ·
+click a column header to sort (also <code>#sort=col&amp;dir=desc&amp;q=text&amp;status=error</code>)</div>
+<table class="api" id="apis"><thead><tr>{"".join(f'<th data-col="{c}">{html.escape(t)}</th>' for c, t in COLUMNS)}</tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody></table>
+<h2>Where the errors are</h2>
+<p>Per failing output: the error in ULPs of the device dtype (|device − bench| over one ULP of the bench rounded to
+the device dtype; 0 = the correctly rounded value) against the magnitude of the bench value, its histogram, and the
+largest error per slice of the flat index. Hover a cell for its count.</p>
+{chr(10).join(_failure_sections(records, fuzz)) or "<p>No failing API with a float output.</p>"}
+<script>{JS}</script>
+</body></html>
+"""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,342 @@
+"""msprobe's per-output verdict (the Layer-1 "original standard") plus the Layer-2 metric columns.
+
+REFERENCE-msprobe.md §4.1 (verdict, structure rules), §4.2 (metrics), §4.4 (which algorithm).
+Torch-free: tensors arrive as numpy arrays with their torch dtype string (bf16 as float32), so the
+comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and categories.yaml.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+import numpy as np
+
+from ..metrics import vectorised as M
+from ..specs.loader import load_specs, thresholds_for
+
+PASS, WARNING, ERROR, SKIP = "pass", "Warning", "error", "SKIP"
+BLANK = " "
+BF16 = "torch.bfloat16"
+ALGORITHMS = ("absolute_threshold", "binary_consistency", "ulp_compare", "thousandth_threshold",
+              "accumulative_error_compare", "benchmark")
+
+MSG_TYPE = "bench and npu output type is different."
+MSG_STRUCTURE = "bench and npu output structure is different."
+MSG_BENCH_NONE = "Bench output is None, skip this test."
+MSG_EMPTY = "There is not bench calculation result."
+MSG_COS_FAIL = "Cosine similarity is less than 0.99, consider as error, skip other check and set to SPACE."
+MSG_MAX_ABS_PASS = "Max abs error is less than 0.001, consider as pass, skip other check and set to SPACE."
+MSG_R100_ERROR = "Relative error is greater than 0.01, consider as error, skip other check and set to SPACE."
+MSG_R1000_PASS = "Relative error is less than 0.001, consider as pass, skip other check and set to SPACE."
+MSG_R1000_WARNING = "Relative error is greater than 0.001, consider as warning, skip other check and set to SPACE."
+MSG_R1000_ERROR = "Relative error is greater than 0.001, consider as error, skip other check and set to SPACE."
+MSG_R10000_WARNING = "Relative error is greater than 0.0001, consider as warning, skip other check and set to SPACE."
+MSG_R10000_PASS = "Relative error is less than 0.0001, consider as pass."
+
+# numpy dtype each torch float dtype arrives in (bf16 has no numpy dtype: float32 holds its values).
+_FLOAT_NUMPY = {"torch.float16": np.float16, "torch.bfloat16": np.float32, "torch.float32": np.float32,
+                "torch.float64": np.float64}
+# msprobe's "comparable" groups of numpy dtypes; a pair must fall in the same group.
+_COMPARABLE = ({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble)},
+               {np.dtype(np.bool_), np.dtype(np.uint8)}, {np.dtype(np.int32), np.dtype(np.int64)})
+
+
+@dataclass
+class OutputComparison:
+    """One details-CSV row: the verdict and metrics of one output (or gradient) pair."""
+    name: str
+    status: str                              # "pass" | "Warning" | "error" | "SKIP"
+    message: str
+    bench_dtype: str
+    device_dtype: str
+    shape: list[int] | None
+    metrics: dict[str, float | None]         # every METRIC_KEYS key; None is a blank cell
+    worst: dict | None = None                # element with the largest abs error (float outputs)
+    algorithm: str | None = None             # Layer-2 algorithm whose columns are filled
+    verdict: str | None = None               # status under the selected standard (None: same as status)
+    verdict_message: str = ""
+    compare: dict | None = None              # api_precision_compare cells (ratios and sub-statuses)
+    reference: dict | None = None            # the reference side's metrics / statistics, when there is one
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict (nan/inf stay floats); one level of copying (asdict's deep copy costs
+        more than the metrics of a small output)."""
+        data = {f.name: _copied(getattr(self, f.name)) for f in _FIELDS}
+        data["metrics"] = {k: None if v is None else float(v) for k, v in self.metrics.items()}
+        return data
+
+
+def _copied(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
+
+
+_FIELDS = fields(OutputComparison)
+
+
+# --------------------------------------------------------------------------------------- specs
+def _sections(specs: Mapping | None) -> tuple[Mapping, Mapping]:
+    """(thresholds, categories) of a specs mapping; None means the shipped api_specs/."""
+    if specs is None or "thresholds" not in specs or "categories" not in specs:
+        default = load_specs()
+        specs = default if specs is None else {**default, **specs}
+    return specs["thresholds"], specs["categories"]
+
+
+def _per_dtype(table: Mapping, dtype: str) -> Any:
+    return table[dtype] if dtype in table else table["default"]
+
+
+_INDEX: dict[int, tuple[Mapping, dict[str, str]]] = {}
+
+
+def algorithm_for(api_name: str, device_dtype: str, categories: Mapping, standard: str = "msprobe",
+                  override: str | None = None) -> str:
+    """8.x category selection: non-float dtype -> binary_consistency; else the first list in
+    `lookup_order` holding the bare API name; else `default` (benchmark). Under `msprobe26` every float
+    output is benchmark, as 26.x's code does. Accepts the categories mapping or a whole specs mapping."""
+    cats = categories["categories"] if "categories" in categories else categories
+    if device_dtype not in cats["float_dtypes"]:
+        return "binary_consistency"
+    if override:  # a user's spec file put this API in a category
+        return override
+    if standard == "msprobe26":
+        return "benchmark"
+    cached = _INDEX.get(id(cats))
+    if cached is None or cached[0] is not cats:
+        index: dict[str, str] = {}
+        for algo in cats["lookup_order"]:
+            for name in cats.get(algo) or ():
+                index.setdefault(name, algo)
+        cached = _INDEX[id(cats)] = (cats, index)
+    return cached[1].get(api_name, cats.get("default", "benchmark"))
+
+
+# --------------------------------------------------------------------------------------- verdicts
+def _row(name: str, status: str, message: str, bench_dtype: str = BLANK, device_dtype: str = BLANK,
+         shape: list[int] | None = None) -> OutputComparison:
+    return OutputComparison(name, status, message, bench_dtype, device_dtype, shape, M.blank_metrics())
+
+
+def _torch_size(shape: tuple) -> str:
+    return f"torch.Size({list(shape)})"
+
+
+def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dtype: str, device_dtype: str,
+                   api_name: str, specs: Mapping | None = None, standard: str = "msprobe") -> OutputComparison:
+    """Layer-1 verdict of one tensor pair plus the Layer-2 columns of its algorithm (§4.1, §4.2)."""
+    b, d = np.asarray(bench), np.asarray(device)
+    row = _row(name, ERROR, "", bench_dtype, device_dtype, [int(s) for s in d.shape])
+    if device_dtype == BF16:                     # msprobe compares bf16 outputs in float32
+        b = b.astype(np.float32, copy=False)
+    if device_dtype in _FLOAT_NUMPY and d.dtype.kind == "f":
+        d = d.astype(_FLOAT_NUMPY[device_dtype], copy=False)
+    if b.shape != d.shape:
+        row.message = f"The shape of bench{_torch_size(b.shape)} and npu{_torch_size(d.shape)} not equal."
+        return row
+    if b.dtype.kind in "iu" and d.dtype.kind in "iu" and b.size:
+        rule = _quantization(api_name, specs)
+        if rule is not None:  # 26.x: integer outputs of quantisation APIs may differ by one step of rounding
+            max_abs = int(np.max(np.abs(b.astype(np.int64) - d.astype(np.int64))))
+            row.metrics["max_abs_err"] = float(max_abs)
+            row.status = PASS if max_abs <= rule else ERROR
+            row.message = (f"Quantization API: max abs error {max_abs} {'<=' if max_abs <= rule else '>'} {rule} "
+                           f"(msprobe 26.x's rule for integer outputs of quantization APIs).")
+            return row
+    if not any(b.dtype in group and d.dtype in group for group in _COMPARABLE):
+        row.message = f"Bench out dtype is {b.dtype} but npu output dtype is {d.dtype}, cannot compare."
+        return row
+    if b.size == 0:
+        row.message = MSG_EMPTY
+        return row
+    if b.dtype.kind in "biu":
+        rate = M.binary_error_rate(b, d)
+        row.metrics["binary_error_rate"] = rate
+        row.status = PASS if rate == 0 else ERROR
+        row.message = f"Compare algorithm is not supported for {b.dtype} data. Only judged by Error Rate."
+        return row
+    with np.errstate(all="ignore"):
+        _compare_float(row, b.reshape(-1), d.reshape(-1), device_dtype, api_name, specs, standard)
+    return row
+
+
+def _quantization(api_name: str, specs: Mapping | None) -> float | None:
+    """The max-abs-error limit of a quantisation API's integer outputs (thresholds.quantization), or None."""
+    th = _sections(specs)[0]
+    if specs is not None and "apis" in specs:
+        th = thresholds_for(specs, api_name)
+    rule = th["quantization"]
+    return rule["max_abs_err_le"] if api_name in rule["apis"] else None
+
+
+def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
+                   api_name: str, specs: Mapping | None, standard: str) -> None:
+    th, cats = _sections(specs)
+    if specs is not None and "apis" in specs:
+        th = thresholds_for(specs, api_name)
+    shape, dev_dtype = tuple(row.shape or ()), d.dtype
+    if dev_dtype == np.float16 and b.dtype != np.float16:   # numpy fp16 math is slow; fp32 holds the values
+        d = d.astype(np.float32)
+    eps = th["rel_err_eps"].get(device_dtype)
+    err = M.error_arrays(b, d, np.finfo(b.dtype).eps if eps is None else eps)
+    messages: list[str] = []
+    if device_dtype in cats["layer2_dtypes"]:
+        override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
+        algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
+        row.metrics.update(_layer2(algo, b, d, dev_dtype, err, device_dtype, th))
+    elif standard == "msprobe26" and device_dtype in th["ulp_fp8_26x"]["dtypes"]:  # 26.x: fp8 -> its ULP rule
+        p = th["ulp_fp8_26x"]
+        row.algorithm = "ulp_compare"
+        row.metrics.update(M.ulp_metrics(M.ulp_errors_fp8(b, d, exponent_floor=p["exponent_floor"],
+                                                          mantissa_width=p["mantissa_width"]), p["elem_threshold"]))
+    else:
+        messages.append(f"The data type {device_dtype} is not supported for new precision standard.")
+
+    worst = int(np.argmax(err.abs_err))
+    row.worst = {"index": [int(i) for i in np.unravel_index(worst, shape)], "device": float(d[worst]),
+                 "bench": float(b[worst]), "abs_err": float(err.abs_err[worst]), "rel_err": float(err.rel_err[worst])}
+    row.status = _layer1(row.metrics, messages, b, d, err, err.abs_err[worst], device_dtype, th["layer1"])
+    row.message = "\n".join(messages)
+
+
+def _layer1(m: dict, messages: list[str], b: np.ndarray, d: np.ndarray, err: M.ErrorArrays,
+            max_abs: np.floating, device_dtype: str, l1: Mapping) -> str:
+    """cosine -> max-abs short-circuit -> 双百/双千/双万 (fp16/bf16 vs fp32/fp64 branches)."""
+    cos, cos_ok, msg = M.cosine(b, d, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"],
+                                bench_absmax=np.max(err.abs_bench))
+    m["cosine"] = cos
+    if msg:
+        messages.append(msg)
+    if not cos_ok:
+        messages.append(MSG_COS_FAIL)
+        return ERROR
+    m["max_abs_err"] = float(max_abs)
+    if max_abs < l1["max_abs_err_pass_lt"]:       # compared in the error dtype, like msprobe
+        messages.append(MSG_MAX_ABS_PASS)
+        return PASS
+    t = l1["dual_ratio"]
+    if device_dtype in l1["half_dtypes"]:
+        m["dual_hundredth"], ok100 = M.dual_ratio(err.rel_err, t["hundredth"])
+        if not ok100:
+            messages.append(MSG_R100_ERROR)
+            return ERROR
+        m["dual_thousandth"], ok1000 = M.dual_ratio(err.rel_err, t["thousandth"])
+        messages.append(MSG_R1000_PASS if ok1000 else MSG_R1000_WARNING)
+        return PASS if ok1000 else WARNING
+    m["dual_thousandth"], ok1000 = M.dual_ratio(err.rel_err, t["thousandth"])
+    m["dual_ten_thousandth"], ok10000 = M.dual_ratio(err.rel_err, t["ten_thousandth"])
+    if device_dtype in l1["full_dtypes"]:
+        if not ok1000:
+            messages.append(MSG_R1000_ERROR)
+            return ERROR
+        if not ok10000:
+            messages.append(MSG_R10000_WARNING)
+            return WARNING
+        messages.append(MSG_R10000_PASS)
+    return PASS
+
+
+def _layer2(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M.ErrorArrays, dtype: str,
+            th: Mapping) -> dict:
+    """The metric columns of the one Layer-2 algorithm chosen for this output (§4.2). `d` may be wider than
+    the device's numpy dtype `dev_dtype` (fp16 held as fp32)."""
+    if algo == "binary_consistency":
+        return {"binary_error_rate": M.binary_error_rate(b, d)}
+    if algo == "thousandth_threshold":
+        return {"dual_thousandth": M.dual_ratio(err.rel_err, th["layer1"]["dual_ratio"]["thousandth"])[0]}
+    if algo == "ulp_compare":
+        p = th["ulp"][dtype]
+        ulp = M.ulp_errors(b, d, err.abs_bench, mantissa_bits=p["mantissa_bits"], min_exponent=p["min_exponent"],
+                           compute_dtype=p["compute_dtype"])
+        return M.ulp_metrics(ulp, p["elem_threshold"])
+    both_finite, bench_dev = M.finite_mask(b, d, dev_dtype)
+    if algo == "benchmark":
+        fudge = th["rmse_fudge"]
+        return M.benchmark_metrics(err, d, bench_dev, both_finite, small_value=_per_dtype(th["small_value"], dtype),
+                                   atol=_per_dtype(th["small_value_atol"]["benchmark"], dtype),
+                                   rmse_fudge=(fudge["denominator_eps"], fudge["additive"]))
+    clip = th["inf_nan_clip_range"].get(dtype)
+    if clip is None:
+        info = np.finfo(dev_dtype)
+        clip = (info.min, info.max)
+    if algo == "absolute_threshold":
+        return M.absolute_threshold_metrics(
+            err, d, bench_dev, both_finite, rtol=_per_dtype(th["rtol"], dtype), clip_range=tuple(clip),
+            device_dtype=dev_dtype,
+            small_value=_per_dtype(th["small_value"], dtype),
+            atol=_per_dtype(th["small_value_atol"]["absolute_threshold"], dtype))
+    if algo == "accumulative_error_compare":
+        acc = th["accumulative_error"]
+        bound = _per_dtype(acc["bound"], dtype)
+        out = M.absolute_threshold_metrics(err, d, bench_dev, both_finite, rtol=bound, small_value=acc["small_value"],
+                                           atol=bound, clip_range=tuple(clip), device_dtype=dev_dtype)
+        out["error_balance"] = M.error_balance(d, bench_dev)
+        return out
+    raise ValueError(f"unknown precision algorithm {algo!r}")
+
+
+def compare_scalar(name: str, bench: Any, device: Any) -> OutputComparison:
+    """Python bool/int/float/str outputs: equal -> pass (error rate 0), else error."""
+    if not isinstance(bench, type(device)):
+        return _row(name, ERROR, MSG_TYPE)
+    if not isinstance(bench, (bool, int, float, str)):
+        return _row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
+    row = _row(name, PASS, "", str(type(bench)), str(type(device)))
+    if bench != device:
+        row.status = ERROR
+    else:
+        row.metrics["binary_error_rate"] = 0.0
+    return row
+
+
+def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mapping | None,
+                 converter: Callable[[Any], tuple], standard: str = "msprobe") -> OutputComparison:
+    bkind, bval, bdtype = converter(bench)
+    dkind, dval, ddtype = converter(device)
+    # msprobe checks isinstance(bench, type(device)) first: a None bench only skips if the device is None too.
+    if bkind != dkind or (bkind == "scalar" and not isinstance(bval, type(dval))):
+        return _row(name, ERROR, MSG_TYPE)
+    if bkind == "none":
+        return _row(name, SKIP, MSG_BENCH_NONE)
+    if bkind == "tensor":
+        return compare_tensor(name, bval, dval, bench_dtype=bdtype, device_dtype=ddtype, api_name=api_name,
+                              specs=specs, standard=standard)
+    if bkind == "scalar":
+        return compare_scalar(name, bval, dval)
+    return _row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
+
+
+def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: str, specs: Mapping | None = None,
+                      converter: Callable[[Any], tuple], standard: str = "msprobe") -> list[OutputComparison]:
+    """msprobe's list rules: more bench than device outputs -> one error row; else the device list is
+    truncated and each pair gives a row `{name_prefix}.{i}`. A non-list bench is one pair."""
+    if not isinstance(bench, (list, tuple)):
+        return [_compare_one(f"{name_prefix}.0", bench, device, api_name, specs, converter, standard)]
+    if not isinstance(device, (list, tuple)):
+        device = [device]
+    if len(bench) > len(device):
+        return [_row(f"{name_prefix}.0", ERROR, MSG_STRUCTURE)]
+    return [_compare_one(f"{name_prefix}.{i}", b, d, api_name, specs, converter, standard)
+            for i, (b, d) in enumerate(zip(bench, device))]
+
+
+def dropout_verdict(bench: np.ndarray, device: np.ndarray, specs: Mapping | None = None) -> tuple[str, str]:
+    """Dropout outputs are random: judged only by how many zeros each side has (msprobe's rule)."""
+    rule = _sections(specs)[0]["dropout"]
+    b, d = np.asarray(bench), np.asarray(device)
+    if b.size < rule["min_numel"]:
+        return PASS, f"Dropout output has {b.size} < {rule['min_numel']} elements: not judged (pass)."
+    diff = M.zero_fraction_diff(b, d)
+    ok = diff < rule["zero_fraction_diff_lt"]
+    return (PASS if ok else ERROR), (f"Dropout zero-fraction difference {diff:.6g} "
+                                     f"{'<' if ok else '>='} {rule['zero_fraction_diff_lt']}.")
+
+
+def aggregate(statuses: Iterable[str]) -> str:
+    """Item status: error > Warning > pass; SKIP only when nothing was compared (never pass without a
+    compared output, unlike msprobe §8.1 item 6)."""
+    seen = set(statuses)
+    for status in (ERROR, WARNING, PASS):
+        if status in seen:
+            return status
+    return SKIP
