@@ -14,6 +14,7 @@ arguments (and, when the device is not an NPU, with the recorded-dtype device ar
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import types
@@ -40,10 +41,16 @@ def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return add
 
 
+@functools.cache
 def _specs() -> dict[str, Any]:
-    from pytest_msprobe.specs.loader import load_specs
+    """The shipped `api_specs/bench_functions.yaml` (declarations, aliases, output_postprocess), read
+    directly: this package sits below pytest_msprobe, whose loader asks it which names exist."""
+    import yaml
 
-    return load_specs()
+    from api_specs import SPEC_DIR
+
+    content = yaml.safe_load((SPEC_DIR / "bench_functions.yaml").read_text(encoding="utf-8"))
+    return content if isinstance(content, dict) else {}
 
 
 def canonical(name: str) -> str:

@@ -1,6 +1,7 @@
 """The public path of the device-backend API (`from pytest_msprobe.backends import Backend`).
 
-The code lives in `runs/backends.py`; this module only re-exports it, so conftest.py files and
+The code lives in `runs/backends.py` (and its pytest side in `session/device_hooks.py`); this module
+only re-exports it, so conftest.py files and
 device plugins written against the documented path keep working.
 """
 from __future__ import annotations
@@ -15,17 +16,15 @@ from .runs.backends import (
     CudaBackend,
     DeviceCall,
     NpuBackend,
-    activate,
     builtin_backend,
-    check_name,
     device_call,
     entry_point_names,
-    known_names,
     load_entry_point,
     lookup,
     runner,
     select,
 )
+from .session.device_hooks import activate, check_name, known_names
 
 __all__ = [
     "AUTO", "BUILTIN", "Backend", "BackendError", "CpuBackend", "CudaBackend", "DeviceCall", "ENTRY_POINT_GROUP",

@@ -17,8 +17,8 @@ import pytest
 
 from .records import wire
 from .reports import summary
-from .runs import backends, kernels, npu_runtime
-from .session import baseline, devices, guard, journal, msprobe_config, shard, workers
+from .runs import kernels
+from .session import baseline, device_hooks, devices, guard, journal, msprobe_config, npu_options, shard, workers
 from .session import triage_hooks as triage
 from .session.items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .session.shard import parse_shard
@@ -124,7 +124,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--msprobe-config", default=None, metavar="CONFIG_JSON",
                     help="msprobe's config.json: the white_list, black_list and error_data_path of its acc_check "
                          "(run_ut) section")
-    npu_runtime.addoption(group)  # --msprobe-jit-compile, --msprobe-allow-internal-format
+    npu_options.addoption(group)  # --msprobe-jit-compile, --msprobe-allow-internal-format
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
@@ -151,7 +151,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _settings(config: pytest.Config) -> Settings:
     opt = config.option
-    device = backends.check_name(config, opt.msprobe_device or config.getini("msprobe_device"),
+    device = device_hooks.check_name(config, opt.msprobe_device or config.getini("msprobe_device"),
                                  "--msprobe-device" if opt.msprobe_device else "ini msprobe_device")
     seed: Any = opt.msprobe_seed if opt.msprobe_seed is not None else config.getini("msprobe_seed")
     workerinput = getattr(config, "workerinput", None)
@@ -183,7 +183,7 @@ def _settings(config: pytest.Config) -> Settings:
         if not Path(reference_results).is_file():
             raise pytest.UsageError(f"--msprobe-reference-results: no such file: {reference_results}")
     if opt.msprobe_reference:
-        backends.check_name(config, opt.msprobe_reference, "--msprobe-reference", allow_auto=False)
+        device_hooks.check_name(config, opt.msprobe_reference, "--msprobe-reference", allow_auto=False)
     options = CheckOptions(device=device, run_seed=int(seed), data_mode=opt.msprobe_data_mode,
                            device_index=devices.device_index(config), threads=devices.threads(config),
                            standard=standard,
@@ -221,7 +221,7 @@ def pytest_configure(config: pytest.Config) -> None:
     workers.adapt(config)  # before xdist's own pytest_configure (trylast) starts a distributed session
     journal.configure(config, settings)  # first: resuming may adopt the journal's run seed
     msprobe_config.configure(config)  # before triage: its error_data_path
-    npu_runtime.configure(config)
+    npu_options.configure(config)
     devices.configure(config, settings)
     guard.configure(config, settings.check_options.run_seed)
     shard.configure(config)
@@ -278,7 +278,7 @@ def _schedule(config: pytest.Config) -> str:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
-    npu = npu_runtime.header(config)
+    npu = npu_options.header(config)
     return [f"msprobe: seed {opts.run_seed}, device {opts.device}, standard {settings.standard}, "
             f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *summary.header_lines(config),
             *([npu] if npu else [])]

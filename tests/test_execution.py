@@ -11,13 +11,13 @@ import torch
 
 from pytest_msprobe.check.rerun import check_entry
 from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.runs.backends import select as select_device
 from pytest_msprobe.runs.execution import (
     NotCheckable,
     _getitem,
     hf32_round,
     pair_cotangents,
     plan_precision,
-    select_device,
 )
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs

@@ -120,7 +120,7 @@ def test_npu_settings_use_torch_npus_documented_switches(monkeypatch: pytest.Mon
     config = types.SimpleNamespace(allow_internal_format=None)
     monkeypatch.setitem(sys.modules, "torch_npu", fake)
     monkeypatch.setattr(torch, "npu", types.SimpleNamespace(config=config), raising=False)
-    monkeypatch.setattr("pytest_msprobe.runs.execution.npu_import_error", lambda: None)
+    monkeypatch.setattr("pytest_msprobe.npu_import.npu_import_error", lambda: None)
     npu_runtime.apply.cache_clear()
     try:
         runtime = npu_runtime.NpuRuntime(jit_compile=False, allow_internal_format=False)

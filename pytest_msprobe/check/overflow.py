@@ -31,6 +31,7 @@ import torch
 from ..dump.reader import Dump
 from ..metrics.vectorised import blank_metrics
 from ..runs import backends, capture, kernels
+from ..runs.backends import select as select_device
 from ..runs.execution import (
     NotCheckable,
     first_output_dtype,
@@ -40,7 +41,6 @@ from ..runs.execution import (
     resolve,
     run_side,
     seed_random_apis,
-    select_device,
 )
 from ..settings import CheckOptions
 from ..specs.loader import in_list

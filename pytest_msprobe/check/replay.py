@@ -30,6 +30,7 @@ from ..dump.reader import Dump, EntryName
 from ..inputs.build import TENSOR_TYPES, BuildContext, InputError, _load_saved, _shape, build, parse_dtype
 from ..metrics.vectorised import blank_metrics
 from ..runs import capture, mindspore
+from ..runs.backends import select as select_device
 from ..runs.execution import (
     RAISABLE,
     Device,
@@ -42,7 +43,6 @@ from ..runs.execution import (
     resolve,
     run_side,
     seed_random_apis,
-    select_device,
     tensors_of,
 )
 from ..runs.third_run import ReferenceRun, third_run

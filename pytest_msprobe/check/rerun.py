@@ -15,6 +15,7 @@ from ..dump.reader import Dump, parse_entry_name
 from ..inputs.build import BuildContext, InputError, build, parse_dtype
 from ..inputs.seeds import item_seed
 from ..runs import backends, capture, kernels
+from ..runs.backends import select as select_device
 from ..runs.execution import (
     RAISABLE,
     Device,
@@ -31,7 +32,6 @@ from ..runs.execution import (
     resolve,
     run_side,
     seed_random_apis,
-    select_device,
     tensors_of,
 )
 from ..runs.third_run import autocast_round, bench_product, error_kind, third_run

@@ -10,7 +10,8 @@ The device call of an item — and nothing else — runs inside `device_call`: t
 API call and its synchronisation. Input generation, the bench, the reference runs and the
 metrics run outside, so an instrumented or faulty backend cannot disturb the reference side.
 
-Torch-free at import: torch is imported by the methods that need it, at run time.
+Torch-free and pytest-free at import: torch is imported by the methods that need it, at run time;
+the hooks reach this module as two callables of a `Session` (session/device_hooks.py).
 """
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
-
-import pytest
 
 if TYPE_CHECKING:
     from .execution import Device
@@ -100,7 +99,7 @@ class NpuBackend(Backend):
     runtime: Any = None  # npu_runtime.NpuRuntime: --msprobe-jit-compile / --msprobe-allow-internal-format
 
     def unavailable(self) -> str | None:
-        from .execution import npu_import_error
+        from ..npu_import import npu_import_error
 
         error = npu_import_error()
         if error is not None:
@@ -173,97 +172,32 @@ def builtin_backend(name: str, entry_points: Iterable[Any] | None = None) -> Bac
     return cls() if cls is not None else None
 
 
-# ----------------------------------------------------------------------------- per-config state
+# ----------------------------------------------------------------------------- per-session state
 
 
 @dataclass
-class _State:
-    config: pytest.Config | None
+class Session:
+    """Where backends come from in one pytest session, handed in by the pytest layer
+    (session/device_hooks.py): `provider(name)` answers the hook pytest_msprobe_device, and
+    `call_hook(call)` runs the hook pytest_msprobe_device_call around one device call."""
+
+    provider: Callable[[str], Any]
+    call_hook: Callable[[DeviceCall], None]
     cache: dict[str, Backend] = field(default_factory=dict)
 
 
-# A stack, because pytester runs a pytest session inside a pytest session.
-_STATES: list[_State] = []
-_NO_CONFIG = _State(None)  # checks run outside pytest (benchmarks, scripts): built-ins and entry points
+# A stack, because pytester runs a pytest session inside a pytest session. Empty: checks run outside
+# pytest (benchmarks, scripts) and see the built-ins and entry points only.
+_SESSIONS: list[Session] = []
+_NO_SESSION_CACHE: dict[str, Backend] = {}
 
 
-def _current() -> _State:
-    return _STATES[-1] if _STATES else _NO_CONFIG
+def open_session(session: Session) -> None:
+    _SESSIONS.append(session)
 
 
-class BuiltinDevices:
-    """The built-in hook implementations, registered once per config (`activate`)."""
-
-    def __init__(self, state: _State) -> None:
-        self.state = state
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_msprobe_device(self, config: pytest.Config, name: str) -> Backend | None:
-        backend = builtin_backend(name)
-        if isinstance(backend, NpuBackend):
-            from .npu_runtime import RUNTIME_KEY
-
-            backend.runtime = config.stash.get(RUNTIME_KEY, None)
-        return backend
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_msprobe_device_names(self, config: pytest.Config) -> list[str]:
-        return [*BUILTIN, *entry_point_names()]
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_msprobe_device_call(self, call: DeviceCall) -> DeviceCall:
-        if not call.done:
-            call()
-        return call
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        _STATES[:] = [state for state in _STATES if state is not self.state]
-
-
-_PLUGIN_NAME = "msprobe-builtin-devices"
-
-
-def activate(config: pytest.Config) -> None:
-    """Register the built-in devices for this config (idempotent); from then on lookups use its hooks."""
-    if config.pluginmanager.has_plugin(_PLUGIN_NAME):
-        return
-    state = _State(config)
-    _STATES.append(state)
-    config.pluginmanager.register(BuiltinDevices(state), _PLUGIN_NAME)
-
-
-def known_names(config: pytest.Config) -> list[str]:
-    activate(config)
-    names: dict[str, None] = {AUTO: None}
-    for result in config.hook.pytest_msprobe_device_names(config=config):
-        for name in result or ():
-            names[str(name)] = None
-    return list(names)
-
-
-def check_name(config: pytest.Config, name: str, where: str, *, allow_auto: bool = True) -> str:
-    """Validate a device name when pytest configures; a clear usage error lists the known devices."""
-    activate(config)
-    if name in BUILTIN or (name == AUTO and allow_auto):
-        return name
-    known = known_names(config)
-    if name == AUTO:
-        if allow_auto:
-            return name
-    elif name in known:
-        return name
-    else:
-        try:  # a plugin may answer for names it does not list
-            backend = config.hook.pytest_msprobe_device(config=config, name=name)
-            if backend is not None:
-                _checked(backend, name)
-                return name
-        except BackendError as exc:
-            raise pytest.UsageError(f"{where} {name}: {exc}") from None
-    shown = [n for n in known if allow_auto or n != AUTO]
-    raise pytest.UsageError(
-        f"{where}: unknown device {name!r}; known devices: {', '.join(shown)} (a plugin or conftest.py adds one "
-        f"with the hook pytest_msprobe_device, a package with an entry point in the group {ENTRY_POINT_GROUP!r})")
+def close_session(session: Session) -> None:
+    _SESSIONS[:] = [s for s in _SESSIONS if s is not session]
 
 
 def _checked(backend: Any, name: str) -> Backend:
@@ -274,16 +208,15 @@ def _checked(backend: Any, name: str) -> Backend:
 
 
 def lookup(name: str) -> Backend | None:
-    """The backend for a device name in this process (cached per config)."""
-    state = _current()
-    if name not in state.cache:
-        config = state.config
-        backend = config.hook.pytest_msprobe_device(config=config, name=name) if config is not None \
-            else builtin_backend(name)
+    """The backend for a device name in this process (cached per session)."""
+    session = _SESSIONS[-1] if _SESSIONS else None
+    cache = session.cache if session is not None else _NO_SESSION_CACHE
+    if name not in cache:
+        backend = session.provider(name) if session is not None else builtin_backend(name)
         if backend is None:
             return None
-        state.cache[name] = _checked(backend, name)
-    return state.cache[name]
+        cache[name] = _checked(backend, name)
+    return cache[name]
 
 
 def select(requested: str, index: int | None = None) -> Device:
@@ -339,10 +272,9 @@ class DeviceCall:
 def device_call(item_name: str, api: str, phase: str, device: Device, impl: str, fn: Callable[[], Any]) -> Any:
     """Run `fn` (the device side of one item) as the device call: hook wrappers, boundary, sync."""
     call = DeviceCall(item_name, api, phase, device, impl, fn)
-    config = _current().config
-    if config is None:
+    if not _SESSIONS:
         return call()
-    config.hook.pytest_msprobe_device_call(item_name=item_name, api=api, phase=phase, device=device, call=call)
+    _SESSIONS[-1].call_hook(call)
     if not call.done:
         raise RuntimeError(f"a pytest_msprobe_device_call implementation returned without running the device call "
                            f"of {item_name}")
@@ -363,6 +295,6 @@ def runner(device: Device, api: str, fn: Callable[..., Any]) -> Callable[..., An
 
 __all__ = [
     "AUTO", "BUILTIN", "Backend", "BackendError", "CpuBackend", "CudaBackend", "DeviceCall", "ENTRY_POINT_GROUP",
-    "NpuBackend", "activate", "builtin_backend", "check_name", "device_call", "entry_point_names", "known_names",
-    "load_entry_point", "lookup", "runner", "select",
+    "NpuBackend", "Session", "builtin_backend", "close_session", "device_call", "entry_point_names",
+    "load_entry_point", "lookup", "open_session", "runner", "select",
 ]

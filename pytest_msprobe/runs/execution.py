@@ -7,8 +7,6 @@ the dump shows an AMP region. Both sides get their own copies of the inputs, so 
 """
 from __future__ import annotations
 
-import functools
-import importlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -17,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from ..inputs.build import DeviceArg, InputError
+from .leaves import output_leaves  # re-exported: the bench, the device side and triage flatten results alike
 
 RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -59,26 +58,6 @@ class Device:
         if moved.device == tensor.device and moved.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
             moved = moved.clone()  # never share memory with the inputs the bench and reference copy
         return moved
-
-
-@functools.lru_cache(maxsize=1)
-def npu_import_error() -> str | None:
-    """Import torch_npu once; without CANN it raises, which must become a skip reason."""
-    try:
-        importlib.import_module("torch_npu")
-    except BaseException as exc:  # ImportError, OSError from missing CANN libraries, SystemExit, ...
-        return f"{type(exc).__name__}: {exc}".strip()
-    return None
-
-
-def select_device(requested: str, index: int | None = None) -> Device:
-    """auto: npu if torch_npu imports, else cuda, else cpu. Explicit choices must be usable.
-
-    Every name, the built-in ones included, goes through the backends (backends.py).
-    """
-    from .backends import select
-
-    return select(requested, index)
 
 
 # ----------------------------------------------------------------------------- API resolution
@@ -312,24 +291,6 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
     return side
 
 
-def output_leaves(value: Any) -> list[Any]:
-    """Flatten an API result: tensors and Python scalars in order (namedtuples as tuples)."""
-    out: list[Any] = []
-    _leaves_into(value, out)
-    return out
-
-
-def _leaves_into(v: Any, out: list[Any]) -> None:  # module-level: see _tensors_into
-    if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
-        for x in v:
-            _leaves_into(x, out)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _leaves_into(x, out)
-    else:
-        out.append(v)
-
-
 def first_output_dtype(encoded_output: Any) -> torch.dtype | None:
     """The AMP hint: dtype of the first recorded float output (namedtuples included)."""
     from ..dump.reader import iter_leaves
@@ -432,5 +393,5 @@ def is_finite_number(x: Any) -> bool:
 __all__ = [
     "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Side", "backward", "first_output_dtype",
     "hf32_round", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
-    "resolve", "run_side", "select_device", "tensors_of", "to_cpu",
+    "resolve", "run_side", "tensors_of", "to_cpu",
 ]

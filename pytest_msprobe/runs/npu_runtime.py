@@ -1,4 +1,4 @@
-"""msprobe's NPU runtime settings as options: `--msprobe-jit-compile on|off` and
+"""msprobe's NPU runtime settings (the options are session/npu_options.py): `--msprobe-jit-compile on|off` and
 `--msprobe-allow-internal-format on|off` (msprobe run_ut's `-j`, which sets both).
 
 They use torch_npu's documented switches, `torch_npu.npu.set_compile_mode(jit_compile=...)` and
@@ -11,12 +11,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
-
-import pytest
-
-RUNTIME_KEY = pytest.StashKey["NpuRuntime | None"]()
-CHOICES = ("on", "off")
 
 
 @dataclass(frozen=True)
@@ -31,43 +25,10 @@ class NpuRuntime:
         return ", ".join(shown)
 
 
-def addoption(group: Any) -> None:
-    group.addoption("--msprobe-jit-compile", choices=CHOICES, default=None,
-                    help="NPU: torch_npu.npu.set_compile_mode(jit_compile=on|off) before items run (msprobe run_ut "
-                         "-j); also sets allow_internal_format to the same value unless that option is given")
-    group.addoption("--msprobe-allow-internal-format", choices=CHOICES, default=None,
-                    help="NPU: torch.npu.config.allow_internal_format = on|off before items run")
-
-
-def configure(config: pytest.Config) -> NpuRuntime | None:
-    jit = config.getoption("msprobe_jit_compile", None)
-    internal = config.getoption("msprobe_allow_internal_format", None)
-    if jit is None and internal is None:
-        runtime = None
-    else:
-        internal = internal if internal is not None else jit  # msprobe sets both from -j
-        runtime = NpuRuntime(None if jit is None else jit == "on", None if internal is None else internal == "on")
-    config.stash[RUNTIME_KEY] = runtime
-    return runtime
-
-
-def header(config: pytest.Config) -> str | None:
-    runtime = config.stash.get(RUNTIME_KEY, None)
-    if runtime is None:
-        return None
-    from .execution import npu_import_error
-
-    error = npu_import_error()
-    if error is not None:
-        return (f"msprobe: NPU runtime {runtime.describe()} not applied: torch_npu cannot be imported here "
-                f"({error}); the settings only matter for items running on an NPU")
-    return f"msprobe: NPU runtime {runtime.describe()} (applied in each process that runs items on the NPU)"
-
-
 @functools.cache
 def apply(runtime: NpuRuntime) -> str | None:
     """Set the switches once per process; the reason they cannot be set, or None."""
-    from .execution import npu_import_error
+    from ..npu_import import npu_import_error
 
     error = npu_import_error()
     if error is not None:
@@ -85,4 +46,4 @@ def apply(runtime: NpuRuntime) -> str | None:
     return None
 
 
-__all__ = ["NpuRuntime", "addoption", "apply", "configure", "header"]
+__all__ = ["NpuRuntime", "apply"]

@@ -14,7 +14,8 @@ import torch
 
 from ..settings import CheckOptions
 from ..specs.loader import in_list
-from .execution import Device, Side, make_side, map_structure, resolve, select_device
+from .backends import select as select_device
+from .execution import Device, Side, make_side, map_structure, resolve
 
 
 @dataclass

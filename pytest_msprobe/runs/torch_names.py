@@ -125,7 +125,7 @@ def _meta_shapes(fn: Callable[..., Any], call: Mapping[str, Any]) -> list[tuple[
     import warnings
 
     from ..inputs.build import TENSOR_TYPES, parse_dtype
-    from .execution import output_leaves
+    from .leaves import output_leaves
 
     def meta(value: Any) -> Any:
         if isinstance(value, list):

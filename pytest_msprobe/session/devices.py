@@ -190,7 +190,8 @@ class FirstItem:
             gc.freeze()
             if enabled:
                 gc.enable()
-        from ..runs.execution import NotCheckable, select_device
+        from ..runs.backends import select as select_device
+        from ..runs.execution import NotCheckable
 
         torch.set_num_threads(self.options.threads)
         if self.options.device_index is None:

@@ -83,7 +83,7 @@ def _known(name: str, specs: Mapping[str, Any]) -> bool:
 
     if name in bench_functions.names():
         return True
-    from ..runs.execution import npu_import_error
+    from ..npu_import import npu_import_error
 
     if npu_import_error() is None:
         import torch_npu
