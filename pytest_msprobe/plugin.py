@@ -18,11 +18,23 @@ import pytest
 from .records import wire
 from .reports import summary
 from .runs import kernels
-from .session import baseline, device_hooks, devices, guard, journal, msprobe_config, npu_options, shard, workers
+from .session import (
+    baseline,
+    device_hooks,
+    devices,
+    guard,
+    journal,
+    msprobe_config,
+    npu_options,
+    shard,
+    terminal,
+    workers,
+)
 from .session import triage_hooks as triage
 from .session.items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
 from .session.shard import parse_shard
-from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, SETTINGS_KEY, STANDARDS, CheckOptions, Settings
+from .session.stash import SETTINGS_KEY
+from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, STANDARDS, CheckOptions, Settings
 
 DUMP_BASENAME = "dump.json"
 REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
@@ -280,7 +292,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     opts = settings.check_options
     npu = npu_options.header(config)
     return [f"msprobe: seed {opts.run_seed}, device {opts.device}, standard {settings.standard}, "
-            f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *summary.header_lines(config),
+            f"data {opts.data_mode}, mode {opts.mode}, results -> {settings.out_dir}", *terminal.header_lines(config),
             *([npu] if npu else [])]
 
 
@@ -417,7 +429,7 @@ class ResultCollector:
         if not self.written:
             return
         terminalreporter.section("msprobe")
-        for line in summary.terminal_lines(self.config, self.records, self.written, self.resumed, self.known):
+        for line in terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known):
             terminalreporter.write_line(line)
         for line in summary.warned_lines(self.records, every="p" in terminalreporter.reportchars):
             terminalreporter.write_line(line)

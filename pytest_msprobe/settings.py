@@ -1,10 +1,9 @@
-"""Resolved command-line/ini settings, shared by the hooks and the items (torch-free)."""
+"""Resolved command-line/ini settings, shared by the hooks, the items and every stage (torch- and pytest-free;
+the key that keeps them on config.stash is session/stash.py's SETTINGS_KEY)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 DEFAULT_SEED = 1234
 DEVICES = ("auto", "npu", "cuda", "cpu")  # the built-in ones; backends.py adds registered devices
@@ -45,5 +44,3 @@ class Settings:
     api_info: list[Path] = field(default_factory=list)
     filter_api: bool = False  # --msprobe-filter-api: one check per group of identical calls (dedup.py)
 
-
-SETTINGS_KEY = pytest.StashKey[Settings]()

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..records.columns import METRIC_KEYS
+from ..records.columns import DETAILS_HEADER, METRIC_KEYS
 from ..verdict import ms_results
 from .summary import output_reasons, severity, short_name
 
@@ -42,16 +42,6 @@ PASS, WARNING, ERROR, SKIP, BLANK = "pass", "Warning", "error", "SKIP", " "
 STATUSES: tuple[str, ...] = (PASS, WARNING, ERROR, SKIP)
 
 RESULT_HEADER: tuple[str, ...] = ("API name", "Forward Test Success", "Backward Test Success", "Message")
-
-# 23 columns of accuracy_checking_details_*.csv; columns 4..20 are METRIC_KEYS in the same order.
-DETAILS_HEADER: tuple[str, ...] = (
-    "API Name", "Bench Dtype", "DEVICE Dtype", "Shape",
-    "余弦相似度", "最大绝对误差", "双百指标", "双千指标", "双万指标", "二进制一致错误率", "误差均衡性",
-    "均方根误差", "小值域错误占比", "相对误差最大值", "相对误差平均值", "inf/nan错误率", "相对误差错误率",
-    "绝对误差错误率", "ULP误差最大值", "ULP误差平均值", "ULP误差大于阈值占比",
-    "Status", "Message",
-)
-assert len(DETAILS_HEADER) == 6 + len(METRIC_KEYS), "details header and METRIC_KEYS drifted apart"
 
 RESULT_PREFIX = "accuracy_checking_result_"
 DETAILS_PREFIX = "accuracy_checking_details_"

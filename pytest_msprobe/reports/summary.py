@@ -1,4 +1,5 @@
-"""What a person or a CI system reads about a run: terminal summary lines and JUnit properties."""
+"""What a person or a CI system reads about records: failure lines, worst failures, JUnit properties
+(the session's terminal lines, which also read the pytest config, are session/terminal.py)."""
 from __future__ import annotations
 
 import math
@@ -138,68 +139,3 @@ def file_lines(written: Mapping[str, Any], shown: int = 3) -> list[str]:
     if len(per_dump) > shown:
         lines.append(f"  ... and {len(per_dump) - shown} more set(s) named the same way")
     return lines + plain
-
-
-def header_lines(config: Any) -> list[str]:
-    from ..session.devices import DEVICES_KEY
-    from ..session.journal import JOURNAL_KEY
-
-    lines = []
-    if DEVICES_KEY in config.stash:
-        lines.append(config.stash[DEVICES_KEY].header())
-    journal = config.stash.get(JOURNAL_KEY, None)
-    if journal is not None and journal.resume:
-        lines.append(f"msprobe: resuming from {journal.path}: {len(journal.finished)} finished item(s) there")
-    from ..session.workers import header_line
-
-    if header_line(config):
-        lines.append(header_line(config))
-    if config.getoption("msprobe_shard"):
-        lines.append("msprobe: shard {}/{} of every dump".format(*config.getoption("msprobe_shard")))
-    return lines
-
-
-def terminal_lines(config: Any, records: list[dict[str, Any]], written: Mapping[str, Any],
-                   resumed: int, known: int) -> list[str]:
-    """Counts by status, where results came from, devices, the worst failures, the files."""
-    from ..session.devices import DEVICES_KEY
-    from ..session.guard import CRASH_KEY
-    from ..session.journal import JOURNAL_KEY
-    from ..settings import SETTINGS_KEY
-    from .results import reference_only, summary_counts
-
-    ref_only = reference_only(records)
-    counts = summary_counts(r for r in records if not r.get("reference_only"))
-    lines = ["items: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
-    if ref_only:
-        lines.append(f"{sum(ref_only.values())} items checked only the reference (" + ", ".join(
-            f"{v} {k}" for k, v in sorted(ref_only.items())) + "): NPU ops without an NPU run their bench function "
-            "on both sides, so they test the inputs and the bench, not a vendor kernel")
-    notes = []
-    if resumed:
-        notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
-    if known:
-        notes.append(f"{known} known failure(s) xfailed by the baseline")
-    reused = sum(1 for r in records if r.get("reused_from"))
-    if reused:
-        notes.append(f"{reused} reused the result of an identical call (--msprobe-filter-api)")
-    crash = config.stash.get(CRASH_KEY, None)
-    if crash is not None and crash.crashed:
-        notes.append(f"{crash.crashed} crashed or hung item(s)")
-    if notes:
-        lines.append("; ".join(notes))
-    info = config.stash.get(DEVICES_KEY, None)
-    if info is not None:
-        ran_on = sorted({str(r.get("device")) for r in records if r.get("device")})
-        where = info.hooks.summary() if info.hooks is not None else str(info.slot)
-        lines.append(f"devices: {where}; items ran on {', '.join(ran_on) or '-'}")
-    bad = worst(records)
-    if bad:
-        lines.append(f"worst failures ({len(bad)} of {counts.get('error', 0) + ref_only.get('error', 0)}):")
-        lines += [f"  {line}" for line in bad]
-    lines.append(f"seed: {config.stash[SETTINGS_KEY].check_options.run_seed}")
-    lines += file_lines(written)
-    journal = config.stash.get(JOURNAL_KEY, None)
-    if journal is not None:
-        lines.append(f"journal: {journal.path}")
-    return lines

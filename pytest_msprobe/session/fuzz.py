@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from ..dump.reader import load_dump, parse_entry_name
-from ..settings import SETTINGS_KEY
+from .stash import SETTINGS_KEY
 
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
 MAX_SPECIALS = 8

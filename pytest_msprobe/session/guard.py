@@ -30,8 +30,8 @@ import pytest
 
 from ..dump.reader import load_dump, parse_entry_name
 from ..inputs.seeds import item_seed
-from ..settings import SETTINGS_KEY
 from .items import ApiItem
+from .stash import SETTINGS_KEY
 
 GRACE_S = 2.0
 STACK_SHOWN = 6  # innermost frames of a timed-out item's stack

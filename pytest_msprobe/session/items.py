@@ -16,7 +16,7 @@ import pytest
 
 from ..dump.reader import Dump, DumpError, load_dump, parse_entry_name
 from ..reports.summary import junit_properties
-from ..settings import SETTINGS_KEY
+from .stash import SETTINGS_KEY
 
 RECORD_KEY = pytest.StashKey[dict]()
 REUSE_KEY = pytest.StashKey[dict]()  # (dump path, group key) -> the group's check record, per process

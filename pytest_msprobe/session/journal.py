@@ -30,8 +30,9 @@ from typing import IO, Any, Literal
 import pytest
 
 from ..dump.reader import load_dump, parse_entry_name
-from ..settings import SETTINGS_KEY, Settings
+from ..settings import Settings
 from .items import ApiItem
+from .stash import SETTINGS_KEY
 
 JOURNAL_NAME = "msprobe_journal.jsonl"
 WORKERINPUT_KEY = "msprobe_resume"

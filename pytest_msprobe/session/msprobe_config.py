@@ -132,8 +132,8 @@ def configure(config: pytest.Config) -> None:
     option = config.getoption("msprobe_config", None)
     if not option:
         return
-    from ..settings import SETTINGS_KEY
     from ..specs.loader import SpecError, load_specs
+    from .stash import SETTINGS_KEY
 
     here = config.invocation_params.dir
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ..settings import SETTINGS_KEY
+from .stash import SETTINGS_KEY
 
 TRIAGE_KEY = pytest.StashKey["Triage"]()
 FUZZ_REPORT_ATTR = "msprobe_fuzz"

@@ -13,8 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..metrics.vectorised import METRIC_KEYS
-from ..reports.results import DETAILS_HEADER
+from ..records.columns import DETAILS_HEADER, METRIC_KEYS
 from ..runs.execution import NotCheckable
 
 

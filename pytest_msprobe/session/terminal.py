@@ -1,0 +1,76 @@
+"""The run's lines in the terminal: the report header and the terminal summary (counts, devices, the
+worst failures, the files written). Record-only wording lives in reports/summary.py."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from ..reports.summary import file_lines, worst
+
+
+def header_lines(config: pytest.Config) -> list[str]:
+    from .devices import DEVICES_KEY
+    from .journal import JOURNAL_KEY
+
+    lines = []
+    if DEVICES_KEY in config.stash:
+        lines.append(config.stash[DEVICES_KEY].header())
+    journal = config.stash.get(JOURNAL_KEY, None)
+    if journal is not None and journal.resume:
+        lines.append(f"msprobe: resuming from {journal.path}: {len(journal.finished)} finished item(s) there")
+    from .workers import header_line
+
+    workers_line = header_line(config)
+    if workers_line:
+        lines.append(workers_line)
+    if config.getoption("msprobe_shard"):
+        lines.append("msprobe: shard {}/{} of every dump".format(*config.getoption("msprobe_shard")))
+    return lines
+
+
+def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written: Mapping[str, Any],
+                   resumed: int, known: int) -> list[str]:
+    """Counts by status, where results came from, devices, the worst failures, the files."""
+    from ..reports.results import reference_only, summary_counts
+    from .devices import DEVICES_KEY
+    from .guard import CRASH_KEY
+    from .journal import JOURNAL_KEY
+    from .stash import SETTINGS_KEY
+
+    ref_only = reference_only(records)
+    counts = summary_counts(r for r in records if not r.get("reference_only"))
+    lines = ["items: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
+    if ref_only:
+        lines.append(f"{sum(ref_only.values())} items checked only the reference (" + ", ".join(
+            f"{v} {k}" for k, v in sorted(ref_only.items())) + "): NPU ops without an NPU run their bench function "
+            "on both sides, so they test the inputs and the bench, not a vendor kernel")
+    notes = []
+    if resumed:
+        notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
+    if known:
+        notes.append(f"{known} known failure(s) xfailed by the baseline")
+    reused = sum(1 for r in records if r.get("reused_from"))
+    if reused:
+        notes.append(f"{reused} reused the result of an identical call (--msprobe-filter-api)")
+    crash = config.stash.get(CRASH_KEY, None)
+    if crash is not None and crash.crashed:
+        notes.append(f"{crash.crashed} crashed or hung item(s)")
+    if notes:
+        lines.append("; ".join(notes))
+    info = config.stash.get(DEVICES_KEY, None)
+    if info is not None:
+        ran_on = sorted({str(r.get("device")) for r in records if r.get("device")})
+        where = info.hooks.summary() if info.hooks is not None else str(info.slot)
+        lines.append(f"devices: {where}; items ran on {', '.join(ran_on) or '-'}")
+    bad = worst(records)
+    if bad:
+        lines.append(f"worst failures ({len(bad)} of {counts.get('error', 0) + ref_only.get('error', 0)}):")
+        lines += [f"  {line}" for line in bad]
+    lines.append(f"seed: {config.stash[SETTINGS_KEY].check_options.run_seed}")
+    lines += file_lines(written)
+    journal = config.stash.get(JOURNAL_KEY, None)
+    if journal is not None:
+        lines.append(f"journal: {journal.path}")
+    return lines
