@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
+from .dump.reader import KNOWN_TYPES
 from .records import wire
 from .reports import summary
-from .runs import kernels
 from .session import (
     baseline,
     device_hooks,
     devices,
     guard,
     journal,
+    kernel_selection,
     msprobe_config,
     npu_options,
     shard,
@@ -31,7 +32,7 @@ from .session import (
     workers,
 )
 from .session import triage_hooks as triage
-from .session.items import KNOWN_DTYPES, KNOWN_TYPES, RECORD_KEY, ApiItem, DumpFile
+from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem, DumpFile
 from .session.shard import parse_shard
 from .session.stash import SETTINGS_KEY
 from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, STANDARDS, CheckOptions, Settings
@@ -200,7 +201,7 @@ def _settings(config: pytest.Config) -> Settings:
                            device_index=devices.device_index(config), threads=devices.threads(config),
                            standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
-                           specs_file=specs_file, kernels=kernels.configure(config), mode=opt.msprobe_mode,
+                           specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,
                            bench_precision=opt.msprobe_bench_precision)
     if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
         raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "

@@ -29,6 +29,10 @@ DIRECTIONS = ("forward", "backward")
 _MODULE_MARKERS = ("Module", "Cell")
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
+# msprobe's API types (the first part of an entry name)
+KNOWN_TYPES = ("Functional", "Tensor", "Torch", "NPU", "Aten", "VF", "Distributed", "MindSpeed", "Triton",
+               "Mint", "MintFunctional", "MintDistributed", "Primitive", "Jit")
+
 
 class DumpError(Exception):
     """A dump file that cannot be used at all (becomes a collection error naming the file)."""

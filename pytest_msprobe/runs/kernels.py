@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
+from ..dump.reader import KNOWN_TYPES, parse_entry_name
 
-from ..dump.reader import parse_entry_name
-from ..session.items import KNOWN_TYPES, ApiItem
+
+class KernelSpecError(Exception):
+    """--msprobe-kernels names no usable mapping; the message says what is wrong (a usage error at configure)."""
 
 
 class KernelError(Exception):
@@ -97,7 +98,7 @@ def label(value: Any) -> str:
 def _split(spec: str, where: str) -> tuple[str, str]:
     module, colon, attr = spec.rpartition(":")
     if not colon or not module or not attr or not all(p.isidentifier() for p in attr.split(".")):
-        raise pytest.UsageError(f"{where}: {spec!r} is not module:attr (e.g. my_kernels:KERNELS or "
+        raise KernelSpecError(f"{where}: {spec!r} is not module:attr (e.g. my_kernels:KERNELS or "
                                 "path/to/my_kernels.py:KERNELS)")
     return module, attr
 
@@ -119,32 +120,32 @@ def _import(module: str, where: str) -> Any:
     if _is_path(module):
         path = Path(module)
         if not path.is_file():
-            raise pytest.UsageError(f"{where}: no such file: {path}")
+            raise KernelSpecError(f"{where}: no such file: {path}")
         folder = str(path.parent)
         if folder not in sys.path:
             sys.path.insert(0, folder)  # its sibling modules ("module:function" values) import too
         name = path.stem
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise pytest.UsageError(f"{where}: cannot import {path}")
+            raise KernelSpecError(f"{where}: cannot import {path}")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         try:
             spec.loader.exec_module(mod)
         except Exception as exc:
             sys.modules.pop(name, None)
-            raise pytest.UsageError(f"{where}: importing {path} raised {type(exc).__name__}: {exc}") from None
+            raise KernelSpecError(f"{where}: importing {path} raised {type(exc).__name__}: {exc}") from None
         return mod
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and module.startswith(exc.name):
-            raise pytest.UsageError(
+            raise KernelSpecError(
                 f"{where}: cannot import module {module!r} ({exc}); it must be importable from sys.path (the "
                 "pythonpath ini key adds folders) or be given as a path to a .py file") from None
-        raise pytest.UsageError(f"{where}: importing {module!r} raised ModuleNotFoundError: {exc}") from None
+        raise KernelSpecError(f"{where}: importing {module!r} raised ModuleNotFoundError: {exc}") from None
     except Exception as exc:
-        raise pytest.UsageError(f"{where}: importing {module!r} raised {type(exc).__name__}: {exc}") from None
+        raise KernelSpecError(f"{where}: importing {module!r} raised {type(exc).__name__}: {exc}") from None
 
 
 def _value_error(key: str, value: Any) -> str | None:
@@ -195,22 +196,22 @@ class KernelTable:
 
 
 def load(spec: str, where: str = "--msprobe-kernels") -> KernelTable:
-    """Import the mapping's module and validate the mapping; a pytest.UsageError says what is wrong."""
+    """Import the mapping's module and validate the mapping; a KernelSpecError says what is wrong."""
     module, attr = _split(spec, where)
     obj = _import(module, f"{where} {spec}")
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise pytest.UsageError(f"{where} {spec}: {module} has no attribute {attr!r}")
+            raise KernelSpecError(f"{where} {spec}: {module} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not isinstance(obj, Mapping):
-        raise pytest.UsageError(f"{where} {spec}: {attr} is a {type(obj).__name__}, expected a mapping "
+        raise KernelSpecError(f"{where} {spec}: {attr} is a {type(obj).__name__}, expected a mapping "
                                 "{API name: kernel}, e.g. {'Functional.layer_norm': my_layer_norm}")
     if not obj:
-        raise pytest.UsageError(f"{where} {spec}: {attr} is empty; it must map at least one API")
+        raise KernelSpecError(f"{where} {spec}: {attr} is empty; it must map at least one API")
     for key, value in obj.items():
         problem = key_error(key) or _value_error(key, value)
         if problem:
-            raise pytest.UsageError(f"{where} {spec}: {problem}")
+            raise KernelSpecError(f"{where} {spec}: {problem}")
     return KernelTable(spec, dict(obj))
 
 
@@ -218,11 +219,17 @@ def load(spec: str, where: str = "--msprobe-kernels") -> KernelTable:
 _TABLES: dict[str, KernelTable] = {}
 
 
+def preload(spec: str, where: str) -> KernelTable:
+    """Load the table when pytest configures, for the items of that session."""
+    _TABLES[spec] = load(spec, where)
+    return _TABLES[spec]
+
+
 def table(spec: str) -> KernelTable:
     if spec not in _TABLES:
         try:
             _TABLES[spec] = load(spec)
-        except pytest.UsageError as exc:
+        except KernelSpecError as exc:
             raise KernelError(str(exc)) from None
     return _TABLES[spec]
 
@@ -239,76 +246,5 @@ def substitute(spec: str | None, api_type: str, api_name: str, resolved: Any) ->
                                kernel=name)
 
 
-# ----------------------------------------------------------------------------- pytest side
-
-
-class KernelSelection:
-    """Deselects the items of APIs without a kernel, and says so in the header and summary."""
-
-    def __init__(self, table: KernelTable, run_all: bool) -> None:
-        self.table, self.run_all = table, run_all
-        self.deselected: int | None = None
-
-    def pytest_report_header(self, config: pytest.Config) -> str:
-        names = self.table.names
-        shown = ", ".join(names[:6]) + (f", ... ({len(names)} APIs)" if len(names) > 6 else "")
-        others = "run with the usual APIs (--msprobe-kernels-run-all)" if self.run_all else "deselected"
-        return f"msprobe kernels: {self.table.spec} substitutes {shown}; other APIs {others}"
-
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        if self.run_all:
-            return
-        from ..session.fuzz import FuzzItem
-
-        keep, drop = [], []
-        for item in items:  # an API without a kernel: its item and its [fuzz] item (--msprobe-fuzz)
-            name = item.name if isinstance(item, ApiItem) else getattr(item, "target", None) \
-                if isinstance(item, FuzzItem) else None
-            if name is not None and api_key(name) not in self.table.mapping:
-                drop.append(item)
-            else:
-                keep.append(item)
-        self.deselected = len(drop)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
-
-    def _line(self) -> str | None:
-        if not self.deselected:
-            return None
-        return f"msprobe: {self.deselected} deselected: no kernel (--msprobe-kernels-run-all runs them as usual)"
-
-    def pytest_report_collectionfinish(self, config: pytest.Config) -> str | None:
-        return self._line()
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        line = self._line()
-        if line:
-            terminalreporter.write_line(line)
-
-
-def configure(config: pytest.Config) -> str | None:
-    """Validate --msprobe-kernels / ini msprobe_kernels; returns the spec the items use (or None)."""
-    existing = config.pluginmanager.get_plugin("msprobe-kernels")
-    if existing is not None:
-        return existing.table.spec
-    value = config.getoption("msprobe_kernels", None)
-    where, base = "--msprobe-kernels", config.invocation_params.dir
-    if not value:
-        value = config.getini("msprobe_kernels")
-        where = "ini msprobe_kernels"
-        base = config.inipath.parent if config.inipath else config.rootpath
-    if not value:
-        if config.getoption("msprobe_kernels_run_all", False):
-            raise pytest.UsageError("--msprobe-kernels-run-all needs --msprobe-kernels")
-        return None
-    spec = normalize(str(value), Path(base), where)
-    loaded = load(spec, where)
-    _TABLES[spec] = loaded
-    config.pluginmanager.register(KernelSelection(loaded, bool(config.getoption("msprobe_kernels_run_all", False))),
-                                  "msprobe-kernels")
-    return spec
-
-
-__all__ = ["KernelError", "KernelSelection", "KernelTable", "api_key", "configure", "key_error", "label", "load",
-           "normalize", "substitute", "table"]
+__all__ = ["KernelError", "KernelSpecError", "KernelTable", "api_key", "key_error", "label", "load", "normalize",
+           "preload", "substitute", "table"]

@@ -14,14 +14,12 @@ from typing import Any, Callable
 
 import pytest
 
-from ..dump.reader import Dump, DumpError, load_dump, parse_entry_name
+from ..dump.reader import KNOWN_TYPES, Dump, DumpError, load_dump, parse_entry_name
 from ..reports.summary import junit_properties
 from .stash import SETTINGS_KEY
 
 RECORD_KEY = pytest.StashKey[dict]()
 REUSE_KEY = pytest.StashKey[dict]()  # (dump path, group key) -> the group's check record, per process
-KNOWN_TYPES = ("Functional", "Tensor", "Torch", "NPU", "Aten", "VF", "Distributed", "MindSpeed", "Triton",
-               "Mint", "MintFunctional", "MintDistributed", "Primitive", "Jit")
 KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                 "int64", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "int4")
 
