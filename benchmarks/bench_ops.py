@@ -145,7 +145,7 @@ def main() -> None:
 
     import torch
 
-    from pytest_msprobe.check.rerun import check_entry
+    from pytest_msprobe.check import check_entry
     from pytest_msprobe.dump.reader import load_dump
     from pytest_msprobe.settings import CheckOptions
     from pytest_msprobe.specs.loader import load_specs

@@ -55,7 +55,7 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None) ->
     import torch
 
     from benchmarks.planted.plugin import _mode
-    from pytest_msprobe.check.rerun import check_entry
+    from pytest_msprobe.check import check_entry
     from pytest_msprobe.dump.reader import load_dump
     from pytest_msprobe.runs import backends
     from pytest_msprobe.settings import CheckOptions

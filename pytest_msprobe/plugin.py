@@ -32,7 +32,8 @@ from .session import (
     workers,
 )
 from .session import triage_hooks as triage
-from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem, DumpFile
+from .session.collect import DumpFile
+from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem
 from .session.shard import parse_shard
 from .session.stash import SETTINGS_KEY
 from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, STANDARDS, CheckOptions, Settings

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_msprobe.check.rerun import check_entry
+from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump.reader import load_dump
 from pytest_msprobe.runs.backends import select as select_device
 from pytest_msprobe.runs.execution import (

@@ -1,1 +1,22 @@
-"""(stage docstring)"""
+"""One dump entry through every stage into its record: inputs, the device and bench runs, the metrics
+and the verdict. `check_entry` is the function every item, fuzz example, repro script and call script
+runs. Three flows: rerun.py (the API runs again on the device under test), replay.py (the device
+result is the output recorded in the dump; MindSpore dumps), overflow.py (overflow_check dumps).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..dump.reader import Dump
+from ..settings import CheckOptions
+from . import rerun
+from .overflow import run_overflow_check
+from .replay import run_external
+
+
+def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> dict[str, Any]:
+    """The record of one entry (`Functional.relu.0.forward`), whichever flow the dump and options ask for."""
+    return rerun.check_entry(dump, entry_name, options, specs, overflow=run_overflow_check, external=run_external)
+
+
+__all__ = ["check_entry"]

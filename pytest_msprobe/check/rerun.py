@@ -5,9 +5,10 @@ on the test report; `report.py` turns records into msprobe's CSV files.
 """
 from __future__ import annotations
 
+import functools
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -48,16 +49,23 @@ class ApiFailure(Exception):
     """The API raised while running; the record keeps the traceback."""
 
 
-def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> dict[str, Any]:
+Runner = Callable[[Dump, Any, CheckOptions, dict[str, Any], dict[str, Any]], None]
+
+
+def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any], *, overflow: Runner,
+                external: Runner) -> dict[str, Any]:
+    """One entry's record. The other flows come in as callables (check/__init__.py passes them), so
+    they can reuse this module's steps without an import cycle: `overflow` for overflow_check dumps,
+    `external` for replay mode and MindSpore dumps."""
     name = parse_entry_name(entry_name)
     record: dict[str, Any] = {
         "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
         "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
         "outputs": [], "timings": {},
     }
-    run = _run
+    run: Runner = functools.partial(_run, external=external)
     if dump.task == "overflow_check":  # REFERENCE §3.6: classify each overflow instead of judging precision
-        from .overflow import run_overflow_check as run
+        run = overflow
         record["mode"] = "overflow_check"
     try:
         run(dump, name, options, specs, record)
@@ -92,7 +100,8 @@ def _entry(dump: Dump, full: str, direction: str) -> dict[str, Any]:
     return entry
 
 
-def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any]) -> None:
+def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any], *,
+         external: Runner) -> None:
     api = name.api_name
     user, forward, backward_entry = checkable_entries(dump, name, specs)
     want_grad = backward_entry is not None
@@ -108,8 +117,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         if "out" in kwargs_enc:
             raise NotCheckable(f"{api}: called with out=..., which does not support autograd")
     if options.mode == "replay" or dump.framework != "pytorch":  # recorded outputs, MindSpore (replay.py)
-        from .replay import run_external
-        return run_external(dump, name, options, specs, record)
+        return external(dump, name, options, specs, record)
 
     device = select_device(options.device, options.device_index)
     resolved = resolve(name.api_type, api, device, specs, forward)

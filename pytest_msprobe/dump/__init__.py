@@ -1,1 +1,2 @@
-"""(stage docstring)"""
+"""Stage 1, the dump: dump.json reading (every version), entry names, safe tensor paths; the byte-range
+index and its cache; groups of identical calls (--msprobe-filter-api)."""

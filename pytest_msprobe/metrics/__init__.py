@@ -1,1 +1,1 @@
-"""(stage docstring)"""
+"""Stage 4, the metrics: msprobe's accuracy metrics, vectorised numpy, without torch."""

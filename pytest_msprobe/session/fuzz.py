@@ -384,7 +384,7 @@ class FuzzItem(pytest.Item):
         import hypothesis
         from hypothesis import strategies as st
 
-        from ..check.rerun import check_entry
+        from ..check import check_entry
         from ..specs.loader import in_list, load_specs
         from .triage_hooks import TRIAGE_KEY, failed
 

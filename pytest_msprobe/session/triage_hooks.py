@@ -86,9 +86,12 @@ class Triage:
         return bool(self.save_dir or self.repro_dir or self.html_file or self.pytest_html)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from .items import DumpFile
+        from .items import ApiItem
 
-        self.flat = len({str(item.path) for item in session.items if isinstance(item.parent, DumpFile)}) <= 1
+        # the dumps items came from: API items and --msprobe-fuzz items (which carry their API's `target`;
+        # fuzz.py imports this module, so its class is not imported here)
+        self.flat = len({str(item.path) for item in session.items
+                         if isinstance(item, ApiItem) or getattr(item, "target", None) is not None}) <= 1
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:

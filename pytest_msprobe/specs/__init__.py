@@ -1,1 +1,2 @@
-"""(stage docstring)"""
+"""api_specs loading and the user's --msprobe-specs overrides; which API names exist (stage 0: every
+later stage reads the specs)."""

@@ -4,7 +4,7 @@ The check logic is written once. A script holds the item's inputs as its check b
 msprobe's dtype fixes and HF32 rounding; a backward item's recorded gradients too) in the form of
 saved error data (`errordata.inputs_in_memory`: dump entries whose tensors have data names), the
 check options and the numbers the item reported. Run, it writes them as a one-item `task: tensor`
-dump in a temporary folder and calls `pytest_msprobe.check.rerun.check_entry` on it, the function every
+dump in a temporary folder and calls `pytest_msprobe.check.check_entry` on it, the function every
 item runs: the device call, the bench, the third run and the standard's verdict are the plugin's.
 So it needs pytest-msprobe installed (torch_npu on an NPU host, the `--msprobe-kernels` module when
 the item substituted a kernel).
@@ -101,7 +101,7 @@ Reported: {expected["status"]} under the `{options["standard"]}` standard (seed 
 Run:  python {script.name}               # prints the numbers and the verdict; exit status 1 on error
       python {script.name} --device cpu  # another device under test
       python {script.name} --json        # the item's record as one JSON object
-It runs pytest-msprobe's own check (pytest_msprobe.check.rerun.check_entry) on the inputs below, so
+It runs pytest-msprobe's own check (pytest_msprobe.check.check_entry) on the inputs below, so
 pytest-msprobe must be installed. Edit SPEC (the call's entries, the options) to experiment.
 """
 import base64
@@ -158,7 +158,7 @@ def rerun(spec: Mapping[str, Any], tensors: Mapping[str, Any], device: str | Non
     """The item's record, from check_entry on its saved inputs with its options (`device` replaces its device)."""
     import torch
 
-    from ..check.rerun import check_entry
+    from ..check import check_entry
     from ..settings import CheckOptions
     from ..specs.loader import load_specs
     from .errordata import temporary_dump

@@ -192,7 +192,7 @@ def run_embedded(script: str, doc: Mapping[str, Any], files: Mapping[str, str], 
 def _runs(dump: Dump, entry: str, opts: CheckOptions, n: int) -> list[dict[str, Any]]:
     import torch
 
-    from ..check.rerun import check_entry
+    from ..check import check_entry
     from ..specs.loader import load_specs
 
     torch.set_num_threads(opts.threads)  # CPU reductions depend on it; the item used the same number
