@@ -71,6 +71,22 @@ def test_truncation_of_a_large_output_is_a_bias(dtype: str) -> None:
     assert result.stats["bias_zero"] > 0.2 and result.stats["bias_zero_t"] > THRESHOLDS["bias_t"]
 
 
+@pytest.mark.parametrize("rows", [4, 2048])
+def test_the_bias_test_of_a_large_output_samples_enough_rows(rows: int) -> None:
+    """Over bias_max_samples elements the test looks at some blocks only, but always at bias_min_groups
+    rows or more: truncation in four rows of a million elements each is still found."""
+    rng = np.random.default_rng(1)
+    bench = rng.standard_normal(4 << 20).astype(np.float32)
+    assert bench.size > 4 * THRESHOLDS["bias_max_samples"]
+    rounded = strict.round_to(bench, "torch.bfloat16", work=np.float32)
+    truncated = np.where(np.abs(rounded) > np.abs(bench), rounded - np.sign(bench) * strict.ulp(bench, "torch.bfloat16"),
+                         rounded).astype(np.float32)
+    row = bench.size // rows
+    result = judge(bench, truncated, "torch.bfloat16", "elementwise", torch_run=rounded, row=row)
+    assert result.status == "error" and "biased towards zero" in result.message
+    assert judge(bench, rounded, "torch.bfloat16", "elementwise", torch_run=rounded, row=row).status == "pass"
+
+
 def contraction(k: int, dtype: str, seed: int = 0):
     """bench (fp64), magnitude, and the results of an fp32-accumulating and a 16-bit-accumulating kernel."""
     import torch
@@ -156,6 +172,8 @@ def test_ulp_matches_frexp(dtype: str) -> None:
     _, exponent = np.frexp(x)
     expected = np.maximum(2.0 ** (exponent - 1), 2.0**emin) * 2.0**-mantissa
     assert np.array_equal(strict.ulp(x, dtype), expected)
+    if dtype != "torch.float64":  # float32 arrays (16-bit outputs are judged in float32): the same spacing
+        assert np.array_equal(strict.ulp(x.astype(np.float32), dtype), expected.astype(np.float32))
 
 
 def test_thresholds_by_kind_and_dtype() -> None:
