@@ -25,7 +25,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bench_functions
-from bench_functions import BenchUnsupported, activations, attention, matmul, moe, norms, optimizers, rotary, tensor_ops
+from bench_functions import (
+    BenchUnsupported,
+    activations,
+    attention,
+    attention_tiles,
+    matmul,
+    moe,
+    norms,
+    optimizers,
+    rotary,
+    tensor_ops,
+)
 from pytest_msprobe.specs.loader import load_specs
 
 from .helpers import EXAMPLES, tensor
@@ -52,12 +63,12 @@ def close(a: Any, b: Any, tol: float = 1e-10) -> None:
 @contextmanager
 def blocks(bq: int, bk: int) -> Iterator[None]:
     """Tiles smaller than the sequences, so the online softmax really crosses blocks."""
-    old = attention.BLOCK_Q, attention.BLOCK_K
-    attention.BLOCK_Q, attention.BLOCK_K = bq, bk
+    old = attention_tiles.BLOCK_Q, attention_tiles.BLOCK_K
+    attention_tiles.BLOCK_Q, attention_tiles.BLOCK_K = bq, bk
     try:
         yield
     finally:
-        attention.BLOCK_Q, attention.BLOCK_K = old
+        attention_tiles.BLOCK_Q, attention_tiles.BLOCK_K = old
 
 
 # ----------------------------------------------------------------------------- registry
