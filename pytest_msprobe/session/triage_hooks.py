@@ -86,12 +86,9 @@ class Triage:
         return bool(self.save_dir or self.repro_dir or self.html_file or self.pytest_html)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from .items import ApiItem
-
-        # the dumps items came from: API items and --msprobe-fuzz items (which carry their API's `target`;
-        # fuzz.py imports this module, so its class is not imported here)
-        self.flat = len({str(item.path) for item in session.items
-                         if isinstance(item, ApiItem) or getattr(item, "target", None) is not None}) <= 1
+        # the dumps items came from: every item made from a dump carries the `msprobe` marker (API items
+        # get it at collection, --msprobe-fuzz items copy their API item's markers)
+        self.flat = len({str(item.path) for item in session.items if item.get_closest_marker("msprobe")}) <= 1
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
