@@ -60,6 +60,23 @@ def test_truncation_of_an_exact_operation_fails_even_on_three_elements(dtype: st
     assert judge(bench, truncated, dtype, "elementwise", torch_run=rounded).status == "pass"  # within its ULP
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_wrongly_rounded_elements_fail_when_they_all_lean_one_way(dtype: str) -> None:
+    """An optimizer's add_ of tiny updates: truncation changes only the few elements whose update
+    reaches half a ULP, too few for the count limit, but every one of them toward zero."""
+    rng = np.random.default_rng(2)
+    bench = rng.standard_normal(1 << 16)
+    rounded = strict.round_to(bench, dtype)
+    step = ulps(bench, dtype)
+    picked = rng.random(bench.size) < 0.003  # 0.3% of the elements, below exact_max_fraction
+    assert picked.mean() < THRESHOLDS["exact_max_fraction"]
+    toward_zero = np.where(picked, rounded - np.sign(rounded) * step, rounded)
+    result = judge(bench, toward_zero, dtype, "exact", torch_run=rounded)
+    assert result.status == "error" and "toward zero" in result.message and "sign test" in result.message
+    either_way = np.where(picked, rounded + rng.choice([-1.0, 1.0], bench.size) * step, rounded)
+    assert judge(bench, either_way, dtype, "exact", torch_run=rounded).status == "pass"
+
+
 @pytest.mark.parametrize("dtype", ["torch.float16", "torch.bfloat16"])
 def test_truncation_of_a_large_output_is_a_bias(dtype: str) -> None:
     rng = np.random.default_rng(0)
@@ -180,6 +197,10 @@ def test_thresholds_by_kind_and_dtype() -> None:
     assert _rules(THRESHOLDS, "torch.bfloat16", "reduction")["gross"] == THRESHOLDS["reduction"]["gross"]
     assert _rules(THRESHOLDS, "torch.float32", "contraction")["mean_slack"] == THRESHOLDS["torch.float32"]["mean_slack"]
     assert _rules(THRESHOLDS, "torch.bfloat16", "elementwise")["gross"] == THRESHOLDS["gross"]
+    # a kind's own per-dtype entry: fp32 reductions only
+    assert _rules(THRESHOLDS, "torch.float32", "reduction")["gross"] == THRESHOLDS["reduction"]["torch.float32"]["gross"]
+    assert _rules(THRESHOLDS, "torch.float32", "elementwise")["gross"] == THRESHOLDS["gross"]
+    assert "torch.float32" not in _rules(THRESHOLDS, "torch.float32", "reduction")
 
 
 def test_a_cancelled_row_below_the_fp32_benchs_resolution_is_not_judged() -> None:

@@ -35,9 +35,9 @@ from ..runs.execution import (
     seed_random_apis,
     tensors_of,
 )
-from ..runs.third_run import autocast_round, bench_product, error_kind, third_run
+from ..runs.third_run import autocast_round, bench_product, third_run
 from ..settings import CheckOptions
-from ..specs.loader import api_settings, in_list
+from ..specs.loader import api_settings, error_kind, in_list
 from ..verdict import judge, standards
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(

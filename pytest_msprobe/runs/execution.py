@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from ..inputs.build import DeviceArg, InputError
+from ..specs.loader import error_kind
 from .leaves import output_leaves  # re-exported: the bench, the device side and triage flatten results alike
 
 RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
@@ -209,8 +210,9 @@ class Plan:
 def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtype: torch.dtype | None,
                    specs: dict[str, Any], policy: str = "auto", standard: str = "msprobe") -> Plan:
     """Bench dtypes and autocast for one call. `policy` (--msprobe-bench-precision): "auto" is msprobe's
-    raise rule with the per-API tables of api_specs (precision.raise_map_by_api); "fp64" raises every
-    float dtype to fp64."""
+    raise rule with the per-API tables of api_specs (precision.raise_map_by_api), and under `strict` the
+    elementwise functions' table (precision.strict_elementwise_raise_map); "fp64" raises every float
+    dtype to fp64."""
     rules = specs["precision"]
     table, mixed = rules["raise_map"], rules["mixed_raise_to"]
     by_api = rules.get("raise_map_by_api", {})
@@ -218,6 +220,8 @@ def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtyp
         table, mixed = {k: "torch.float64" for k in rules["raise_map"]}, "torch.float64"
     elif api_name in by_api:
         table = by_api[api_name]
+    elif standard == "strict" and error_kind(api_name, specs) == "elementwise":
+        table = rules["strict_elementwise_raise_map"]
     raise_map = {getattr(torch, k.split(".")[1]): getattr(torch, v.split(".")[1]) for k, v in table.items()}
     dtypes = {t.dtype for t in tensors_of(args) + tensors_of(kwargs) if t.dtype in raise_map}
     autocast_dtype: torch.dtype | None = None

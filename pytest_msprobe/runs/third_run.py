@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..settings import CheckOptions
-from ..specs.loader import in_list
+from ..specs.loader import error_kind, in_list
 from .backends import select as select_device
 from .execution import Device, Side, make_side, map_structure, resolve
 
@@ -36,12 +36,6 @@ class ReferenceRun:
     def cotangent(self, value: Any) -> Any:
         """The recorded gradient as this run backpropagates it (its absolute value for the magnitude run)."""
         return value.abs() if self.role == "magnitude" and isinstance(value, torch.Tensor) else value
-
-
-def error_kind(api: str, specs: dict[str, Any]) -> str:
-    """The API's kind in api_specs/error_model.yaml: contraction, reduction, exact or elementwise."""
-    return next((kind for kind in ("contraction", "reduction", "exact") if in_list(specs, api, "error_model", kind)),
-                "elementwise")
 
 
 def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,

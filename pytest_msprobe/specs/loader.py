@@ -205,3 +205,9 @@ def in_list(specs: Mapping[str, Any], api_name: str, *keys: str) -> bool:
     if isinstance(node, dict):
         node = node.get("apis", [])
     return api_name in (node or [])
+
+
+def error_kind(api: str, specs: Mapping[str, Any]) -> str:
+    """The API's kind in api_specs/error_model.yaml: contraction, reduction, exact or elementwise."""
+    return next((kind for kind in ("contraction", "reduction", "exact") if in_list(specs, api, "error_model", kind)),
+                "elementwise")

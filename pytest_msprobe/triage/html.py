@@ -36,8 +36,7 @@ def _r(x: float) -> float:
 def gross_limit(specs: dict[str, Any], api_name: str, dtype: str) -> float:
     """strict's gross-error limit for an output of the API (api_specs/thresholds.yaml `strict: gross`, with
     the op kind's and the dtype's overrides), drawn on the plots."""
-    from ..runs.third_run import error_kind
-    from ..specs.loader import thresholds_for
+    from ..specs.loader import error_kind, thresholds_for
     from ..verdict.judge import _rules
 
     return float(_rules(thresholds_for(specs, api_name)["strict"], dtype, error_kind(api_name, specs))["gross"])

@@ -110,10 +110,14 @@ def _mindspore(row: OutputComparison, arrays: StrictArrays | None, rule: Mapping
 
 def _rules(rules: Mapping[str, Any], dtype: str, kind: str = "elementwise",
            extra: str | None = None) -> Mapping[str, Any]:
-    """strict rules with the op kind's, a further section's and then the device dtype's sub-mappings applied."""
+    """strict rules with the op kind's, a further section's and then the device dtype's sub-mappings
+    applied; a kind's or section's own per-dtype mapping right after it."""
     flat = {k: v for k, v in rules.items() if not isinstance(v, Mapping)}
     for key in (kind, extra, dtype):
         specific = rules.get(key) if key else None
         if isinstance(specific, Mapping):
-            flat.update(specific)
+            flat.update({k: v for k, v in specific.items() if not isinstance(v, Mapping)})
+            nested = specific.get(dtype) if key != dtype else None
+            if isinstance(nested, Mapping):
+                flat.update(nested)
     return flat
