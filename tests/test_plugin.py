@@ -253,8 +253,11 @@ def test_shared_pytorch_dumps_run_without_crash_type_errors(pytester: pytest.Pyt
 def test_bench_precision_option_raises_the_bench_and_reruns_with_it(pytester: pytest.Pytester) -> None:
     corrupt_gelu(pytester)  # the device side; the bench runs in fp32 or fp64
     dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", "torch.bfloat16", [32, 32], mx=3.0, mn=0.5)})
-    pytester.runpytest(str(dump), "--msprobe-out", "auto").assert_outcomes(failed=1)
+    # msprobe's rule raises bf16 to fp32; strict (the default) computes elementwise functions' bench in fp64
+    pytester.runpytest(str(dump), "--msprobe-out", "auto", "--msprobe-standard", "msprobe").assert_outcomes(failed=1)
     assert records(pytester, "auto")[0]["outputs"][0]["bench_dtype"] == "torch.float32"
+    pytester.runpytest(str(dump), "--msprobe-out", "strict").assert_outcomes(failed=1)
+    assert records(pytester, "strict")[0]["outputs"][0]["bench_dtype"] == "torch.float64"
     result = pytester.runpytest(str(dump), "--msprobe-out", "fp64", "--msprobe-bench-precision", "fp64")
     result.assert_outcomes(failed=1)
     assert records(pytester, "fp64")[0]["outputs"][0]["bench_dtype"] == "torch.float64"

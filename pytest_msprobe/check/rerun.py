@@ -210,7 +210,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if backward_entry is None:
         product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
         _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
-                 product=product, autocast=plan.autocast)
+                 product=product, autocast=plan.autocast, scalar_operand=any(
+                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in (*args, *kwargs.values())))
     else:
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
@@ -368,7 +369,10 @@ def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
 
 def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
              role: str, api: str, specs: dict[str, Any], options: CheckOptions,
-             positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None) -> None:
+             positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
+             scalar_operand: bool = False) -> None:
+    """Compare each output pair, and judge it by the selected standard. `positions` (gradients) are the
+    inputs the outputs belong to; `scalar_operand`: the call had a Python number among its arguments."""
     capture.stash(compared_bench=bench, compared_device=device, positions=positions)
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
@@ -395,6 +399,8 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
                                                converter=_to_numpy, standard=metric_standard)
     kind = error_kind(api, specs)
+    if kind == "exact" and positions is not None:
+        kind = "elementwise"  # IEEE exactness is the forward operation's; its gradients are other operations
     # an autocast kernel computes in the autocast dtype whatever dtype its results are stored in
     narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
         else None
@@ -409,6 +415,8 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
             if arrays is not None and positions is not None and \
                     in_list(specs, api, "error_model", "gradient_rounding"):
                 arrays.rules = "gradient_rounding"
+            elif arrays is not None and kind == "exact" and scalar_operand:
+                arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
         judge.decide(row, options.standard, api_name=api, specs=specs,
                      ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
                      arrays=arrays, reference_results=options.reference_results)
