@@ -1,7 +1,7 @@
 """pytest-msprobe against msprobe 26.2's own checker, side by side on one dump and one CPU.
 
-    python benchmarks/bench_vs_msprobe.py [DUMP_JSON] [--standards msprobe original] [--workers 0 2]
-           [--msprobe-python /work/venv-msprobe/bin/python] [--no-msprobe] [--repeat 1]
+    python benchmarks/bench_vs_msprobe.py [DUMP_JSON] [--standards strict msprobe] [--workers 0 2]
+           [--msprobe-python PYTHON_OF_AN_MSPROBE_VENV] [--no-msprobe] [--repeat 1]
            [--pytest-arg=--msprobe-threads=2 ...]
 
 For each pytest-msprobe run (one per standard and -n): wall time of the whole command, CPU time and
@@ -126,7 +126,7 @@ def msprobe(dump: Path, python: str, work: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dump", nargs="?", type=Path, default=next((d for d in DUMPS if d.is_file()), None))
-    parser.add_argument("--standards", nargs="+", default=["msprobe", "original"])
+    parser.add_argument("--standards", nargs="+", default=["strict", "msprobe"])
     parser.add_argument("--workers", type=int, nargs="+", default=[0])
     parser.add_argument("--msprobe-python", default="/work/venv-msprobe/bin/python")
     parser.add_argument("--no-msprobe", action="store_true", help="only pytest-msprobe")

@@ -60,34 +60,49 @@ def test_truncation_of_an_exact_operation_fails_even_on_three_elements(dtype: st
     assert judge(bench, truncated, dtype, "elementwise", torch_run=rounded).status == "pass"  # within its ULP
 
 
+def _at_ties(dtype: str, n: int, picked: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A bench with the picked elements exactly halfway between two neighbours of the dtype, and its
+    correct rounding."""
+    bench = strict.round_to(rng.standard_normal(n), dtype)
+    bench = np.where(picked, bench + 0.5 * strict.ulp(bench, dtype), bench)
+    return bench, strict.round_to(bench, dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_few_wrongly_rounded_elements_fail_when_they_all_lean_one_way(dtype: str) -> None:
-    """With a Python scalar operand a few elements may be rounded otherwise than torch does (ties), but
-    not when they all lean one way: truncation of 0.3% of the elements (below the count limit) fails."""
+    """With a Python scalar operand a few elements may round otherwise than torch at a tie, but not all
+    one way: truncation of 0.3% of the elements (below the count limit) fails."""
     rng = np.random.default_rng(2)
-    bench = rng.standard_normal(1 << 16)
-    rounded = strict.round_to(bench, dtype)
-    step = ulps(bench, dtype)
-    picked = rng.random(bench.size) < 0.003  # 0.3% of the elements, below exact_max_fraction
+    picked = rng.random(1 << 16) < 0.003
     assert picked.mean() < THRESHOLDS["exact_scalar"]["exact_max_fraction"]
-    toward_zero = np.where(picked, rounded - np.sign(rounded) * step, rounded)
+    bench, rounded = _at_ties(dtype, picked.size, picked, rng)
+    step = strict.ulp(rounded, dtype)
+    toward_zero = np.where(picked & (np.abs(rounded) > np.abs(bench)), rounded - np.sign(rounded) * step, rounded)
     result = judge(bench, toward_zero, dtype, "exact", "exact_scalar", torch_run=rounded)
-    assert result.status == "error" and "toward zero" in result.message and "sign test" in result.message
-    either_way = np.where(picked, rounded + rng.choice([-1.0, 1.0], bench.size) * step, rounded)
+    assert result.status == "error" and "sign test" in result.message and "toward zero" in result.message
+    # at the same ties, the other neighbour either way: a kernel with its own rounding of the scalar
+    other = np.where(picked, np.where(rounded > bench, rounded - step, rounded + step), rounded)
+    either_way = np.where(rng.random(picked.size) < 0.5, other, rounded)
     assert judge(bench, either_way, dtype, "exact", "exact_scalar", torch_run=rounded).status == "pass"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_between_tensors_one_wrongly_rounded_element_fails(dtype: str) -> None:
-    """+-*/ and sqrt of tensors have one correct result (the bench computes it exactly enough): a single
-    element that is neither it nor torch's fails; with a scalar operand one is allowed."""
+    """+-*/ and sqrt of tensors have one correct result (the benches compute it exactly enough): a single
+    element that is neither it nor torch's fails. With a scalar operand one at a tie is allowed, and for
+    16-bit outputs one away from a tie is not."""
     rng = np.random.default_rng(3)
-    bench = rng.standard_normal(4096)
-    rounded = strict.round_to(bench, dtype)
-    one_off = rounded.copy()
-    one_off[100] += ulps(bench[100:101], dtype)[0]
-    assert judge(bench, one_off, dtype, "exact", torch_run=rounded).status == "error"
-    assert judge(bench, one_off, dtype, "exact", "exact_scalar", torch_run=rounded).status == "pass"
+    picked = np.zeros(4096, dtype=bool)
+    picked[100] = True
+    bench, rounded = _at_ties(dtype, picked.size, picked, rng)
+    step = strict.ulp(rounded, dtype)
+    at_tie = np.where(picked, np.where(rounded > bench, rounded - step, rounded + step), rounded)
+    assert judge(bench, at_tie, dtype, "exact", torch_run=rounded).status == "error"
+    assert judge(bench, at_tie, dtype, "exact", "exact_scalar", torch_run=rounded).status == "pass"
+    off_tie = rounded.copy()
+    off_tie[200] += step[200]
+    off = judge(bench, off_tie, dtype, "exact", "exact_scalar", torch_run=rounded)
+    assert off.status == ("pass" if dtype == "torch.float32" else "error")  # fp32: every element is near a tie
 
 
 @pytest.mark.parametrize("dtype", ["torch.float16", "torch.bfloat16"])

@@ -133,6 +133,7 @@ class _Totals:
         self.sum_w = self.sum_t = self.max_t = 0.0
         self.max_w, self.worst, self.gross, self.wrong, self.first_wrong = -1.0, 0, 0, 0, -1
         self.wrong_zero = self.wrong_up = 0  # wrongly rounded elements below the correct |value|, above it
+        self.wrong_off_tie = 0  # wrongly rounded elements whose exact value is not near a rounding tie
         self.bias: dict[str, list[np.ndarray]] = {k: [] for k in ("bias", "ref_bias", "bias_zero", "ref_bias_zero")}
         self.counts: list[np.ndarray] = []
 
@@ -196,14 +197,17 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
     problems = []
-    # A few wrongly rounded elements may be a sound kernel's other rounding of a scalar; many, or ones
-    # that all lean one way (truncation: toward zero; a sign test over them), are not.
+    # A few wrongly rounded elements may be a sound kernel's other rounding of a scalar operand: at a tie
+    # (the exact value within the scalar's fp32 rounding of a midpoint). Many, ones off a tie, or ones that
+    # all lean one way (truncation: toward zero; a sign test over them) are not.
     lean = max(abs(2 * k - acc.wrong) for k in (acc.wrong_zero, acc.wrong_up)) / np.sqrt(max(acc.wrong, 1))
-    stats["wrong_lean_z"] = float(lean)
-    if acc.wrong > max(rules["exact_min_count"], rules["exact_max_fraction"] * m) or lean > rules["bias_t"]:
+    stats["wrong_lean_z"], stats["wrong_off_tie"] = float(lean), float(acc.wrong_off_tie)
+    if acc.wrong > max(rules["exact_min_count"], rules["exact_max_fraction"] * m) or lean > rules["bias_t"] or \
+            acc.wrong_off_tie > 0:
         d0, b0 = float(flat["d"][acc.first_wrong]), float(flat["b"][acc.first_wrong])
         problems.append(f"not correctly rounded: {acc.wrong} of {m} elements differ from the correctly rounded "
-                        f"result and from torch's, {acc.wrong_zero} of them toward zero and {acc.wrong_up} upward "
+                        f"result and from torch's, {acc.wrong_off_tie} away from a rounding tie, {acc.wrong_zero} toward "
+                        f"zero and {acc.wrong_up} upward "
                         f"(sign test {lean:.3g}, limit {float(rules['bias_t']):.3g}; first: device {d0!r}, correctly "
                         f"rounded {float(round_to(np.array([b0]), device_dtype)[0])!r})")
     if acc.gross:
@@ -266,6 +270,10 @@ def _block(flat: dict[str, np.ndarray], s: slice, size: int, device_dtype: str, 
             acc.wrong += int(np.count_nonzero(wrong))
             acc.wrong_zero += int(np.count_nonzero(wrong & (np.abs(d) < np.abs(rounded))))
             acc.wrong_up += int(np.count_nonzero(wrong & (d > rounded)))
+            mantissa = _FORMATS[device_dtype][0]
+            window = rules["exact_tie_factor"] * 2.0 ** (mantissa - 24)  # an fp32 scalar's rounding, in ULPs
+            off_tie = np.abs(np.abs(b - rounded) / unit - 0.5) > window
+            acc.wrong_off_tie += int(np.count_nonzero(wrong & off_tie))
     if not bias:
         return
     # signed errors in ULPs, each clipped to +-1 so that the few large errors of cancelled elements
