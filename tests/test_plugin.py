@@ -279,3 +279,16 @@ def test_a_failing_reference_only_item_says_so(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["*NPU.npu_dtype_bug.0.forward FAILED (reference only)*",
                                  "*[[]reference only: the device side ran the bench function, no vendor kernel]*",
                                  "1 items checked only the reference (1 error)*"])
+
+
+@pytest.mark.parametrize("dtype, asked", [("torch.float32", "torch.float32"), ("torch.bfloat16", "torch.bfloat16")])
+def test_a_result_dtype_argument_is_raised_with_the_bench(pytester: pytest.Pytester, dtype: str, asked: str) -> None:
+    """vector_norm(x, dtype=...) of the input's own dtype: the raised bench would refuse the narrower
+    dtype (`should be convertible without narrowing`), so the bench raises it too."""
+    data = {"Torch.vector_norm.0.forward": {
+        "input_args": [tensor(dtype, [16, 64])],
+        "input_kwargs": {"ord": {"type": "int", "value": 2}, "dtype": {"type": "torch.dtype", "value": asked}},
+        "output": [tensor(dtype, [])]}}
+    pytester.runpytest(str(make_dump(pytester, data)), "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (record,) = records(pytester)
+    assert record["outputs"][0]["bench_dtype"] == ("torch.float64" if dtype == "torch.float32" else "torch.float32")

@@ -157,6 +157,11 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         scalars = specs["error_model"].get("contraction_scalars", ())
         bench_kwargs = {k: float(torch.tensor(v, dtype=torch.float32)) if k in scalars and type(v) is float else v
                         for k, v in kwargs.items()}
+    asked = bench_kwargs.get("dtype")
+    if plan.raise_to is not None and asked in RAISABLE and asked.itemsize < plan.raise_to.itemsize:
+        # the result dtype the call asks for is raised with its inputs (a narrower one makes the raised
+        # bench refuse: vector_norm(x, dtype=torch.bfloat16) with x raised to fp32)
+        bench_kwargs = {**bench_kwargs, "dtype": plan.raise_to}
     autocast = plan.autocast
     if autocast is not None and options.standard == "strict" and \
             in_list(specs, api, "error_model", "autocast_lower_precision"):
