@@ -47,7 +47,8 @@ def test_saved_error_data_is_a_dump_that_fails_the_same_way(pytester: pytest.Pyt
     assert "Functional.gelu.0.backward.output.bench.0.pt" in files
     assert not [f for f in files if "forward_input" in f or f.startswith(".")]
     saved = torch.load(err / "dump_tensor_data" / "Functional.gelu.0.backward.output.bench.0.pt", weights_only=True)
-    assert saved.dtype == torch.float32 and saved.shape == (16, 16) and saved.is_contiguous()  # the fp32 bench
+    # the bench's gradient as the bench computed it: strict computes an elementwise function's bf16 bench in fp64
+    assert saved.dtype == torch.float64 and saved.shape == (16, 16) and saved.is_contiguous()
     index = json.loads((err / "error_data_index.json").read_text())
     bench_grads = index["d/dump.json::Functional.gelu.0.backward"]["bench_grads"]
     assert bench_grads == ["Functional.gelu.0.backward.output.bench.0.pt"]
