@@ -392,14 +392,7 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
         return
     metric_standard = "msprobe26" if options.standard == "msprobe26" else "msprobe"
-    converted: dict[int, tuple[str, Any, str | None]] = {}  # each tensor converted once (the lists keep them alive)
-
-    def to_numpy(x: Any) -> tuple[str, Any, str | None]:
-        if id(x) not in converted:
-            converted[id(x)] = _to_numpy(x)
-        return converted[id(x)]
-
-    rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=to_numpy,
+    rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy,
                                        standard=metric_standard)
     torch_run = magnitude = None
     if third is not None and role == "torch":
@@ -409,7 +402,7 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
     ref_rows = None
     if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
         ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
-                                               converter=to_numpy, standard=metric_standard)
+                                               converter=_to_numpy, standard=metric_standard)
     kind = error_kind(api, specs)
     if kind == "exact" and positions is not None:
         kind = "elementwise"  # IEEE exactness is the forward operation's; its gradients are other operations
@@ -423,7 +416,7 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         arrays = None
         if paired:
             arrays = _float_arrays(bench[i], device[i], _nth(torch_run, i), _nth(magnitude, i), kind,
-                                   product if i == 0 else None, narrow, to_numpy)
+                                   product if i == 0 else None, narrow)
             if arrays is not None and positions is not None and \
                     in_list(specs, api, "error_model", "gradient_rounding"):
                 arrays.rules = "gradient_rounding"
@@ -464,8 +457,7 @@ def _round_like(ref: Any, device: Any) -> Any:
 
 
 def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
-                  product: Any = None, narrow: torch.dtype | None = None,
-                  to_numpy: Callable[[Any], tuple[str, Any, str | None]] = _to_numpy) -> judge.StrictArrays | None:
+                  product: Any = None, narrow: torch.dtype | None = None) -> judge.StrictArrays | None:
     """numpy arrays of a float output for the strict standard, or None.
 
     Kept in their own dtypes (bf16 widened to fp32, exactly); a third run of another shape is left out.
@@ -477,8 +469,8 @@ def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind:
 
     def same(x: Any) -> Any:
         ok = isinstance(x, torch.Tensor) and x.shape == device.shape and x.is_floating_point()
-        return to_numpy(x)[1] if ok else None
+        return _to_numpy(x)[1] if ok else None
 
-    return judge.StrictArrays(to_numpy(bench)[1], to_numpy(device)[1], same(torch_run), same(magnitude), kind,
+    return judge.StrictArrays(_to_numpy(bench)[1], _to_numpy(device)[1], same(torch_run), same(magnitude), kind,
                               int(device.shape[-1]) if device.dim() else 1, same(product),
                               str(narrow) if narrow is not None and narrow.itemsize < device.dtype.itemsize else None)
