@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
 from ..records.columns import METRIC_KEYS as METRIC_KEYS  # re-exported: the metrics' column order
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def _quiet(fn: Callable) -> Callable:
+
+def _quiet(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Silence numpy floating-point warnings: inf - inf, 0 / 0 and log2(0) are expected here."""
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with np.errstate(all="ignore"):
             return fn(*args, **kwargs)
     return wrapper
@@ -62,7 +65,8 @@ def error_arrays(bench: np.ndarray, device: np.ndarray, eps: float | np.floating
 
 def max_abs(values: np.ndarray) -> np.floating:
     """max|x| in the array's dtype (NaN if any NaN); avoids a temporary |x| array."""
-    return np.maximum(np.max(values), -np.min(values))
+    peak: np.floating = np.maximum(np.max(values), -np.min(values))
+    return peak
 
 
 _SAFE_SCALE = (1e-100, 1e100)  # max|x| range whose float64 squares, summed, neither overflow nor underflow
@@ -157,7 +161,7 @@ def finite_mask(bench: np.ndarray, device: np.ndarray, device_dtype: np.dtype | 
 
 def small_value_mask(abs_bench: np.ndarray, both_finite: np.ndarray, small_value: float) -> np.ndarray:
     """Finite elements whose |bench| <= small_value."""
-    small = np.less_equal(abs_bench, small_value)
+    small: np.ndarray = np.less_equal(abs_bench, small_value)
     small &= both_finite
     return small
 
@@ -172,7 +176,7 @@ def error_balance(device: np.ndarray, bench_dev: np.ndarray) -> float:
 
 @_quiet
 def inf_nan_error_ratio(device: np.ndarray, bench_dev: np.ndarray, err: ErrorArrays,
-                        both_finite: np.ndarray, rtol: float, clip_range: tuple,
+                        both_finite: np.ndarray, rtol: float, clip_range: tuple[float, float],
                         device_dtype: np.dtype | None = None) -> float:
     """Among elements where either side is inf/NaN: fraction NOT matching after clipping both sides to the
     device dtype's finite range (|dc - bc| / (|b| + eps) <= rtol, or both NaN); the difference is taken in
@@ -194,7 +198,8 @@ def inf_nan_error_ratio(device: np.ndarray, bench_dev: np.ndarray, err: ErrorArr
 @_quiet
 def absolute_threshold_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarray,
                                both_finite: np.ndarray, *, rtol: float, small_value: float, atol: float,
-                               clip_range: tuple, device_dtype: np.dtype | None = None) -> dict[str, float]:
+                               clip_range: tuple[float, float],
+                               device_dtype: np.dtype | None = None) -> dict[str, float]:
     """绝对阈值法: inf/nan error ratio, rel-error ratio on normal values (rel > rtol), abs-error ratio on
     small values (abs > atol)."""
     small = small_value_mask(err.abs_bench, both_finite, small_value)
@@ -248,7 +253,7 @@ def ulp_errors(bench: np.ndarray, device: np.ndarray, abs_bench: np.ndarray, *, 
     np.copyto(eb, 0, where=abs_bench == 0)
     np.maximum(eb, min_exponent, out=eb)
     scale = np.exp2(mantissa_bits - eb).astype(cd, copy=False)
-    ulp = np.subtract(device.astype(cd, copy=False), bench).astype(cd, copy=False)
+    ulp: np.ndarray = np.subtract(device.astype(cd, copy=False), bench).astype(cd, copy=False)
     ulp *= scale
     np.abs(ulp, out=ulp)
     return ulp

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -40,6 +40,9 @@ _FLOAT_NUMPY = {"torch.float16": np.float16, "torch.bfloat16": np.float32, "torc
 # msprobe's "comparable" groups of numpy dtypes; a pair must fall in the same group.
 _COMPARABLE = ({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.longdouble)},
                {np.dtype(np.bool_), np.dtype(np.uint8)}, {np.dtype(np.int32), np.dtype(np.int64)})
+# What a converter makes of one output: (kind: "tensor" | "scalar" | "none" | other, value, torch dtype
+# string of a tensor, else None).
+Converter = Callable[[Any], tuple[str, Any, str | None]]
 
 
 @dataclass
@@ -52,14 +55,14 @@ class OutputComparison:
     device_dtype: str
     shape: list[int] | None
     metrics: dict[str, float | None]         # every METRIC_KEYS key; None is a blank cell
-    worst: dict | None = None                # element with the largest abs error (float outputs)
+    worst: dict[str, Any] | None = None      # element with the largest abs error (float outputs)
     algorithm: str | None = None             # Layer-2 algorithm whose columns are filled
     verdict: str | None = None               # status under the selected standard (None: same as status)
     verdict_message: str = ""
-    compare: dict | None = None              # api_precision_compare cells (ratios and sub-statuses)
-    reference: dict | None = None            # the reference side's metrics / statistics, when there is one
+    compare: dict[str, Any] | None = None    # api_precision_compare cells (ratios and sub-statuses)
+    reference: dict[str, Any] | None = None  # the reference side's metrics / statistics, when there is one
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (nan/inf stay floats); one level of copying (asdict's deep copy costs
         more than the metrics of a small output)."""
         data = {f.name: _copied(getattr(self, f.name)) for f in _FIELDS}
@@ -75,7 +78,7 @@ _FIELDS = fields(OutputComparison)
 
 
 # --------------------------------------------------------------------------------------- specs
-def _sections(specs: Mapping | None) -> tuple[Mapping, Mapping]:
+def _sections(specs: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     """(thresholds, categories) of a specs mapping; None means the shipped api_specs/."""
     if specs is None or "thresholds" not in specs or "categories" not in specs:
         default = load_specs()
@@ -83,14 +86,14 @@ def _sections(specs: Mapping | None) -> tuple[Mapping, Mapping]:
     return specs["thresholds"], specs["categories"]
 
 
-def _per_dtype(table: Mapping, dtype: str) -> Any:
+def _per_dtype(table: Mapping[str, Any], dtype: str) -> Any:
     return table[dtype] if dtype in table else table["default"]
 
 
-_INDEX: dict[int, tuple[Mapping, dict[str, str]]] = {}
+_INDEX: dict[int, tuple[Mapping[str, Any], dict[str, str]]] = {}
 
 
-def algorithm_for(api_name: str, device_dtype: str, categories: Mapping, standard: str = "msprobe",
+def algorithm_for(api_name: str, device_dtype: str, categories: Mapping[str, Any], standard: str = "msprobe",
                   override: str | None = None) -> str:
     """8.x category selection: non-float dtype -> binary_consistency; else the first list in
     `lookup_order` holding the bare API name; else `default` (benchmark). Under `msprobe26` every float
@@ -109,7 +112,8 @@ def algorithm_for(api_name: str, device_dtype: str, categories: Mapping, standar
             for name in cats.get(algo) or ():
                 index.setdefault(name, algo)
         cached = _INDEX[id(cats)] = (cats, index)
-    return cached[1].get(api_name, cats.get("default", "benchmark"))
+    default: str = cats.get("default", "benchmark")
+    return cached[1].get(api_name, default)
 
 
 # --------------------------------------------------------------------------------------- verdicts
@@ -118,12 +122,13 @@ def _row(name: str, status: str, message: str, bench_dtype: str = BLANK, device_
     return OutputComparison(name, status, message, bench_dtype, device_dtype, shape, M.blank_metrics())
 
 
-def _torch_size(shape: tuple) -> str:
+def _torch_size(shape: tuple[int, ...]) -> str:
     return f"torch.Size({list(shape)})"
 
 
 def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dtype: str, device_dtype: str,
-                   api_name: str, specs: Mapping | None = None, standard: str = "msprobe") -> OutputComparison:
+                   api_name: str, specs: Mapping[str, Any] | None = None,
+                   standard: str = "msprobe") -> OutputComparison:
     """Layer-1 verdict of one tensor pair plus the Layer-2 columns of its algorithm (§4.1, §4.2)."""
     b, d = np.asarray(bench), np.asarray(device)
     row = _row(name, ERROR, "", bench_dtype, device_dtype, [int(s) for s in d.shape])
@@ -160,7 +165,7 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
     return row
 
 
-def _quantization(api_name: str, specs: Mapping | None) -> float | None:
+def _quantization(api_name: str, specs: Mapping[str, Any] | None) -> float | None:
     """The max-abs-error limit of a quantisation API's integer outputs (thresholds.quantization), or None."""
     th = _sections(specs)[0]
     if specs is not None and "apis" in specs:
@@ -170,7 +175,7 @@ def _quantization(api_name: str, specs: Mapping | None) -> float | None:
 
 
 def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
-                   api_name: str, specs: Mapping | None, standard: str) -> None:
+                   api_name: str, specs: Mapping[str, Any] | None, standard: str) -> None:
     th, cats = _sections(specs)
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
@@ -199,8 +204,8 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     row.message = "\n".join(messages)
 
 
-def _layer1(m: dict, messages: list[str], b: np.ndarray, d: np.ndarray, err: M.ErrorArrays,
-            max_abs: np.floating, device_dtype: str, l1: Mapping) -> str:
+def _layer1(m: dict[str, float | None], messages: list[str], b: np.ndarray, d: np.ndarray, err: M.ErrorArrays,
+            max_abs: np.floating, device_dtype: str, l1: Mapping[str, Any]) -> str:
     """cosine -> max-abs short-circuit -> 双百/双千/双万 (fp16/bf16 vs fp32/fp64 branches)."""
     cos, cos_ok, msg = M.cosine(b, d, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"],
                                 bench_absmax=np.max(err.abs_bench))
@@ -237,7 +242,7 @@ def _layer1(m: dict, messages: list[str], b: np.ndarray, d: np.ndarray, err: M.E
 
 
 def _layer2(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M.ErrorArrays, dtype: str,
-            th: Mapping) -> dict:
+            th: Mapping[str, Any]) -> dict[str, float]:
     """The metric columns of the one Layer-2 algorithm chosen for this output (§4.2). `d` may be wider than
     the device's numpy dtype `dev_dtype` (fp16 held as fp32)."""
     if algo == "binary_consistency":
@@ -289,8 +294,8 @@ def compare_scalar(name: str, bench: Any, device: Any) -> OutputComparison:
     return row
 
 
-def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mapping | None,
-                 converter: Callable[[Any], tuple], standard: str = "msprobe") -> OutputComparison:
+def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mapping[str, Any] | None,
+                 converter: Converter, standard: str = "msprobe") -> OutputComparison:
     bkind, bval, bdtype = converter(bench)
     dkind, dval, ddtype = converter(device)
     # msprobe checks isinstance(bench, type(device)) first: a None bench only skips if the device is None too.
@@ -299,15 +304,16 @@ def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mappi
     if bkind == "none":
         return _row(name, SKIP, MSG_BENCH_NONE)
     if bkind == "tensor":
-        return compare_tensor(name, bval, dval, bench_dtype=bdtype, device_dtype=ddtype, api_name=api_name,
-                              specs=specs, standard=standard)
+        return compare_tensor(name, bval, dval, bench_dtype=cast(str, bdtype), device_dtype=cast(str, ddtype),
+                              api_name=api_name, specs=specs, standard=standard)
     if bkind == "scalar":
         return compare_scalar(name, bval, dval)
     return _row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
 
 
-def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: str, specs: Mapping | None = None,
-                      converter: Callable[[Any], tuple], standard: str = "msprobe") -> list[OutputComparison]:
+def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: str,
+                      specs: Mapping[str, Any] | None = None, converter: Converter,
+                      standard: str = "msprobe") -> list[OutputComparison]:
     """msprobe's list rules: more bench than device outputs -> one error row; else the device list is
     truncated and each pair gives a row `{name_prefix}.{i}`. A non-list bench is one pair."""
     if not isinstance(bench, (list, tuple)):
@@ -320,7 +326,7 @@ def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: st
             for i, (b, d) in enumerate(zip(bench, device))]
 
 
-def dropout_verdict(bench: np.ndarray, device: np.ndarray, specs: Mapping | None = None) -> tuple[str, str]:
+def dropout_verdict(bench: np.ndarray, device: np.ndarray, specs: Mapping[str, Any] | None = None) -> tuple[str, str]:
     """Dropout outputs are random: judged only by how many zeros each side has (msprobe's rule)."""
     rule = _sections(specs)[0]["dropout"]
     b, d = np.asarray(bench), np.asarray(device)
