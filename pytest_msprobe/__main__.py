@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from .reports.results import JSONL_PREFIX, read_jsonl, summary_counts, write_results
 from .reports.summary import file_lines
@@ -17,7 +18,7 @@ from .session import baseline
 from .session.journal import final_records
 
 
-def records_of(source: Path) -> list[dict]:
+def records_of(source: Path) -> list[dict[str, Any]]:
     """A records file, or the newest msprobe_records_*.jsonl of a result folder."""
     if source.is_dir():
         files = sorted(source.glob(f"{JSONL_PREFIX}*.jsonl"))
@@ -132,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--specs", default=None, help="a --msprobe-specs YAML file (embedded in the script)")
     w.set_defaults(run=write_script)
     args = parser.parse_args(argv)
-    return args.run(args)
+    code: int = args.run(args)
+    return code
 
 
 if __name__ == "__main__":

@@ -252,7 +252,7 @@ def write_compare_files(results: list[list[str]], details: list[list[str]], out_
     return paths
 
 
-def write_compare_results(records: list[dict], out_dir: Path, ts: str, compare_keys: Sequence[str],
+def write_compare_results(records: list[dict[str, Any]], out_dir: Path, ts: str, compare_keys: Sequence[str],
                           precision: int = 14) -> dict[str, Path]:
     return write_compare_files(*compare_rows(records, compare_keys, precision), out_dir, ts)
 
@@ -261,7 +261,7 @@ def write_compare_results(records: list[dict], out_dir: Path, ts: str, compare_k
 # files
 
 
-def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
+def write_results(records: list[dict[str, Any]], out_dir: Path, ts: str | None = None,
                    precision: int = 14) -> dict[str, Path]:
     """Write the result CSV, details CSV (msprobe names, one shared timestamp) and a JSONL archive.
 
@@ -275,7 +275,7 @@ def write_results(records: list[dict], out_dir: Path, ts: str | None = None,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ts = ts or timestamp()
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     labels = dump_labels([str(rec.get("dump") or "") for rec in records])
     for rec in records:
         groups.setdefault(labels.get(str(rec.get("dump") or ""), ""), []).append(rec)
@@ -316,7 +316,7 @@ def dump_labels(dumps: Sequence[str]) -> dict[str, str]:
     return labels
 
 
-def _write_set(records: list[dict], out_dir: Path, stem: str, precision: int) -> dict[str, Path]:
+def _write_set(records: list[dict[str, Any]], out_dir: Path, stem: str, precision: int) -> dict[str, Path]:
     """One msprobe file set: run_ut's result and details CSVs (the MindSpore checker's for MindSpore
     records, with `_mindspore` beside PyTorch ones) and api_precision_compare's for msprobe standards."""
     paths = {"result": out_dir / f"{RESULT_PREFIX}{stem}.csv", "details": out_dir / f"{DETAILS_PREFIX}{stem}.csv"}
@@ -344,13 +344,13 @@ def _write_set(records: list[dict], out_dir: Path, stem: str, precision: int) ->
     return paths
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Load a records archive. A run killed mid-write leaves a partial last line; that one is
     dropped instead of failing the whole file. Corruption anywhere else is a real error."""
     lines = Path(path).read_bytes().split(b"\n")
     while lines and not lines[-1].strip():
         lines.pop()
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue

@@ -61,7 +61,11 @@ def extra_items(parent: pytest.Collector, item: pytest.Item) -> Iterator[pytest.
 # ----------------------------------------------------------------------------- the tensors
 
 
-def _leaves(enc: Any, path: tuple) -> Iterator[tuple[tuple, dict]]:
+# Where a leaf sits in an entry's encoded arguments: keys and list positions from the top.
+LeafPath = tuple[str | int, ...]
+
+
+def _leaves(enc: Any, path: LeafPath) -> Iterator[tuple[LeafPath, dict[str, Any]]]:
     if isinstance(enc, list):
         for i, v in enumerate(enc):
             yield from _leaves(v, path + (i,))
@@ -74,7 +78,7 @@ def _leaves(enc: Any, path: tuple) -> Iterator[tuple[tuple, dict]]:
             yield from _leaves(v, path + (k,))
 
 
-def _replace(enc: Any, path: tuple, new: Any) -> Any:
+def _replace(enc: Any, path: LeafPath, new: Any) -> Any:
     if not path:
         return new
     head, rest = path[0], path[1:]
@@ -92,7 +96,7 @@ def _data_names(enc: Any) -> list[str]:
     return []
 
 
-def _where(path: tuple) -> str:
+def _where(path: LeafPath) -> str:
     kind = "input_args" if path[0] == "input_args" else "input_kwargs"
     return ".".join([kind] + [str(p) for p in path[1:]])
 
@@ -118,7 +122,7 @@ def _inside(dtype: Any, value: float, towards: float) -> float:
     return float((bits + step).view(dtype))
 
 
-def _finite_range(leaf: dict, dtype: Any, clamp_zero: bool) -> tuple[float, float]:
+def _finite_range(leaf: dict[str, Any], dtype: Any, clamp_zero: bool) -> tuple[float, float]:
     import torch
 
     from ..inputs.build import finite_range
@@ -158,7 +162,7 @@ class TensorSpace:
         return math.prod(self.shape)
 
 
-def tensor_space(where: str, leaf: dict, clamp_zero: bool) -> TensorSpace | None:
+def tensor_space(where: str, leaf: dict[str, Any], clamp_zero: bool) -> TensorSpace | None:
     import torch
 
     from ..inputs.build import InputError, parse_dtype
@@ -234,7 +238,7 @@ def strategy(space: TensorSpace) -> Any:
                                   "specials": specials, "transposed": layouts})
 
 
-def materialize(space: TensorSpace, recipe: dict) -> Any:
+def materialize(space: TensorSpace, recipe: dict[str, Any]) -> Any:
     import torch
 
     n = space.numel
@@ -267,7 +271,7 @@ def materialize(space: TensorSpace, recipe: dict) -> Any:
     return t
 
 
-def describe(spaces: list[TensorSpace], example: dict) -> str:
+def describe(spaces: list[TensorSpace], example: dict[str, Any]) -> str:
     lines = []
     for space in spaces:
         recipe = example[space.where]
@@ -305,7 +309,7 @@ def _isolate(spaces: list[TensorSpace], last: dict[str, Any], run: Any, is_failu
     best = dict(last)
     budget = [ISOLATE_BUDGET]
 
-    def attempt(candidate: dict) -> bool:
+    def attempt(candidate: dict[str, Any]) -> bool:
         if budget[0] <= 0:
             return False
         budget[0] -= 1
@@ -324,7 +328,7 @@ def _isolate(spaces: list[TensorSpace], last: dict[str, Any], run: Any, is_failu
         differing = torch.nonzero((flat != center) | torch.isnan(flat)).reshape(-1).tolist()
         keep = differing
 
-        def with_only(indices: list[int]) -> dict:  # called within this iteration only (ruff B023 noqa below)
+        def with_only(indices: list[int]) -> dict[str, Any]:  # called within this iteration only (B023 noqa below)
             new = dict(best["example"])
             new[space.where] = {"base": "center", "seed": 0, "transposed": recipe["transposed"],  # noqa: B023
                                 "specials": [(i, float(flat[i])) for i in indices]}  # noqa: B023
@@ -415,7 +419,7 @@ class FuzzItem(pytest.Item):
         last: dict[str, Any] = {}
         skipped = [0]
 
-        def run(example: dict) -> tuple[dict, dict, Any]:
+        def run(example: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
             from ..runs import capture
             from ..triage.errordata import temporary_dump
 
@@ -442,7 +446,7 @@ class FuzzItem(pytest.Item):
                              phases=[hypothesis.Phase.generate, hypothesis.Phase.shrink])
         @hypothesis.seed(seed)
         @hypothesis.given(st.fixed_dictionaries({space.where: strategy(space) for _, _, space in spaces}))
-        def prop(example: dict) -> None:
+        def prop(example: dict[str, Any]) -> None:
             result["examples"] += 1
             record, captured, example_dump = run(example)
             if record["status"] == "SKIP":

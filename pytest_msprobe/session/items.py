@@ -17,8 +17,9 @@ from ..dump.reader import load_dump
 from ..reports.summary import junit_properties
 from .stash import SETTINGS_KEY
 
-RECORD_KEY = pytest.StashKey[dict]()
-REUSE_KEY = pytest.StashKey[dict]()  # (dump path, group key) -> the group's check record, per process
+RECORD_KEY = pytest.StashKey[dict[str, Any]]()
+# (dump path, group key) -> the group's check record, per process
+REUSE_KEY = pytest.StashKey[dict[tuple[Path, str], dict[str, Any]]]()
 KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                 "int64", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "int4")
 
@@ -38,7 +39,7 @@ def dtype_marker(dtype: str) -> str:
 
 def _want_dtype_markers(config: pytest.Config) -> bool:
     """dtype markers cost a walk over every entry; by default only when -m or -k could use them."""
-    setting = config.getini("msprobe_dtype_markers")
+    setting: str = config.getini("msprobe_dtype_markers")
     if setting == "auto":
         return bool(config.option.markexpr or config.option.keyword)
     return setting == "always"

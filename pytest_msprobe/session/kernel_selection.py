@@ -3,7 +3,7 @@ without a kernel, and the header and summary lines. The kernels themselves: runs
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -60,7 +60,7 @@ def configure(config: pytest.Config) -> str | None:
     """Validate --msprobe-kernels / ini msprobe_kernels; returns the spec the items use (or None)."""
     existing = config.pluginmanager.get_plugin("msprobe-kernels")
     if existing is not None:
-        return existing.table.spec
+        return cast(KernelSelection, existing).table.spec
     value = config.getoption("msprobe_kernels", None)
     where, base = "--msprobe-kernels", config.invocation_params.dir
     if not value:

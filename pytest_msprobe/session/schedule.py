@@ -27,7 +27,7 @@ MIN_PENDING = 2     # a worker runs an item only once it knows the next one (xdi
 BUDGET_SHARE = 4    # a worker's queue holds at most 1/(BUDGET_SHARE * workers) of the work left
 
 
-class CostScheduling(LoadScheduling):
+class CostScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no type information (no py.typed)
     """LoadScheduling's bookkeeping (nodes, collections, crashes) with cost-ordered dealing.
 
     `pending` is kept sorted cheapest first, so the next item is popped from its end; an index that
@@ -131,7 +131,7 @@ class CostScheduling(LoadScheduling):
         if self.active:
             for i in requeued:
                 self.taken[i] = False
-        crashitem = super().remove_node(node)  # puts them back in pending (and deals)
+        crashitem: str | None = super().remove_node(node)  # puts them back in pending (and deals)
         if self.active:
             self._sort_pending()
         return crashitem

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ class Triage:
 
         dump_rel = item.nodeid.split("::", 1)[0]
         key = errordata.dump_key(dump_rel)
-        steps = []
+        steps: list[tuple[str, Callable[[], None]]] = []
         if self.save_dir:
             folder = errordata.target_dir(self.save_dir, key, self.flat, fuzz)
             steps.append(("--msprobe-save-error-data", lambda: self._save(item, record, captured, folder)))
@@ -277,7 +277,7 @@ class Triage:
                 terminalreporter.write_line(line)
 
 
-FUZZ_RESULT_KEY = pytest.StashKey[dict]()
+FUZZ_RESULT_KEY = pytest.StashKey[dict[str, Any]]()
 
 
 def _replay_flag(records: list[dict[str, Any]]) -> str:
