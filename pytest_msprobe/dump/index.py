@@ -45,8 +45,8 @@ COLUMNS = ("work", "dtypes")  # per-entry facts computed when a process first ne
 class Index:
     header: dict[str, Any]         # task, level, framework (inferred when absent), dump_data_dir
     names: list[str]               # every key of `data`, in file order
-    offsets: array.array           # byte start and end of each entry's value: 2 per name
-    work: array.array | None = None  # each entry's work estimate (`work`), element-equivalents
+    offsets: array.array[int]      # byte start and end of each entry's value: 2 per name
+    work: array.array[float] | None = None  # each entry's work estimate (`work`), element-equivalents
     dtypes: list[str] | None = None  # comma-joined dtype strings recorded in each entry
     has_data: bool = True          # False: no "data" key (the caller reports it)
     data_type: str = "dict"        # the JSON type of "data" when it is not an object

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -80,7 +80,7 @@ def _mindspore_dtype(text: str) -> str:
         if name == text or (attr is not None and name.lower() == attr):
             if not torch_name:
                 raise InputError(f"MindSpore dtype {text!r} has no torch equivalent")
-            return torch_name
+            return cast(str, torch_name)
     return text
 
 

@@ -35,7 +35,7 @@ def unpack(data: dict[str, Any]) -> dict[str, Any] | None:
     text = data.get(PACKED_KEY)
     if not isinstance(text, str):
         return None
-    report = json.loads(text)
+    report: dict[str, Any] = json.loads(text)
     for key, value in data.items():  # xdist adds item_index, worker_id, testrun_uid after packing
         if key != PACKED_KEY:
             report[key] = value

@@ -186,7 +186,8 @@ def thresholds_for(specs: Mapping[str, Any], api_name: str) -> Mapping[str, Any]
     """The thresholds with the API's own overrides (from a user spec file) applied."""
     override = api_settings(specs, api_name).get("thresholds")
     if not override:
-        return specs["thresholds"]
+        shipped: Mapping[str, Any] = specs["thresholds"]
+        return shipped
     key = (id(specs), api_name)
     if key not in _MERGED:
         _MERGED[key] = _merge(specs["thresholds"], override, f"apis.{api_name}.thresholds")
@@ -195,7 +196,8 @@ def thresholds_for(specs: Mapping[str, Any], api_name: str) -> Mapping[str, Any]
 
 def bare_name(api_name: str, specs: Mapping[str, Any]) -> str:
     """Resolve torch_npu aliases (fast_gelu -> npu_fast_gelu)."""
-    return specs.get("aliases", {}).get(api_name, api_name)
+    name: str = specs.get("aliases", {}).get(api_name, api_name)
+    return name
 
 
 def in_list(specs: Mapping[str, Any], api_name: str, *keys: str) -> bool:
