@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -55,7 +55,7 @@ class Device:
         """A fresh copy on this device, as its backend moves tensors."""
         if self.backend is None:
             return tensor.to(device=self.name, dtype=dtype, copy=True)
-        moved = self.backend.to_device(tensor, self.name, dtype).detach()
+        moved: torch.Tensor = self.backend.to_device(tensor, self.name, dtype).detach()
         if moved.device == tensor.device and moved.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
             moved = moved.clone()  # never share memory with the inputs the bench and reference copy
         return moved
@@ -160,7 +160,7 @@ def seed_random_apis(seed: int, device: Any = None) -> None:
     Not torch.manual_seed: for every device type that is not initialised it records a lazy call with
     a formatted stack trace, milliseconds per item.
     """
-    torch.random.default_generator.manual_seed(seed)
+    torch.random.default_generator.manual_seed(seed)  # type: ignore[attr-defined]  # torch.random does not re-export it
     kind = getattr(device, "kind", None)
     if kind == "cuda":
         torch.cuda.manual_seed(seed)
@@ -303,7 +303,7 @@ def first_output_dtype(encoded_output: Any) -> torch.dtype | None:
         if isinstance(leaf, dict) and isinstance(leaf.get("dtype"), str):
             name = leaf["dtype"]
             if name in ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"):
-                return getattr(torch, name.split(".")[1])
+                return cast(torch.dtype, getattr(torch, name.split(".")[1]))
             return None
     return None
 

@@ -34,7 +34,7 @@ TARGETS = {"cpu": "CPU", "cuda": "GPU", "npu": "Ascend"}  # --msprobe-device -> 
 
 def table(specs: Mapping[str, Any]) -> Mapping[str, Any]:
     """The `mindspore:` section of the specs (api_specs/mindspore.yaml, with user overrides)."""
-    section = specs.get("mindspore")
+    section: Mapping[str, Any] | None = specs.get("mindspore")
     if section is None:
         from ..specs.loader import load_specs
 

@@ -8,7 +8,7 @@ model needs: a contraction's product before its bias, and inputs rounded as an a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -131,8 +131,8 @@ class _ConvTorchBackward(torch.autograd.Function):
         ctx.save_for_backward(x, w)
         ctx.params = (b is not None, stride, padding, dilation, groups)
         conv = torch.ops.aten.convolution
-        out = conv(x.float(), w.float(), None if b is None else b.float(), stride, padding, dilation, False,
-                   [0] * len(stride), groups)
+        out: torch.Tensor = conv(x.float(), w.float(), None if b is None else b.float(), stride, padding, dilation,
+                                 False, [0] * len(stride), groups)
         return out.to(x.dtype)
 
     @staticmethod
@@ -156,7 +156,8 @@ def _conv_torch_backward(*args: Any, **kwargs: Any) -> torch.Tensor:
         return [int(value)] * spatial if isinstance(value, int) else [int(v) for v in value]
 
     if isinstance(bound.get("padding"), str) or x.dim() != w.dim():  # unbatched or "same": torch's own
-        return getattr(torch.nn.functional, f"conv{spatial}d")(*args, **kwargs)
-    return _ConvTorchBackward.apply(x, w, bound.get("bias"), expand(bound.get("stride"), 1),
-                                    expand(bound.get("padding"), 0), expand(bound.get("dilation"), 1),
-                                    int(bound.get("groups") or 1))
+        return cast(torch.Tensor, getattr(torch.nn.functional, f"conv{spatial}d")(*args, **kwargs))
+    out: torch.Tensor = _ConvTorchBackward.apply(  # type: ignore[no-untyped-call]  # Function.apply: unannotated
+        x, w, bound.get("bias"), expand(bound.get("stride"), 1), expand(bound.get("padding"), 0),
+        expand(bound.get("dilation"), 1), int(bound.get("groups") or 1))
+    return out
