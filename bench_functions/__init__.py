@@ -55,11 +55,13 @@ def _specs() -> dict[str, Any]:
 
 def canonical(name: str) -> str:
     """torch_npu exposes some ops under a second name (fast_gelu -> npu_fast_gelu)."""
-    return _specs().get("aliases", {}).get(name, name)
+    alias: str = _specs().get("aliases", {}).get(name, name)
+    return alias
 
 
 def _declared() -> dict[str, dict[str, str]]:
-    return _specs().get("bench_functions", {})
+    declared: dict[str, dict[str, str]] = _specs().get("bench_functions", {})
+    return declared
 
 
 def _load_entry_points() -> None:
@@ -84,7 +86,8 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
 
 def _resolve(target: str) -> Callable[..., Any]:
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    return fn
 
 
 def get(name: str) -> Callable[..., Any] | None:

@@ -36,7 +36,7 @@ def to_heads(x: torch.Tensor, layout: str, heads: int) -> torch.Tensor:
     if layout == "TND":
         return x.permute(1, 0, 2)
     if layout in ("BSH", "SBH"):
-        x = x.unflatten(-1, (heads, x.shape[-1] // heads))
+        x = x.unflatten(-1, (heads, x.shape[-1] // heads))  # type: ignore[no-untyped-call]  # unannotated in torch
     order = {"BSH": (2, 0, 1, 3), "SBH": (2, 1, 0, 3), "BSND": (2, 0, 1, 3), "BNSD": (1, 0, 2, 3)}[layout]
     return x.permute(order).flatten(1, 2)
 
@@ -45,7 +45,7 @@ def from_heads(x: torch.Tensor, layout: str, batch: int) -> torch.Tensor:
     """(N, rows, D) -> the layout; the inverse of to_heads."""
     if layout == "TND":
         return x.permute(1, 0, 2)
-    x = x.unflatten(1, (batch, x.shape[1] // batch))  # (N, B, S, D)
+    x = x.unflatten(1, (batch, x.shape[1] // batch))  # type: ignore[no-untyped-call]  # untyped in torch; (N, B, S, D)
     order = {"BSH": (1, 2, 0, 3), "SBH": (2, 1, 0, 3), "BSND": (1, 2, 0, 3), "BNSD": (1, 0, 2, 3)}[layout]
     x = x.permute(order)
     return x.flatten(2) if layout in ("BSH", "SBH") else x
@@ -226,7 +226,8 @@ class Call:
         if self.layout == "TND":  # [FA] softmax_layout: NTD by default, TND when asked
             x = x.t() if str(softmax_layout).upper() == "TND" else x
         else:
-            x = x.unflatten(1, (self.batch, self.sq)).permute(1, 0, 2)  # (B, N1, Sq)
+            x = x.unflatten(  # type: ignore[no-untyped-call]  # untyped in torch
+                1, (self.batch, self.sq)).permute(1, 0, 2)  # (B, N1, Sq)
         return x.unsqueeze(-1).repeat(*([1] * x.dim()), 8).float()
 
     def numels(self) -> int:
@@ -237,11 +238,15 @@ class Call:
 
 # ----------------------------------------------------------------------------- torch_npu entry points
 
+# (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels) ([FA] 输出说明)
+FusionOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]
+
+
 def _run(call: Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-         softmax_layout: str = "") -> tuple[Any, ...]:
+         softmax_layout: str = "") -> FusionOutputs:
     pse = None if call.pse is None else call.pse.to(call.work)
-    out, row_max, row_sum = Tiled.apply(call.heads(query, call.n1), call.heads(key, call.n2),
-                                         call.heads(value, call.n2), pse, call.plan)
+    out, row_max, row_sum = Tiled.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+        call.heads(query, call.n1), call.heads(key, call.n2), call.heads(value, call.n2), pse, call.plan)
     return (call.unheads(out, query.dtype), call.stats(row_max, softmax_layout), call.stats(row_sum, softmax_layout),
             query.new_empty(0), 0, 0, call.numels())  # [FA] 输出说明: softmax_out is reserved; no dropout -> seed 0
 
@@ -256,7 +261,7 @@ def npu_fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                          actual_seq_qlen: Sequence[int] | None = None, actual_seq_kvlen: Sequence[int] | None = None,
                          sparse_mode: int = 0,  # [FA] 参数说明 sparse_mode: 默认值为0
                          gen_mask_parallel: bool = True, sync: bool = False,
-                         softmax_layout: str = "") -> tuple[Any, ...]:
+                         softmax_layout: str = "") -> FusionOutputs:
     """-> (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels) ([FA] 输出说明)."""
     call = Call(query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
                 scale=scale, keep_prob=keep_prob, pre=pre_tockens, nxt=next_tockens, prefix=prefix,
@@ -274,7 +279,7 @@ def npu_fusion_attention_v2(query: torch.Tensor, key: torch.Tensor, value: torch
                             gen_mask_parallel: bool = True, sync: bool = False,
                             pse_type: int = 1,  # [V2] 属性 pse_type: 默认值为1
                             q_start_idx: Sequence[int] | None = None, kv_start_idx: Sequence[int] | None = None,
-                            **other: Any) -> tuple[Any, ...]:
+                            **other: Any) -> FusionOutputs:
     """npu_fusion_attention with pse_type ([V2]): 0 = scale*(QK^T) + pse, 1 = scale*(QK^T + pse)."""
     extra = [name for name, value_ in (("query_rope", query_rope), ("key_rope", key_rope), *other.items())
              if value_ is not None]
