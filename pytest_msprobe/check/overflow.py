@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -157,7 +157,8 @@ def _classify(record: dict[str, Any], prefix: str, bench: list[Any], device: lis
         else:
             verdict, status, message = "not reproduced", "pass", \
                 "no overflow reproduced on the device or the bench with these inputs"
-        dtype = lambda v: str(v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__  # noqa: E731
+        dtype: Callable[[Any], str] = (  # noqa: E731
+            lambda v: str(v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__)
         record["outputs"].append({
             "name": name, "status": status, "message": message, "bench_dtype": dtype(b), "device_dtype": dtype(d),
             "shape": list(d.shape) if isinstance(d, torch.Tensor) else None, "metrics": blank_metrics(),

@@ -86,7 +86,8 @@ class _Writer:
         self.tensor_dir = folder / "dump_tensor_data"
         self.files: list[str] = []
 
-    def leaf(self, t: Any, data_name: str, requires_grad: bool = False, type_name: str = "torch.Tensor") -> dict:
+    def leaf(self, t: Any, data_name: str, requires_grad: bool = False,
+             type_name: str = "torch.Tensor") -> dict[str, Any]:
         enc: dict[str, Any] = {"type": type_name if type_name in TENSOR_TYPES else "torch.Tensor",
                                "dtype": str(t.dtype), "shape": list(t.shape), **_stats(t),
                                "requires_grad": bool(requires_grad)}
@@ -194,7 +195,7 @@ def _item_entries(dump: Any, entry_name: str, captured: Mapping[str, Any], write
     index: dict[str, list[str]] = {}
 
     def saver(group: str, grad_flags: bool = False) -> Any:
-        def on_tensor(t: Any, original: Any, path: str) -> dict:
+        def on_tensor(t: Any, original: Any, path: str) -> dict[str, Any]:
             type_name = str(original.get("type")) if isinstance(original, dict) else "torch.Tensor"
             enc = writer.leaf(t, f"{path}.pt", grad_flags and id(t) in requires_grad, type_name)
             if "data_name" in enc:

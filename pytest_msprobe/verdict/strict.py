@@ -100,7 +100,8 @@ def accumulation_roundoff(device_dtype: str) -> float:
 def _nonfinite_mismatch(values: np.ndarray, rounded: np.ndarray) -> np.ndarray:
     nan_v, nan_b = np.isnan(values), np.isnan(rounded)
     inf_v, inf_b = np.isinf(values), np.isinf(rounded)
-    return (nan_v != nan_b) | (inf_v != inf_b) | (inf_v & inf_b & (np.sign(values) != np.sign(rounded)))
+    mismatch: np.ndarray = (nan_v != nan_b) | (inf_v != inf_b) | (inf_v & inf_b & (np.sign(values) != np.sign(rounded)))
+    return mismatch
 
 
 def _groups(n: int, row: int, min_size: int) -> int:
