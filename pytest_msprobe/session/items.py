@@ -148,6 +148,7 @@ class ApiItem(pytest.Item):
 
     def _check(self, entry_name: str) -> dict[str, Any]:
         from ..check import check_entry  # torch is imported here, never at collection
+        from ..runs.memory import release_freed_memory
         from ..specs.loader import load_specs
 
         options = self.config.stash[SETTINGS_KEY].check_options
@@ -155,6 +156,8 @@ class ApiItem(pytest.Item):
             return check_entry(load_dump(self.path), entry_name, options, load_specs(user_file=options.specs_file))
         except ValueError as exc:  # unparseable entry name
             return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
+        finally:
+            release_freed_memory()  # the check's tensors are gone: their memory goes back to the OS
 
     def _record(self) -> tuple[dict[str, Any], str]:
         """(this item's record, the entry whose check produced it): its own check, or with

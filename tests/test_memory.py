@@ -1,0 +1,37 @@
+"""Freed memory goes back to the OS between items (runs/memory.py)."""
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+
+from pytest_msprobe.runs import memory
+
+
+def _rss_pages() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1])
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's; elsewhere release does nothing")
+def test_freed_heap_memory_goes_back_to_the_os() -> None:
+    assert memory._malloc_trim() is not None
+    big = np.ones(4_000_000)
+    del big  # freeing a 32 MB mmapped block raises glibc's mmap threshold: 800 kB blocks now live in the heap
+    blocks = [np.ones(100_000) for _ in range(400)]  # 320 MB
+    top = blocks[-1]  # one live block at the top: the heap cannot shrink by itself
+    allocated = _rss_pages()
+    del blocks
+    freed = _rss_pages()
+    memory.release_freed_memory()
+    trimmed = _rss_pages()
+    assert top.sum() == 100_000
+    if freed < allocated * 0.9:  # an earlier test's heap state let glibc give it back by itself
+        pytest.skip(f"freeing alone returned memory ({allocated} -> {freed} pages): nothing left to trim")
+    assert trimmed < freed / 2, (allocated, freed, trimmed)
+
+
+def test_release_is_harmless_anywhere() -> None:
+    memory.release_freed_memory()
+    memory.release_freed_memory()
