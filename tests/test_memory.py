@@ -30,7 +30,8 @@ def test_freed_heap_memory_goes_back_to_the_os() -> None:
     assert top.sum() == 100_000
     if freed < allocated * 0.9:  # an earlier test's heap state let glibc give it back by itself
         pytest.skip(f"freeing alone returned memory ({allocated} -> {freed} pages): nothing left to trim")
-    assert trimmed < freed / 2, (allocated, freed, trimmed)
+    dropped_pages = 399 * 800_000 // 4096  # the blocks freed
+    assert freed - trimmed > dropped_pages // 2, (allocated, freed, trimmed)  # other live memory stays
 
 
 def test_release_is_harmless_anywhere() -> None:
