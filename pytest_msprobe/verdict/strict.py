@@ -139,7 +139,7 @@ class _Totals:
         self.counts: list[np.ndarray] = []
 
 
-BLOCK = 1 << 15  # elements per block: a dozen float64 temporaries of a block stay in cache
+BLOCK = 1 << 15  # elements per block: a dozen temporaries of a block stay in cache
 
 
 def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rules: Mapping[str, Any], *,
