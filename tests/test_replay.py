@@ -209,6 +209,21 @@ def test_pytorch_replay_finds_a_planted_gradient_error(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*Functional.linear.0.backward: error*", "*output.2 *(16, 32)*error*"])
 
 
+def test_replayed_forward_of_an_exact_op_is_judged_for_exactness(pytester: pytest.Pytester) -> None:
+    """A replayed add_'s output is a forward output, not a gradient: 8 elements one ULP toward zero (each
+    within any elementwise limit) fail strict's exactness check."""
+    dump = copy_dump(pytester, PT_TENSOR, "pt")
+    target = dump.parent / "dump_tensor_data" / "Tensor.add_.0.forward.output.0.pt"
+    out = torch.load(target)
+    flat = out.view(-1)
+    for i in range(0, 512, 64):
+        flat[i] = torch.nextafter(flat[i], torch.zeros(()))
+    torch.save(out, target)
+    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-k", "add_ and 0 and forward")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not correctly rounded: 8 of 512 elements*"])
+
+
 def test_pytorch_gradient_layout_mismatch_is_skipped_not_compared(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, PT_TENSOR, "pt")
     # argument order instead of the autograd node's order: every shape disagrees with AddmmBackward0's slots

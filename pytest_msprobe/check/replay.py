@@ -195,7 +195,8 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             leaves_d = postprocess(api, leaves_d, args, kwargs, "device")
             leaves_b = postprocess(api, leaves_b, args, kwargs, "bench")
         _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role,
-                       list(range(len(leaves_b))), bare, specs, options, framework != "pytorch")
+                       list(range(len(leaves_b))), bare, specs, options, framework != "pytorch",
+                       scalar_operand=check.has_scalar_operand(args, kwargs))
     elif by_position:
         check._timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
         grads_b = {pos: leaf.grad for pos, leaf in bench_side.grad_leaves if leaf.grad is not None}
@@ -209,7 +210,8 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             raise NotCheckable(f"{full}: no recorded gradient of a floating-point argument to compare")
         refs = _reference_grads_by_position(reference, ref_leaves, cotangents, grad_index, positions, record)
         _compare_pairs(record, f"{full}.backward.output", [grads_b[p] for p in positions],
-                       [grads_d[p] for p in positions], refs, role, positions, bare, specs, options, True)
+                       [grads_d[p] for p in positions], refs, role, positions, bare, specs, options, True,
+                       gradients=True)
     else:
         grads_b, roles, node = check._timed(timings, "bench_backward_s", "bench backward",
                                             lambda: _node_grads(leaves_b, pairs_b, bench_side, "cpu"), None)
@@ -227,7 +229,8 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
             except (NotCheckable, IndexError, AttributeError) as exc:
                 record["notes"].append(f"reference gradients not used: {exc}")
         _compare_pairs(record, f"{full}.backward.output", [grads_b[j] for j in slots],
-                       [recorded[j] for j in slots], refs, role, slots, bare, specs, options, False)
+                       [recorded[j] for j in slots], refs, role, slots, bare, specs, options, False,
+                       gradients=True)
     timings["compare_s"] = time.perf_counter() - started
     check.finish_record(record)
 
@@ -431,7 +434,8 @@ def _reference_grads_by_position(reference: Any, ref_leaves: list[Any] | None, c
 
 def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
                    third: list[Any] | None, role: str, positions: list[int], api: str, specs: dict[str, Any],
-                   options: CheckOptions, ms_format: bool) -> None:
+                   options: CheckOptions, ms_format: bool, *, scalar_operand: bool = False,
+                   gradients: bool = False) -> None:
     """check._compare on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
     checker's metrics on each row of a MindSpore dump (its CSV columns)."""
     keep = [i for i, d in enumerate(device) if not isinstance(d, Unsaved)]
@@ -439,7 +443,7 @@ def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device
     if keep:
         check._compare(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
                        None if third is None else [third[i] for i in keep], role, api, specs, options,
-                       [positions[i] for i in keep])
+                       [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients)
     rows = record["outputs"][start:]
     if ms_format and len(rows) == len(keep):
         epsilon = specs["thresholds"]["mindspore"]["epsilon"]

@@ -215,8 +215,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if backward_entry is None:
         product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
         _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
-                 product=product, autocast=plan.autocast, scalar_operand=any(
-                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in (*args, *kwargs.values())))
+                 product=product, autocast=plan.autocast, scalar_operand=has_scalar_operand(args, kwargs))
     else:
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
@@ -233,7 +232,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
         positions = [pos for pos, _ in dev_side.grad_leaves]
         _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, role, api, specs, options,
-                 positions, autocast=plan.autocast)
+                 positions, autocast=plan.autocast, gradients=True)
     timings["compare_s"] = time.perf_counter() - started
     finish_record(record)
 
@@ -372,12 +371,18 @@ def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
     return ("scalar", x, None)
 
 
+def has_scalar_operand(args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether a Python number is among a call's arguments (which a kernel may round otherwise than torch)."""
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (*args, *kwargs.values()))
+
+
 def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
              role: str, api: str, specs: dict[str, Any], options: CheckOptions,
              positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
-             scalar_operand: bool = False) -> None:
-    """Compare each output pair, and judge it by the selected standard. `positions` (gradients) are the
-    inputs the outputs belong to; `scalar_operand`: the call had a Python number among its arguments."""
+             scalar_operand: bool = False, gradients: bool = False) -> None:
+    """Compare each output pair, and judge it by the selected standard. `positions` name the rows (the
+    inputs gradients belong to); `scalar_operand`: the call had a Python number among its arguments;
+    `gradients`: the pairs are a backward item's gradients."""
     capture.stash(compared_bench=bench, compared_device=device, positions=positions)
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
@@ -404,7 +409,7 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
                                                converter=_to_numpy, standard=metric_standard)
     kind = error_kind(api, specs)
-    if kind == "exact" and positions is not None:
+    if kind == "exact" and gradients:
         kind = "elementwise"  # IEEE exactness is the forward operation's; its gradients are other operations
     # an autocast kernel computes in the autocast dtype whatever dtype its results are stored in
     narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
@@ -417,8 +422,7 @@ def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list
         if paired:
             arrays = _float_arrays(bench[i], device[i], _nth(torch_run, i), _nth(magnitude, i), kind,
                                    product if i == 0 else None, narrow)
-            if arrays is not None and positions is not None and \
-                    in_list(specs, api, "error_model", "gradient_rounding"):
+            if arrays is not None and gradients and in_list(specs, api, "error_model", "gradient_rounding"):
                 arrays.rules = "gradient_rounding"
             elif arrays is not None and kind == "exact" and scalar_operand:
                 arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
