@@ -12,7 +12,7 @@ import pytest
 
 from ..dump.reader import KNOWN_TYPES, Dump, DumpError, load_dump, parse_entry_name
 from .fuzz import extra_items
-from .items import KNOWN_DTYPES, ApiItem, _mark, _selection, _want_dtype_markers, dtype_marker
+from .items import KNOWN_DTYPES, ApiItem, _mark, _selection, _want_dtype_markers, entry_markers
 from .stash import SETTINGS_KEY
 
 
@@ -45,11 +45,7 @@ class DumpFile(pytest.File):
                 parsed = parse_entry_name(entry_name)
             except ValueError:
                 parsed = None
-            markers = [] if parsed is None else [parsed.api_type, parsed.direction]
-            if with_dtypes and parsed is not None:
-                # every dtype recorded in the call (its forward entry), from the dump's index
-                markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
-            markers = [m for m in markers if m.isidentifier()]
+            markers = [] if parsed is None else entry_markers(dump, entry_name, parsed, with_dtypes)
             for marker in markers:
                 if marker not in registered:
                     config.addinivalue_line("markers", f"{marker}: msprobe API type or dtype")

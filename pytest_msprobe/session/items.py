@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ..dump.reader import load_dump
+from ..dump.reader import Dump, EntryName, load_dump
 from ..reports.summary import junit_properties
 from .stash import SETTINGS_KEY
 
@@ -35,6 +35,15 @@ class ApiCheckFailed(Exception):
 def dtype_marker(dtype: str) -> str:
     """torch.bfloat16 / BFloat16 -> bfloat16."""
     return dtype.rsplit(".", 1)[-1].lower()
+
+
+def entry_markers(dump: Dump, entry_name: str, parsed: EntryName, with_dtypes: bool) -> list[str]:
+    """An entry's own markers: its API type and direction, and (with_dtypes) every dtype recorded in the
+    call's forward entry, from the dump's index; names that cannot be markers are left out."""
+    markers = [parsed.api_type, parsed.direction]
+    if with_dtypes:
+        markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
+    return [m for m in markers if m.isidentifier()]
 
 
 def _want_dtype_markers(config: pytest.Config) -> bool:

@@ -18,6 +18,7 @@ from typing import Callable
 import pytest
 
 from ..dump.reader import DumpError, load_dump, parse_entry_name
+from .items import entry_markers, matcher
 from .shard import work_cost
 
 SECONDS_PER_UNIT = 25e-9
@@ -63,14 +64,10 @@ def estimate_seconds(config: pytest.Config) -> tuple[int, float] | None:
                 parsed = parse_entry_name(name)
             except ValueError:
                 continue
-            forward = f"{parsed.full_name}.forward"
-            if keep is not None:
-                markers = ["msprobe", parsed.api_type, parsed.direction,
-                           *(d.rsplit(".", 1)[-1].lower() for d in dump.dtypes(forward) or dump.dtypes(name))]
-                if not keep(name, markers, parts):
-                    continue
+            if keep is not None and not keep(name, ["msprobe", *entry_markers(dump, name, parsed, True)], parts):
+                continue
             items += 1
-            units += work_cost(dump.work(forward) or 0.0, parsed.direction == "backward")
+            units += work_cost(dump.work(f"{parsed.full_name}.forward") or 0.0, parsed.direction == "backward")
     shard = getattr(option, "msprobe_shard", None)
     if shard is not None:
         units /= shard[1]
@@ -81,8 +78,6 @@ def estimate_seconds(config: pytest.Config) -> tuple[int, float] | None:
 def _selection(config: pytest.Config) -> Callable[[str, list[str], list[str]], bool] | None:
     """-k/-m applied to an entry's name, its markers and its dump's path parts (an estimate's
     selection: the collected items' names hold the same words)."""
-    from .items import matcher
-
     match = matcher(config)
     if match is None:
         return None
