@@ -50,6 +50,7 @@ from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
 from ..verdict.standards import OutputComparison
+from . import compare
 from . import rerun as check
 
 _TRANSPOSES = ("TBackward0", "TransposeBackward0", "TransposeBackward1", "PermuteBackward0")
@@ -436,19 +437,19 @@ def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device
                    third: list[Any] | None, role: str, positions: list[int], api: str, specs: dict[str, Any],
                    options: CheckOptions, ms_format: bool, *, scalar_operand: bool = False,
                    gradients: bool = False) -> None:
-    """check._compare on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
+    """compare.compare_outputs on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
     checker's metrics on each row of a MindSpore dump (its CSV columns)."""
     keep = [i for i, d in enumerate(device) if not isinstance(d, Unsaved)]
     start = len(record["outputs"])
     if keep:
-        check._compare(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
+        compare.compare_outputs(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
                        None if third is None else [third[i] for i in keep], role, api, specs, options,
                        [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients)
     rows = record["outputs"][start:]
     if ms_format and len(rows) == len(keep):
         epsilon = specs["thresholds"]["mindspore"]["epsilon"]
         for row, i in zip(rows, keep):
-            b, d = check._to_numpy(bench[i]), check._to_numpy(device[i])
+            b, d = compare.to_numpy(bench[i]), compare.to_numpy(device[i])
             if b[0] == "tensor" and d[0] == "tensor":
                 row["ms_metrics"] = ms_results.ms_metrics(b[1], d[1], epsilon)
     for i, d in enumerate(device):

@@ -38,11 +38,8 @@ from ..runs.execution import (
 from ..runs.third_run import autocast_round, bench_product, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, error_kind, in_list
-from ..verdict import judge, standards
-
-_LOW_PRECISION = (torch.bfloat16,) + tuple(
-    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
-)
+from ..verdict import standards
+from .compare import compare_outputs
 
 
 class ApiFailure(Exception):
@@ -214,7 +211,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     role = reference.role if reference is not None else "torch"
     if backward_entry is None:
         product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
-        _compare(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
+        compare_outputs(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
                  product=product, autocast=plan.autocast, scalar_operand=has_scalar_operand(args, kwargs))
     else:
         if not dev_side.grad_leaves:
@@ -222,17 +219,18 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
         backward_both(name, leaves_b, leaves_d, cotangents, grad_index, timings, device, resolved.label)
         grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
-        grads_r = None
+        grads_r = estimated = None
         if leaves_r is not None and reference is not None and reference.side is not None:
             run, ref_side = reference, reference.side
             pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
             _timed(timings, "reference_backward_s", "reference backward",
                    lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
-            grads_r = [leaf.grad for _, leaf in ref_side.grad_leaves]
+            grads_r, estimated = run.complete([leaf.grad for _, leaf in ref_side.grad_leaves], grads_b,
+                                              [pos for pos, _ in ref_side.grad_leaves])
         grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
         positions = [pos for pos, _ in dev_side.grad_leaves]
-        _compare(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, role, api, specs, options,
-                 positions, autocast=plan.autocast, gradients=True)
+        compare_outputs(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, role, api, specs, options,
+                 positions, autocast=plan.autocast, gradients=True, estimated=estimated)
     timings["compare_s"] = time.perf_counter() - started
     finish_record(record)
 
@@ -359,122 +357,6 @@ def _preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[s
     return args, {k: convert(v) for k, v in kwargs.items()}
 
 
-def _to_numpy(x: Any) -> tuple[str, Any, str | None]:
-    if x is None:
-        return ("none", None, None)
-    if isinstance(x, torch.Tensor):
-        t = x.detach().cpu().resolve_conj()
-        dtype = str(t.dtype)
-        if t.dtype in _LOW_PRECISION:
-            t = t.float()
-        return ("tensor", t.numpy(), dtype)
-    return ("scalar", x, None)
-
-
 def has_scalar_operand(args: list[Any], kwargs: dict[str, Any]) -> bool:
     """Whether a Python number is among a call's arguments (which a kernel may round otherwise than torch)."""
     return any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (*args, *kwargs.values()))
-
-
-def _compare(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
-             role: str, api: str, specs: dict[str, Any], options: CheckOptions,
-             positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
-             scalar_operand: bool = False, gradients: bool = False) -> None:
-    """Compare each output pair, and judge it by the selected standard. `positions` name the rows (the
-    inputs gradients belong to); `scalar_operand`: the call had a Python number among its arguments;
-    `gradients`: the pairs are a backward item's gradients."""
-    capture.stash(compared_bench=bench, compared_device=device, positions=positions)
-    if api in specs.get("dropout_apis", []):
-        b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
-        d = next((x for x in device if isinstance(x, torch.Tensor)), None)
-        if b is None or d is None:
-            raise NotCheckable(f"{api}: dropout produced no tensor to judge")
-        status, message = standards.dropout_verdict(_to_numpy(b)[1], _to_numpy(d)[1], specs)
-        record["outputs"].append({
-            "name": f"{prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
-            "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
-        })
-        record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
-        return
-    metric_standard = "msprobe26" if options.standard == "msprobe26" else "msprobe"
-    rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=_to_numpy,
-                                       standard=metric_standard)
-    torch_run = magnitude = None
-    if third is not None and role == "torch":
-        torch_run = [_round_like(r, d) for r, d in zip(third, device)]
-    elif third is not None:
-        magnitude = third
-    ref_rows = None
-    if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
-        ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
-                                               converter=_to_numpy, standard=metric_standard)
-    kind = error_kind(api, specs)
-    if kind == "exact" and gradients:
-        kind = "elementwise"  # IEEE exactness is the forward operation's; its gradients are other operations
-    # an autocast kernel computes in the autocast dtype whatever dtype its results are stored in
-    narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
-        else None
-    for i, row in enumerate(rows):
-        if positions is not None and i < len(positions):
-            row.name = f"{prefix}.{positions[i]}"
-        paired = i < len(bench) and len(rows) == len(bench)
-        arrays = None
-        if paired:
-            arrays = _float_arrays(bench[i], device[i], _nth(torch_run, i), _nth(magnitude, i), kind,
-                                   product if i == 0 else None, narrow)
-            if arrays is not None and gradients and in_list(specs, api, "error_model", "gradient_rounding"):
-                arrays.rules = "gradient_rounding"
-            elif arrays is not None and kind == "exact" and scalar_operand:
-                arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
-        judge.decide(row, options.standard, api_name=api, specs=specs,
-                     ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
-                     arrays=arrays, reference_results=options.reference_results)
-        if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
-            row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
-        record["outputs"].append(row.to_dict())
-
-
-def _exactly(bench: Any, device: Any) -> tuple[str, str] | None:
-    """strict's verdict on tensors msprobe's Layer 1 cannot compare (empty, int16, int8, complex), or None."""
-    if not (isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)) or bench.shape != device.shape:
-        return None
-    if device.numel() == 0:
-        return "pass", "empty output of the recorded shape"
-    if device.is_complex() and bench.is_complex():
-        return "SKIP", "complex output: not judged by strict (msprobe's standards compare it)"
-    if device.is_complex() or bench.dtype != device.dtype or device.is_floating_point():
-        return None
-    wrong = int((bench.cpu() != device.cpu()).sum())
-    return ("pass", "compared exactly") if not wrong else ("error", f"{wrong} of {device.numel()} elements differ")
-
-
-def _nth(values: list[Any] | None, i: int) -> Any:
-    return values[i] if values is not None and i < len(values) else None
-
-
-def _round_like(ref: Any, device: Any) -> Any:
-    """A reference computed in a wider dtype is rounded to the device output's dtype."""
-    if isinstance(ref, torch.Tensor) and isinstance(device, torch.Tensor) and ref.dtype != device.dtype \
-            and ref.is_floating_point() and device.is_floating_point():
-        return ref.detach().to(device.dtype)
-    return ref
-
-
-def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
-                  product: Any = None, narrow: torch.dtype | None = None) -> judge.StrictArrays | None:
-    """numpy arrays of a float output for the strict standard, or None.
-
-    Kept in their own dtypes (bf16 widened to fp32, exactly); a third run of another shape is left out.
-    """
-    if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
-        return None
-    if bench.shape != device.shape:
-        return None
-
-    def same(x: Any) -> Any:
-        ok = isinstance(x, torch.Tensor) and x.shape == device.shape and x.is_floating_point()
-        return _to_numpy(x)[1] if ok else None
-
-    return judge.StrictArrays(_to_numpy(bench)[1], _to_numpy(device)[1], same(torch_run), same(magnitude), kind,
-                              int(device.shape[-1]) if device.dim() else 1, same(product),
-                              str(narrow) if narrow is not None and narrow.itemsize < device.dtype.itemsize else None)

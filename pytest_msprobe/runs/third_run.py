@@ -33,9 +33,22 @@ class ReferenceRun:
     label: str
     role: str = "torch"
 
+    sampled: Sampled | None = None  # the rows a sampled torch run computed (sampled_torch_run)
+
     def cotangent(self, value: Any) -> Any:
         """The recorded gradient as this run backpropagates it (its absolute value for the magnitude run)."""
         return value.abs() if self.role == "magnitude" and isinstance(value, torch.Tensor) else value
+
+    def complete(self, grads: list[Any], bench: list[Any],
+                 positions: list[int]) -> tuple[list[Any], list[torch.Tensor | None]]:
+        """Gradients the run computed on sampled rows only, completed, with the masks of the estimated
+        elements: each other row is the bench's plus the run's error at the same place of a sampled row,
+        rounded to the run's dtype."""
+        done = [_borrow(g, b, (self.sampled or {}).get(pos)) for g, b, pos in zip(grads, bench, positions)]
+        return [g for g, _ in done], [m for _, m in done]
+
+
+Sampled = dict[int, tuple[torch.Tensor, int]]  # tensor argument's position -> (rows computed, rows in all)
 
 
 def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
@@ -57,16 +70,24 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     if options.standard != "strict":
         return None
     low = (torch.float16, torch.bfloat16)
+    sample = float(specs["error_model"].get("torch_run_sample", 1.0)) if want_grad and in_list(
+        specs, name.api_name, "error_model", "sampled_torch_run") else 1.0
+    sampled: Sampled = {}
     if want_grad and in_list(specs, name.api_name, "error_model", "torch_backward") and (plan.autocast in low or all(
             t.dtype in low for t in args[:2] if isinstance(t, torch.Tensor))):
         side = make_side(args, kwargs, device="cpu", requires_grad=requires_grad, want_grad=want_grad, bench=True,
                          dtype_for=lambda t: plan.autocast if plan.autocast in low and t.is_floating_point()
                          else t.dtype)
-        return ReferenceRun(side, _conv_torch_backward, None, Device("cpu"),
-                            "torch's conv backward kernel on cpu, device dtype (forward in fp32)")
+        return ReferenceRun(side, lambda *a, **k: _conv_torch_backward(sampled, sample, *a, **k), None,
+                            Device("cpu"), "torch's conv backward kernel on cpu, device dtype"
+                            + (", on sampled rows" if sample < 1 else ""), sampled=sampled)
     if error_kind(name.api_name, specs) != "contraction":
         side = make_side(args, kwargs, device="cpu", dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
                          want_grad=want_grad, bench=True)
+        if sample < 1 and name.api_name == "scaled_dot_product_attention":
+            return ReferenceRun(side, lambda *a, **k: sampled_attention(resolved.bench_fn, sampled, sample, *a, **k),
+                                plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype, on sampled heads",
+                                sampled=sampled)
         return ReferenceRun(side, resolved.bench_fn, plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype")
     scalars = set(specs["error_model"].get("contraction_scalars", ()))
 
@@ -118,34 +139,114 @@ def autocast_round(v: Any, dtype: torch.dtype, requires_grad: set[int]) -> Any:
     return rounded
 
 
+def sample_rows(n: int, fraction: float) -> torch.Tensor:
+    """About `fraction` of n row indices, evenly spaced, the first and the last included."""
+    k = min(n, max(2, -int(-n * fraction // 1)))
+    rows: torch.Tensor = torch.unique(torch.linspace(0, n - 1, k).round().long())
+    return rows
+
+
+def _borrow(grad: Any, bench: Any, rows: tuple[torch.Tensor, int] | None) -> tuple[Any, torch.Tensor | None]:
+    if rows is None or not isinstance(grad, torch.Tensor) or not isinstance(bench, torch.Tensor) \
+            or grad.shape != bench.shape or rows[0].numel() == rows[1]:
+        return grad, None
+    computed, total = rows
+    source = computed[torch.arange(total) % computed.numel()]
+    source[computed] = computed
+    b = bench.detach().to(torch.float32 if bench.dtype != torch.float64 else bench.dtype).reshape(total, -1)
+    g = grad.detach().reshape(total, -1)
+    estimate = b + (g.to(b.dtype) - b)[source]
+    estimate = torch.where(torch.isfinite(estimate) | ~torch.isfinite(b), estimate, b)
+    completed = estimate.to(grad.dtype)
+    completed[computed] = g[computed]
+    estimated = torch.ones(total, dtype=torch.bool)
+    estimated[computed] = False
+    return completed.reshape(grad.shape), estimated[:, None].expand(total, g.shape[1]).reshape(grad.shape)
+
+
+def _positions(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, int]:
+    """id of each tensor argument -> its position among them (as make_side counts gradient leaves)."""
+    tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+    return {id(t): i for i, t in enumerate(tensors)}
+
+
+_ATTENTION_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def sampled_attention(fn: Any, sampled: Sampled, fraction: float, *args: Any, **kwargs: Any) -> Any:
+    """Attention (scaled_dot_product_attention's signature) on sampled (batch, head) pairs, zero elsewhere;
+    the whole call where the pairs do not split (grouped heads, a mask per head, dropout)."""
+    bound = dict(zip(_ATTENTION_PARAMS, args), **kwargs)
+    qkv, mask = [bound.get(p) for p in ("query", "key", "value")], bound.get("attn_mask")
+    tensors = [t for t in qkv if isinstance(t, torch.Tensor) and t.dim() == 4]
+    if len(tensors) < 3 or bound.get("enable_gqa") or bound.get("dropout_p") or \
+            len({t.shape[:2] for t in tensors}) > 1 or \
+            (isinstance(mask, torch.Tensor) and mask.dim() > 2 and any(d != 1 for d in mask.shape[:-2])):
+        return fn(*args, **kwargs)
+    position = _positions(args, kwargs)
+    batch, heads = tensors[0].shape[:2]
+    rows = sample_rows(batch * heads, fraction)
+    for t in tensors:
+        sampled[position[id(t)]] = (rows, batch * heads)
+    # kept 4-D, the shape torch's fused kernels take (3-D inputs take another path)
+    q, k, v = (t.reshape(batch * heads, *t.shape[2:])[rows][None] for t in tensors)
+    out = fn(q, k, v, **{p: x for p, x in bound.items() if p not in ("query", "key", "value")})[0]
+    full = out.new_zeros(batch * heads, *out.shape[1:]).index_copy(0, rows, out)
+    return full.reshape(batch, heads, *out.shape[1:])
+
+
 _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
 class _ConvTorchBackward(torch.autograd.Function):
-    """A 16-bit convolution whose forward is computed in fp32 (torch's 16-bit CPU forward is tens of
-    times slower) and whose backward is torch's own 16-bit kernel, which rounds its partial sums."""
+    """A 16-bit convolution for backward items: no forward values (torch's 16-bit CPU forward is tens of
+    times slower, and a backward item compares gradients only) and torch's own 16-bit backward kernel, which rounds its partial sums, on
+    sampled rows: the input's gradient for some samples, the weight's and bias's for some output
+    channels (all of them where groups > 1). `sampled` gets the rows, by argument position."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: list[int],
-                padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
+                padding: list[int], dilation: list[int], groups: int, sampled: Sampled, fraction: float,
+                positions: list[int]) -> torch.Tensor:
         ctx.save_for_backward(x, w)
         ctx.params = (b is not None, stride, padding, dilation, groups)
-        conv = torch.ops.aten.convolution
-        out: torch.Tensor = conv(x.float(), w.float(), None if b is None else b.float(), stride, padding, dilation,
-                                 False, [0] * len(stride), groups)
-        return out.to(x.dtype)
+        ctx.sampled, ctx.fraction, ctx.positions = sampled, fraction, positions
+        # only the gradients are compared: the forward's values are never used, just its shape
+        spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+                   for size, k, s, p, d in zip(x.shape[2:], w.shape[2:], stride, padding, dilation)]
+        return x.new_zeros(x.shape[0], w.shape[0], *spatial)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         x, w = ctx.saved_tensors
         has_bias, stride, padding, dilation, groups = ctx.params
-        gx, gw, gb = torch.ops.aten.convolution_backward(
-            grad.to(x.dtype), x, w, [w.shape[0]] if has_bias else None, stride, padding, dilation, False,
-            [0] * len(stride), groups, [True, True, has_bias])
-        return gx, gw, gb, None, None, None, None
+        grad = grad.to(x.dtype)
+        samples = sample_rows(x.shape[0], ctx.fraction)
+        channels = sample_rows(w.shape[0], ctx.fraction if groups == 1 else 1.0)
+
+        def run(rows_x: torch.Tensor, rows_w: torch.Tensor, mask: list[bool]) -> Any:
+            return torch.ops.aten.convolution_backward(
+                grad[rows_x][:, rows_w], x[rows_x], w[rows_w], [rows_w.numel()] if has_bias else None, stride,
+                padding, dilation, False, [0] * len(stride), groups, mask)
+
+        every_channel = torch.arange(w.shape[0])
+        gx = torch.zeros_like(x)
+        gx[samples] = run(samples, every_channel, [True, False, False])[0]
+        _, gw_rows, gb_rows = run(torch.arange(x.shape[0]), channels, [False, True, has_bias])
+        gw = torch.zeros_like(w)
+        gw[channels] = gw_rows
+        gb = None
+        if has_bias:
+            gb = torch.zeros(w.shape[0], dtype=gb_rows.dtype)
+            gb[channels] = gb_rows
+        ctx.sampled.update({ctx.positions[0]: (samples, x.shape[0]), ctx.positions[1]: (channels, w.shape[0])})
+        if has_bias:
+            ctx.sampled[ctx.positions[2]] = (channels, w.shape[0])
+        return gx, gw, gb, None, None, None, None, None, None, None
 
 
-def _conv_torch_backward(*args: Any, **kwargs: Any) -> torch.Tensor:
+def _conv_torch_backward(sampled: Sampled, fraction: float, *args: Any,
+                         **kwargs: Any) -> torch.Tensor:
     """F.conv{1,2,3}d's signature over _ConvTorchBackward (a string padding falls back to plain conv)."""
     bound = dict(zip(_CONV_PARAMS, args), **kwargs)
     x, w = bound["input"], bound["weight"]
@@ -159,5 +260,6 @@ def _conv_torch_backward(*args: Any, **kwargs: Any) -> torch.Tensor:
         return cast(torch.Tensor, getattr(torch.nn.functional, f"conv{spatial}d")(*args, **kwargs))
     out: torch.Tensor = _ConvTorchBackward.apply(  # type: ignore[no-untyped-call]  # Function.apply: unannotated
         x, w, bound.get("bias"), expand(bound.get("stride"), 1), expand(bound.get("padding"), 0),
-        expand(bound.get("dilation"), 1), int(bound.get("groups") or 1))
+        expand(bound.get("dilation"), 1), int(bound.get("groups") or 1), sampled, fraction,
+        [_positions(args, kwargs).get(id(t), -1) for t in (x, w, bound.get("bias"))])
     return out

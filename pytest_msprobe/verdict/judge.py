@@ -31,6 +31,7 @@ class StrictArrays:
     product: Any = None
     dtype: str | None = None  # the dtype the kernel computed in, when narrower than the output's (autocast)
     rules: str | None = None  # a further section of the strict thresholds (gradient_rounding)
+    estimated: Any = None  # elements whose torch-run value a sampled run estimated (bool array)
 
 
 def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
@@ -92,7 +93,7 @@ def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str,
     result = strict.strict_compare(arrays.bench, arrays.device, dtype,
                                    _rules(th["strict"], dtype, arrays.kind, arrays.rules),
                                    kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
-                                   product=arrays.product, row=arrays.row)
+                                   product=arrays.product, row=arrays.row, estimated=arrays.estimated)
     row.verdict, row.verdict_message, row.reference = result.status, result.message, result.stats
 
 

@@ -145,15 +145,18 @@ BLOCK = 1 << 15  # elements per block: a dozen temporaries of a block stay in ca
 def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rules: Mapping[str, Any], *,
                    kind: str = "elementwise", torch_run: np.ndarray | None = None,
                    magnitude: np.ndarray | None = None, product: np.ndarray | None = None,
-                   row: int = 1) -> StrictResult:
+                   row: int = 1, estimated: np.ndarray | None = None) -> StrictResult:
     """Judge one float output (all arrays of one shape, any float dtype; `device` and `torch_run` hold
     values of the device dtype). `row` is the length of the last dimension. `product` is a contraction's
-    result before its bias was added, whose own rounding a sound kernel may keep.
+    result before its bias was added, whose own rounding a sound kernel may keep. `estimated` marks the
+    elements whose torch-run value is estimated from a sampled row (third_run.sampled_torch_run): they
+    are judged against the RMS of the row's torch errors, not the element's own.
 
     Without a torch run the ideal kernel (the bench correctly rounded) stands in for it. The work runs
     in blocks of whole rows, so its temporaries stay in cache.
     """
-    arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product}
+    arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product,
+              "est": estimated if torch_run is not None else None}
     flat = {k: np.asarray(v).reshape(-1) for k, v in arrays.items() if v is not None}
     n = flat["d"].size
     stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
@@ -247,8 +250,11 @@ def _block(flat: dict[str, np.ndarray], s: slice, size: int, device_dtype: str, 
         err_t = np.abs(t - b)
         scale = np.maximum(scale, work(rules["torch_factor"]) * err_t)
         if kind in ("reduction", "contraction"):  # a contraction with a torch run: another summation order
-            rms = np.sqrt(np.add.reduceat(np.square(err_t, dtype=np.float64), starts) / counts)
-            scale = np.maximum(scale, (rules["row_factor"] * np.repeat(rms, counts)).astype(work))
+            rms = np.repeat(np.sqrt(np.add.reduceat(np.square(err_t, dtype=np.float64), starts) / counts), counts)
+            scale = np.maximum(scale, (rules["row_factor"] * rms).astype(work))
+            if "est" in flat:
+                scale = np.where(flat["est"][s], np.maximum(scale, (rules["estimated_row_factor"] * rms).astype(work)),
+                                 scale)
     if "mag" in flat:
         mag = np.abs(flat["mag"][s].astype(work, copy=False))
         scale = np.maximum(scale, work(rules["accumulation_factor"] * accumulation_roundoff(device_dtype)) * mag)
