@@ -198,8 +198,10 @@ def _settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"--msprobe-reference-results: no such file: {reference_results}")
     if opt.msprobe_reference:
         device_hooks.check_name(config, opt.msprobe_reference, "--msprobe-reference", allow_auto=False)
+    threads = devices.threads(config)
     options = CheckOptions(device=device, run_seed=int(seed), data_mode=opt.msprobe_data_mode,
-                           device_index=devices.device_index(config), threads=devices.threads(config),
+                           device_index=devices.device_index(config), threads=threads,
+                           work_threads=devices.work_threads(threads),
                            standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
                            specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,

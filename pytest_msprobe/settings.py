@@ -32,6 +32,8 @@ class CheckOptions:
     mode: str = "auto"  # MODES: where the device result comes from
     kernels: str | None = None  # --msprobe-kernels module:attr (a file path made absolute)
     threads: int = 1  # torch intra-op threads; CPU reductions depend on it, so it is fixed, not per -n
+    work_threads: int = 1  # 2 with a spare core: random inputs are drawn, and a large output's strict checks
+    # run beside msprobe's metrics, in two threads (the same values and verdicts as with 1)
     bench_precision: str = "auto"  # BENCH_PRECISIONS
 
 

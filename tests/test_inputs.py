@@ -68,6 +68,25 @@ def test_same_seed_same_numbers_and_distinct_arguments(write_dump) -> None:
     assert not torch.equal(a1, b1)
 
 
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float32"])
+def test_two_threads_draw_the_same_values_chunk_by_chunk(write_dump, dtype: str) -> None:
+    """Large tensors are drawn in chunks, each from its own generator: the values do not depend on
+    how many threads draw them (CheckOptions.work_threads, 2 only with a spare core)."""
+    path = write_dump({})
+    enc = [tensor(dtype, [3, (1 << 20) + 5], mx=2.0, mn=-3.0), tensor(dtype, [3, (1 << 20) + 5], mx=2.0, mn=-3.0)]
+    one = build(enc, ctx_for(path, seed=3), "args")
+    threaded = ctx_for(path, seed=3)
+    threaded.threads = 2
+    two = build(enc, threaded, "args")
+    assert all(torch.equal(x, y) for x, y in zip(one, two))
+    first = one[0].reshape(-1).double()
+    assert first.min().item() == -3.0 and first.max().item() == 2.0
+    chunk = 1 << 20
+    assert not torch.equal(first[:1000], first[chunk:chunk + 1000])  # chunks are not copies of each other
+    assert not torch.equal(one[0], one[1])
+    assert abs(first.mean().item() + 0.5) < 0.01  # uniform over [-3, 2]
+
+
 def test_nan_statistics_do_not_make_whole_tensor_nan(ctx) -> None:
     t = build(tensor(shape=[100], mx=math.nan, mn=math.nan), ctx, "arg")
     assert int(torch.isnan(t).sum()) == 1

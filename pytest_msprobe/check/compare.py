@@ -1,9 +1,12 @@
 """Comparing one item's outputs: msprobe's metrics and the selected standard's verdict on each pair.
 
-The bench, device and third-run outputs become numpy arrays once, for msprobe's metrics and the strict checks.
+The bench, device and third-run outputs become numpy arrays once; with a spare core, a large output's
+strict checks run in a thread beside msprobe's metrics of the same output (numpy frees the GIL).
 """
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import torch
@@ -11,7 +14,7 @@ import torch
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
-from ..specs.loader import error_kind, in_list
+from ..specs.loader import error_kind, in_list, thresholds_for
 from ..verdict import judge, standards
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
@@ -43,10 +46,20 @@ def _memoised(convert: Callable[[Any], tuple[str, Any, str | None]]) -> Callable
     return once
 
 
+OVERLAP_MIN_ELEMENTS = 1 << 16  # smaller outputs: a thread hand-off costs more than it saves
+
+
+@functools.cache
+def _overlap() -> ThreadPoolExecutor:
+    """The thread that runs large outputs' strict checks while msprobe's metrics run (numpy frees the GIL)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprobe-strict")
+
+
 def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
-             role: str, api: str, specs: dict[str, Any], options: CheckOptions,
-             positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
-             scalar_operand: bool = False, gradients: bool = False, estimated: list[Any] | None = None) -> None:
+                    role: str, api: str, specs: dict[str, Any], options: CheckOptions,
+                    positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
+                    scalar_operand: bool = False, gradients: bool = False,
+                    estimated: list[Any] | None = None) -> None:
     """Compare each output pair, and judge it by the selected standard. `positions` name the rows (the
     inputs gradients belong to); `scalar_operand`: the call had a Python number among its arguments;
     `gradients`: the pairs are a backward item's gradients; `estimated`: per pair, the elements of a
@@ -86,6 +99,10 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         elif arrays is not None and kind == "exact" and scalar_operand:
             arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
         pairs.append(arrays)
+    # with a spare core, a large output's strict checks run beside msprobe's metrics of the same output
+    pending = {i: _overlap().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
+               for i, a in enumerate(pairs) if a is not None and options.standard == "strict"
+               and options.work_threads > 1 and a.device.size >= OVERLAP_MIN_ELEMENTS}
     rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
                                        standard=metric_standard)
     ref_rows = None
@@ -99,7 +116,8 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         arrays = pairs[i] if paired and i < len(pairs) else None
         judge.decide(row, options.standard, api_name=api, specs=specs,
                      ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
-                     arrays=arrays, reference_results=options.reference_results)
+                     arrays=arrays, reference_results=options.reference_results,
+                     strict_result=pending[i].result() if arrays is not None and i in pending else None)
         if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
             row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
         record["outputs"].append(row.to_dict())

@@ -278,7 +278,8 @@ def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str
                  specs: dict[str, Any]) -> tuple[BuildContext, list[Any], dict[str, Any], list[Any]]:
     """The call's arguments (and, for a backward item, the recorded cotangents), reproducibly from `seed`."""
     ctx = BuildContext(dump, torch.Generator().manual_seed(seed), real,
-                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)))
+                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)),
+                       threads=options.work_threads)
     args = []
     for i, enc in enumerate(args_enc):
         ctx.clamp_min_zero = i == 1 and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
@@ -287,7 +288,8 @@ def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str
     kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
     cotangents: list[Any] = []
     if backward_entry is not None:
-        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(seed + 1), real, ctx.max_bytes)
+        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(seed + 1), real, ctx.max_bytes,
+                               threads=options.work_threads)
         raw = backward_entry.get("input")
         cotangents = output_leaves([build(c, grad_ctx, f"backward.input.{i}")
                                     for i, c in enumerate(raw if isinstance(raw, list) else [raw])])

@@ -9,7 +9,9 @@ non-finite ones are planted at fixed positions.
 """
 from __future__ import annotations
 
+import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -54,7 +56,8 @@ class BuildContext:
     requires_grad: set[int] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     loaded_files: int = 0
-    rng: np.random.Generator | None = None  # float draws (_uniform), seeded from `generator`
+    threads: int = 1  # threads that draw float values (CheckOptions.work_threads); the values do not depend on it
+    draws: int = 0  # float tensors drawn so far (_uniform): each gets its own seed sequence
 
 
 def parse_dtype(text: Any) -> torch.dtype:
@@ -299,18 +302,42 @@ def _random_float(
 def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildContext) -> torch.Tensor:
     """`numel` values in [lo, hi] of `dtype`, computed in float32 (float64 for float64) and rounded once.
 
-    numpy's PCG64 draws float32 about 3x faster than torch's generator; it is seeded from the item's
-    torch generator, so the values depend only on the item's seed, as before.
+    numpy's PCG64 draws float32 about 3x faster than torch's generator. Each chunk of _CHUNK elements
+    has its own generator, spawned from the item's seed, the tensor's number and the chunk's: the values
+    depend only on those, so ctx.threads threads may draw the chunks (numpy and torch free the GIL).
     """
-    if ctx.rng is None:
-        ctx.rng = np.random.default_rng(ctx.generator.initial_seed())
-    if hi - lo <= torch.finfo(dtype).max / 2:
-        u = ctx.rng.random(numel, dtype=np.float64 if dtype == torch.float64 else np.float32)
-        u *= hi - lo
-        u += lo  # lo + a non-negative number never rounds below lo ...
-        np.minimum(u, hi, out=u)  # ... but may round above hi
-    else:  # hi - lo overflows: a convex combination in float64 cannot, even for a range that wide
-        u = ctx.rng.random(numel)
-        u = np.clip(u * hi + (1.0 - u) * lo, lo, hi)
-    flat = torch.from_numpy(u)
-    return flat if flat.dtype == dtype else flat.to(dtype)
+    ctx.draws += 1
+    chunks = max(1, -(-numel // _CHUNK))
+    seeds = np.random.SeedSequence(ctx.generator.initial_seed(), spawn_key=(ctx.draws,)).spawn(chunks)
+    narrow = hi - lo <= torch.finfo(dtype).max / 2  # else hi - lo overflows
+    result = torch.empty(numel, dtype=dtype)
+    direct = narrow and dtype in (torch.float32, torch.float64)  # drawn into the result itself
+
+    def fill(j: int) -> None:
+        start, stop = j * _CHUNK, min(numel, (j + 1) * _CHUNK)
+        u: Any = result[start:stop].numpy() if direct else \
+            np.empty(stop - start, np.float32 if narrow and dtype != torch.float64 else np.float64)
+        np.random.Generator(np.random.PCG64(seeds[j])).random(dtype=u.dtype, out=u)
+        if narrow:
+            u *= hi - lo
+            u += lo  # lo + a non-negative number never rounds below lo ...
+            np.minimum(u, hi, out=u)  # ... but may round above hi
+        else:  # a convex combination in float64 cannot overflow, even for a range that wide
+            np.clip(u * hi + (1.0 - u) * lo, lo, hi, out=u)
+        if not direct:
+            result[start:stop] = torch.from_numpy(u)  # rounded once to dtype
+
+    if ctx.threads > 1 and chunks > 1:
+        list(_draw_pool().map(fill, range(chunks)))
+    else:
+        for j in range(chunks):
+            fill(j)
+    return result
+
+
+_CHUNK = 1 << 20  # elements per generator
+
+
+@functools.cache
+def _draw_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-draw")

@@ -250,6 +250,17 @@ def device_index(config: pytest.Config) -> int | None:
     return None if info.slot is None else pin(info.slot)
 
 
+def work_threads(threads: int) -> int:
+    """2 where this process has a core to spare beside its torch threads, counting every xdist worker
+    (the checker's own work then uses two threads: CheckOptions.work_threads), else 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    return 2 if cpus >= workers * (threads + 1) else 1
+
+
 def threads(config: pytest.Config) -> int:
     """Intra-op threads for the items: --msprobe-threads, else OMP_NUM_THREADS, else 1. The same in every
     process, because torch's CPU reductions (the bench) round differently with another thread count;

@@ -36,13 +36,14 @@ class StrictArrays:
 
 def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
            ref_row: OutputComparison | None, arrays: StrictArrays | None,
-           reference_results: str | None) -> None:
+           reference_results: str | None, strict_result: strict.StrictResult | None = None) -> None:
+    """The row's verdict by `standard`; `strict_result`: strict_verdict of `arrays`, computed already."""
     if standard == "original" or row.status == "SKIP":
         row.verdict = row.status
         return
     th = thresholds_for(specs, api_name)
     if standard == "strict":
-        _strict(row, arrays, th)
+        _strict(row, arrays, th, strict_result)
         return
     if standard == "mindspore":
         _mindspore(row, arrays, th["mindspore"])
@@ -82,18 +83,25 @@ def _reference_metrics(row: OutputComparison, algorithm: str, ref_row: OutputCom
     return None
 
 
-def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str, Any]) -> None:
+def strict_verdict(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any]) -> strict.StrictResult:
+    """strict.strict_compare of one float output, by the API's thresholds `th` (pure numpy: another
+    thread may run it)."""
+    dtype = arrays.dtype or device_dtype
+    return strict.strict_compare(arrays.bench, arrays.device, dtype,
+                                 _rules(th["strict"], dtype, arrays.kind, arrays.rules),
+                                 kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
+                                 product=arrays.product, row=arrays.row, estimated=arrays.estimated)
+
+
+def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str, Any],
+            result: strict.StrictResult | None) -> None:
     """Float tensors: strict.strict_compare; everything else keeps its exact Layer-1 comparison."""
     if arrays is None or not strict.supported(row.device_dtype) or row.shape is None:
         row.verdict = row.status
         if row.status != "error" and row.device_dtype not in FLOAT_DTYPES:
             row.verdict_message = "compared exactly"
         return
-    dtype = arrays.dtype or row.device_dtype
-    result = strict.strict_compare(arrays.bench, arrays.device, dtype,
-                                   _rules(th["strict"], dtype, arrays.kind, arrays.rules),
-                                   kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
-                                   product=arrays.product, row=arrays.row, estimated=arrays.estimated)
+    result = result or strict_verdict(arrays, row.device_dtype, th)
     row.verdict, row.verdict_message, row.reference = result.status, result.message, result.stats
 
 
