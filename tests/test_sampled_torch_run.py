@@ -58,6 +58,18 @@ def test_completion_keeps_computed_rows_and_borrows_errors_for_the_others() -> N
     assert same is grad and none is None
 
 
+def test_fp32_backward_items_get_the_whole_torch_run(write_dump) -> None:
+    """Only 16-bit kernels are slow enough to sample; an element's own torch error judges it otherwise."""
+    q = [1, 4, 64, 32]
+    data = {"Functional.scaled_dot_product_attention.0.forward": {
+        "input_args": [tensor("torch.float32", q, requires_grad=True) for _ in range(3)], "input_kwargs": {},
+        "output": [tensor("torch.float32", q)]},
+        "Functional.scaled_dot_product_attention.0.backward": {"input": [tensor("torch.float32", q)], "output": []}}
+    record = check_entry(load_dump(write_dump(data)), "Functional.scaled_dot_product_attention.0.backward",
+                         CheckOptions(device="cpu", standard="strict"), SPECS)
+    assert record["status"] == "pass" and record["reference"] == "torch's kernel on cpu, device dtype"
+
+
 ONE_HEAD_OFF = """
 import torch, torch.nn.functional as F
 def attention(q, k, v, **kw):  # head 2 of 8 (a row the sampled torch run leaves out) scales q by 1.25

@@ -70,11 +70,12 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     if options.standard != "strict":
         return None
     low = (torch.float16, torch.bfloat16)
-    sample = float(specs["error_model"].get("torch_run_sample", 1.0)) if want_grad and in_list(
+    sixteen = plan.autocast in low or all(t.dtype in low for t in args[:2] if isinstance(t, torch.Tensor))
+    # only torch's 16-bit kernels are slow enough to sample: an fp32 one costs less than its fp64 bench
+    sample = float(specs["error_model"].get("torch_run_sample", 1.0)) if want_grad and sixteen and in_list(
         specs, name.api_name, "error_model", "sampled_torch_run") else 1.0
     sampled: Sampled = {}
-    if want_grad and in_list(specs, name.api_name, "error_model", "torch_backward") and (plan.autocast in low or all(
-            t.dtype in low for t in args[:2] if isinstance(t, torch.Tensor))):
+    if want_grad and in_list(specs, name.api_name, "error_model", "torch_backward") and sixteen:
         side = make_side(args, kwargs, device="cpu", requires_grad=requires_grad, want_grad=want_grad, bench=True,
                          dtype_for=lambda t: plan.autocast if plan.autocast in low and t.is_floating_point()
                          else t.dtype)
