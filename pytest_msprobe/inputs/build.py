@@ -56,8 +56,8 @@ class BuildContext:
     requires_grad: set[int] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     loaded_files: int = 0
-    threads: int = 1  # threads that draw float values (CheckOptions.work_threads); the values do not depend on it
-    draws: int = 0  # float tensors drawn so far (_uniform): each gets its own seed sequence
+    rng: np.random.Generator | None = None  # float draws (_uniform), seeded from `generator`
+    threads: int = 1  # threads that draw a large tensor (CheckOptions.work_threads); the values do not depend on it
 
 
 def parse_dtype(text: Any) -> torch.dtype:
@@ -302,22 +302,27 @@ def _random_float(
 def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildContext) -> torch.Tensor:
     """`numel` values in [lo, hi] of `dtype`, computed in float32 (float64 for float64) and rounded once.
 
-    numpy's PCG64 draws float32 about 3x faster than torch's generator. Each chunk of _CHUNK elements
-    has its own generator, spawned from the item's seed, the tensor's number and the chunk's: the values
-    depend only on those, so ctx.threads threads may draw the chunks (numpy and torch free the GIL).
+    numpy's PCG64 draws float32 about 3x faster than torch's generator; it is seeded from the item's
+    torch generator, so the values depend only on the item's seed. A tensor of more than _CHUNK elements
+    is drawn in chunks, each from its own generator spawned from one draw of the item's: the values do
+    not depend on which thread draws a chunk, so ctx.threads threads may (numpy and torch free the GIL).
     """
-    ctx.draws += 1
+    if ctx.rng is None:
+        ctx.rng = np.random.default_rng(ctx.generator.initial_seed())
     chunks = max(1, -(-numel // _CHUNK))
-    seeds = np.random.SeedSequence(ctx.generator.initial_seed(), spawn_key=(ctx.draws,)).spawn(chunks)
+    rngs = [ctx.rng] if chunks == 1 else [  # spawning costs ~65 us: only for tensors of a million elements
+        np.random.Generator(np.random.PCG64(seed))
+        for seed in np.random.SeedSequence(int(ctx.rng.integers(1 << 63))).spawn(chunks)]
     narrow = hi - lo <= torch.finfo(dtype).max / 2  # else hi - lo overflows
     result = torch.empty(numel, dtype=dtype)
     direct = narrow and dtype in (torch.float32, torch.float64)  # drawn into the result itself
 
     def fill(j: int) -> None:
         start, stop = j * _CHUNK, min(numel, (j + 1) * _CHUNK)
-        u: Any = result[start:stop].numpy() if direct else \
+        part = result if chunks == 1 else result[start:stop]
+        u: Any = part.numpy() if direct else \
             np.empty(stop - start, np.float32 if narrow and dtype != torch.float64 else np.float64)
-        np.random.Generator(np.random.PCG64(seeds[j])).random(dtype=u.dtype, out=u)
+        rngs[j].random(dtype=u.dtype, out=u)
         if narrow:
             u *= hi - lo
             u += lo  # lo + a non-negative number never rounds below lo ...
@@ -325,7 +330,7 @@ def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildCon
         else:  # a convex combination in float64 cannot overflow, even for a range that wide
             np.clip(u * hi + (1.0 - u) * lo, lo, hi, out=u)
         if not direct:
-            result[start:stop] = torch.from_numpy(u)  # rounded once to dtype
+            part.copy_(torch.from_numpy(u))  # rounded once to dtype
 
     if ctx.threads > 1 and chunks > 1:
         list(_draw_pool().map(fill, range(chunks)))
@@ -335,7 +340,7 @@ def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildCon
     return result
 
 
-_CHUNK = 1 << 20  # elements per generator
+_CHUNK = 1 << 20  # elements per generator of a large tensor
 
 
 @functools.cache
