@@ -2,8 +2,11 @@
 
 With --msprobe-reference it is that device's run in the recorded dtype (msprobe's GPU leg). Under the
 `strict` standard it is torch's own kernel on CPU in the recorded dtype, or, for contractions, the
-magnitude run (the API on the absolute values of its inputs). Also the bench-side helpers the error
-model needs: a contraction's product before its bias, and inputs rounded as an autocast kernel saw them.
+magnitude run (the API on the absolute values of its inputs). torch's 16-bit conv and attention
+backward kernels are slow on CPU, so their run covers sampled rows, and `ReferenceRun.complete`
+estimates the others from them (error_model.yaml sampled_torch_run). Also the bench-side helpers the
+error model needs: a contraction's product before its bias, and inputs rounded as an autocast kernel
+saw them.
 """
 from __future__ import annotations
 
