@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -34,7 +34,7 @@ def to_numpy(x: Any) -> tuple[str, Any, str | None]:
     return ("scalar", x, None)
 
 
-def _memoised(convert: Callable[[Any], tuple[str, Any, str | None]]) -> Callable[[Any], tuple[str, Any, str | None]]:
+def _memoised(convert: standards.Converter) -> standards.Converter:
     """`convert`, computed once per object (the caller keeps the objects alive)."""
     done: dict[int, tuple[str, Any, str | None]] = {}
 
@@ -151,7 +151,7 @@ def _round_like(ref: Any, device: Any) -> Any:
 
 def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
                   product: Any = None, narrow: torch.dtype | None = None, estimated: Any = None,
-                  convert: Callable[[Any], tuple[str, Any, str | None]] = to_numpy) -> judge.StrictArrays | None:
+                  convert: standards.Converter = to_numpy) -> judge.StrictArrays | None:
     """numpy arrays of a float output for the strict standard, or None.
 
     Kept in their own dtypes (bf16 widened to fp32, exactly); a third run of another shape is left out.
@@ -165,7 +165,8 @@ def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind:
         ok = isinstance(x, torch.Tensor) and x.shape == device.shape and x.is_floating_point()
         return convert(x)[1] if ok else None
 
-    return judge.StrictArrays(convert(bench)[1], convert(device)[1], same(torch_run), same(magnitude), kind,
+    run = same(torch_run)
+    return judge.StrictArrays(convert(bench)[1], convert(device)[1], run, same(magnitude), kind,
                               int(device.shape[-1]) if device.dim() else 1, same(product),
                               str(narrow) if narrow is not None and narrow.itemsize < device.dtype.itemsize else None,
-                              estimated=None if estimated is None or same(torch_run) is None else estimated.numpy())
+                              estimated=None if estimated is None or run is None else estimated.numpy())

@@ -195,8 +195,12 @@ def sampled_attention(fn: Any, sampled: Sampled, fraction: float, *args: Any, **
     # kept 4-D, the shape torch's fused kernels take (3-D inputs take another path)
     q, k, v = (t.reshape(batch * heads, *t.shape[2:])[rows][None] for t in tensors)
     out = fn(q, k, v, **{p: x for p, x in bound.items() if p not in ("query", "key", "value")})[0]
-    full = out.new_zeros(batch * heads, *out.shape[1:]).index_copy(0, rows, out)
-    return full.reshape(batch, heads, *out.shape[1:])
+    return _scatter(out, rows, batch * heads).reshape(batch, heads, *out.shape[1:])
+
+
+def _scatter(part: torch.Tensor, rows: torch.Tensor, total: int) -> torch.Tensor:
+    """`part` placed at `rows` of `total` rows, zero elsewhere (what a sampled run did not compute)."""
+    return part.new_zeros(total, *part.shape[1:]).index_copy(0, rows, part)
 
 
 _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
@@ -204,9 +208,10 @@ _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "gro
 
 class _ConvTorchBackward(torch.autograd.Function):
     """A 16-bit convolution for backward items: no forward values (torch's 16-bit CPU forward is tens of
-    times slower, and a backward item compares gradients only) and torch's own 16-bit backward kernel, which rounds its partial sums, on
-    sampled rows: the input's gradient for some samples, the weight's and bias's for some output
-    channels (all of them where groups > 1). `sampled` gets the rows, by argument position."""
+    times slower, and a backward item compares gradients only) and torch's own 16-bit backward kernel,
+    which rounds its partial sums, on sampled rows: the input's gradient for some samples, the weight's
+    and bias's for some output channels (all of them where groups > 1). `sampled` gets the rows, by
+    argument position."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: list[int],
@@ -233,16 +238,10 @@ class _ConvTorchBackward(torch.autograd.Function):
                 grad[rows_x][:, rows_w], x[rows_x], w[rows_w], [rows_w.numel()] if has_bias else None, stride,
                 padding, dilation, False, [0] * len(stride), groups, mask)
 
-        every_channel = torch.arange(w.shape[0])
-        gx = torch.zeros_like(x)
-        gx[samples] = run(samples, every_channel, [True, False, False])[0]
+        gx = _scatter(run(samples, torch.arange(w.shape[0]), [True, False, False])[0], samples, x.shape[0])
         _, gw_rows, gb_rows = run(torch.arange(x.shape[0]), channels, [False, True, has_bias])
-        gw = torch.zeros_like(w)
-        gw[channels] = gw_rows
-        gb = None
-        if has_bias:
-            gb = torch.zeros(w.shape[0], dtype=gb_rows.dtype)
-            gb[channels] = gb_rows
+        gw = _scatter(gw_rows, channels, w.shape[0])
+        gb = _scatter(gb_rows, channels, w.shape[0]) if has_bias else None
         ctx.sampled.update({ctx.positions[0]: (samples, x.shape[0]), ctx.positions[1]: (channels, w.shape[0])})
         if has_bias:
             ctx.sampled[ctx.positions[2]] = (channels, w.shape[0])
