@@ -321,6 +321,12 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile |
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if isinstance(item, ApiItem):
+        item.next_item = nextitem  # its inputs are built while this item's API runs
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield

@@ -5,8 +5,8 @@ strict checks run in a thread beside msprobe's metrics of the same output (numpy
 """
 from __future__ import annotations
 
-import functools
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,7 +15,8 @@ from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, thresholds_for
-from ..verdict import judge, standards
+from ..verdict import judge, standards, strict
+from .helper import helper
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
@@ -49,21 +50,40 @@ def _memoised(convert: standards.Converter) -> standards.Converter:
 OVERLAP_MIN_ELEMENTS = 1 << 16  # smaller outputs: a thread hand-off costs more than it saves
 
 
-@functools.cache
-def _overlap() -> ThreadPoolExecutor:
-    """The thread that runs large outputs' strict checks while msprobe's metrics run (numpy frees the GIL)."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprobe-strict")
+@dataclass(frozen=True)
+class EarlyMetrics:
+    """msprobe's rows of bench against device, computing in the helper thread."""
+    rows: Future[list[standards.OutputComparison]]
+    convert: standards.Converter  # the arrays they use, for the strict checks to reuse
+
+
+def start_metrics(prefix: str, bench: list[Any], device: list[Any], api: str, specs: dict[str, Any],
+                  options: CheckOptions) -> EarlyMetrics | None:
+    """Start msprobe's metrics of a large output in the helper thread, where a core is spare, so they run
+    while the torch run does (they need only bench and device); None where they are computed later."""
+    large = sum(x.numel() for x in device if isinstance(x, torch.Tensor)) >= OVERLAP_MIN_ELEMENTS
+    if options.work_threads < 2 or not large or api in specs.get("dropout_apis", []):
+        return None
+    convert = _memoised(to_numpy)
+    for x in (*bench, *device):  # converted here, once: the strict checks read the same arrays
+        convert(x)
+    return EarlyMetrics(helper().submit(standards.compare_structure, prefix, bench, device, api_name=api, specs=specs,
+                                        converter=convert, standard=_metric_standard(options)), convert)
+
+
+def _metric_standard(options: CheckOptions) -> str:
+    return "msprobe26" if options.standard == "msprobe26" else "msprobe"
 
 
 def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
                     role: str, api: str, specs: dict[str, Any], options: CheckOptions,
                     positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
                     scalar_operand: bool = False, gradients: bool = False,
-                    estimated: list[Any] | None = None) -> None:
+                    estimated: list[Any] | None = None, early: EarlyMetrics | None = None) -> None:
     """Compare each output pair, and judge it by the selected standard. `positions` name the rows (the
     inputs gradients belong to); `scalar_operand`: the call had a Python number among its arguments;
     `gradients`: the pairs are a backward item's gradients; `estimated`: per pair, the elements of a
-    sampled third run that were estimated."""
+    sampled third run that were estimated; `early`: start_metrics of these bench and device outputs."""
     capture.stash(compared_bench=bench, compared_device=device, positions=positions)
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
@@ -77,8 +97,9 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         })
         record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
         return
-    metric_standard = "msprobe26" if options.standard == "msprobe26" else "msprobe"
-    convert = _memoised(to_numpy)  # each tensor becomes one array, for msprobe's metrics and the strict checks
+    metric_standard = _metric_standard(options)
+    # each tensor becomes one array, for msprobe's metrics and the strict checks
+    convert = early.convert if early is not None else _memoised(to_numpy)
     torch_run = magnitude = None
     if third is not None and role == "torch":
         torch_run = [_round_like(r, d) for r, d in zip(third, device)]
@@ -99,12 +120,21 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         elif arrays is not None and kind == "exact" and scalar_operand:
             arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
         pairs.append(arrays)
-    # with a spare core, a large output's strict checks run beside msprobe's metrics of the same output
-    pending = {i: _overlap().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
-               for i, a in enumerate(pairs) if a is not None and options.standard == "strict"
-               and options.work_threads > 1 and a.device.size >= OVERLAP_MIN_ELEMENTS}
-    rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
-                                       standard=metric_standard)
+    # with a spare core, msprobe's metrics of a large output and its strict checks run side by side: the
+    # metrics in the helper thread when they started early, else the strict checks there
+    strict_results: dict[int, Any] = {}
+    strict_pairs = [(i, a) for i, a in enumerate(pairs) if a is not None and options.standard == "strict"
+                    and strict.supported(str(device[i].dtype))]
+    if early is not None:
+        strict_results = {i: judge.strict_verdict(a, str(device[i].dtype), thresholds_for(specs, api))
+                          for i, a in strict_pairs}
+        rows = early.rows.result()
+    else:
+        pending = {i: helper().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
+                   for i, a in strict_pairs if options.work_threads > 1 and a.device.size >= OVERLAP_MIN_ELEMENTS}
+        rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
+                                           standard=metric_standard)
+        strict_results = {i: future.result() for i, future in pending.items()}
     ref_rows = None
     if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
         ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
@@ -117,7 +147,7 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         judge.decide(row, options.standard, api_name=api, specs=specs,
                      ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
                      arrays=arrays, reference_results=options.reference_results,
-                     strict_result=pending[i].result() if arrays is not None and i in pending else None)
+                     strict_result=strict_results.get(i) if arrays is not None else None)
         if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
             row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
         record["outputs"].append(row.to_dict())

@@ -72,7 +72,8 @@ def _checkable(value: Any) -> bool:
 def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
                        record: dict[str, Any]) -> None:
     """check.check_entry's run for an overflow_check dump: fills `record` or raises its skip/error."""
-    from .rerun import _timed, backward_both, checkable_entries, prepared_inputs
+    from .prepare import checkable_entries, prepared_inputs
+    from .rerun import _timed, backward_both
 
     api = name.api_name
     if dump.framework != "pytorch":

@@ -50,7 +50,7 @@ from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
 from ..verdict.standards import OutputComparison
-from . import compare
+from . import compare, prepare
 from . import rerun as check
 
 _TRANSPOSES = ("TBackward0", "TransposeBackward0", "TransposeBackward1", "PermuteBackward0")
@@ -92,8 +92,8 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
                            f"{dump.task or 'statistics'} dump without dump_tensor_data/")
     if mode == "rerun" and framework not in ms_results.MS_FRAMEWORKS:
         raise NotCheckable(f"{framework} dumps are checked in replay mode only (re-running needs {framework})")
-    forward = check._entry(dump, full, "forward")
-    backward_entry = check._entry(dump, full, "backward") if name.direction == "backward" else None
+    forward = prepare.entry_of(dump, full, "forward")
+    backward_entry = prepare.entry_of(dump, full, "backward") if name.direction == "backward" else None
     want_grad = backward_entry is not None
     args_enc, kwargs_enc = forward.get("input_args") or [], forward.get("input_kwargs") or {}
 
@@ -124,12 +124,12 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
         _require_saved(full, kwargs_enc, "input_kwargs")
         if backward_entry is not None:
             _require_saved(full, backward_entry.get("input"), "backward.input")
-    ctx, args, kwargs, cotangents = check.build_inputs(dump, bare, args_enc, kwargs_enc, backward_entry,
+    ctx, args, kwargs, cotangents = prepare.build_inputs(dump, bare, args_enc, kwargs_enc, backward_entry,
                                                        record["seed"], real, options, specs)
     by_position = ms_dump or ms_call is not None  # MindSpore's gradients: one per positional tensor argument
     if by_position and (ms_dump or not ctx.requires_grad):  # no requires_grad recorded: every float tensor (§7.4)
         ctx.requires_grad.update(id(t) for t in tensors_of(args) if t.is_floating_point())
-    bench_args, bench_kwargs = check._preprocess(bare, args, kwargs, specs, ctx.requires_grad)
+    bench_args, bench_kwargs = prepare.preprocess(bare, args, kwargs, specs, ctx.requires_grad)
     max_bytes = ctx.max_bytes
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"

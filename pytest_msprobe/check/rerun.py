@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..dump.reader import Dump, parse_entry_name
-from ..inputs.build import BuildContext, InputError, build, parse_dtype
+from ..inputs.build import InputError
 from ..inputs.seeds import item_seed
 from ..runs import backends, capture, kernels
 from ..runs.backends import select as select_device
@@ -37,9 +37,10 @@ from ..runs.execution import (
 )
 from ..runs.third_run import autocast_round, bench_product, third_run
 from ..settings import CheckOptions
-from ..specs.loader import api_settings, error_kind, in_list
+from ..specs.loader import error_kind, in_list
 from ..verdict import standards
-from .compare import compare_outputs
+from .compare import compare_outputs, start_metrics
+from .prepare import checkable_entries, prepared_inputs
 
 
 class ApiFailure(Exception):
@@ -74,27 +75,8 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
     return record
 
 
-def checkable_entries(dump: Dump, name: Any, specs: dict[str, Any]) -> tuple[Any, dict[str, Any], Any]:
-    """(the user's per-API settings, forward entry, backward entry or None), or NotCheckable when
-    the API is skipped by api_specs or the user's spec file, or its entries are missing."""
-    for group in ("always_skip", "random_apis"):
-        if in_list(specs, name.api_name, group):
-            raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
-    user = api_settings(specs, name.api_name)
-    if user.get("skip"):
-        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
-    forward = _entry(dump, name.full_name, "forward")
-    backward_entry = _entry(dump, name.full_name, "backward") if name.direction == "backward" else None
-    return user, forward, backward_entry
 
 
-def _entry(dump: Dump, full: str, direction: str) -> dict[str, Any]:
-    entry = dump.entry(f"{full}.{direction}")
-    if entry is None:
-        raise NotCheckable(f"no {direction} entry {full}.{direction} in the dump")
-    if not isinstance(entry, dict):
-        raise NotCheckable(f"entry {full}.{direction} is a {type(entry).__name__}, expected an object")
-    return entry
 
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any], *,
@@ -197,6 +179,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         from bench_functions import postprocess
         leaves_d, leaves_b = (postprocess(api, leaves, args, kwargs, side)
                               for leaves, side in ((leaves_d, "device"), (leaves_b, "bench")))
+    # msprobe's metrics need only bench and device: with a spare core they run while the torch run does
+    early = start_metrics(f"{name.full_name}.forward.output", leaves_b, leaves_d, api, specs, options) \
+        if backward_entry is None else None
     leaves_r: list[Any] | None = None  # the third run's outputs
     if reference is not None and reference.side is not None:
         record["reference"] = reference.label
@@ -212,13 +197,18 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if backward_entry is None:
         product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
         compare_outputs(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
-                 product=product, autocast=plan.autocast, scalar_operand=has_scalar_operand(args, kwargs))
+                 product=product, autocast=plan.autocast, scalar_operand=has_scalar_operand(args, kwargs),
+                 early=early)
     else:
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
         grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
         backward_both(name, leaves_b, leaves_d, cotangents, grad_index, timings, device, resolved.label)
         grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
+        grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
+        positions = [pos for pos, _ in dev_side.grad_leaves]
+        prefix = f"{name.full_name}.backward.output"
+        early = start_metrics(prefix, grads_b, grads_d, api, specs, options)
         grads_r = estimated = None
         if leaves_r is not None and reference is not None and reference.side is not None:
             run, ref_side = reference, reference.side
@@ -227,10 +217,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                    lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
             grads_r, estimated = run.complete([leaf.grad for _, leaf in ref_side.grad_leaves], grads_b,
                                               [pos for pos, _ in ref_side.grad_leaves])
-        grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
-        positions = [pos for pos, _ in dev_side.grad_leaves]
-        compare_outputs(record, f"{name.full_name}.backward.output", grads_b, grads_d, grads_r, role, api, specs, options,
-                 positions, autocast=plan.autocast, gradients=True, estimated=estimated)
+        compare_outputs(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options,
+                 positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early)
     timings["compare_s"] = time.perf_counter() - started
     finish_record(record)
 
@@ -259,41 +247,8 @@ def finish_record(record: dict[str, Any]) -> None:
             "nothing was compared"
 
 
-def prepared_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
-                    record: dict[str, Any], options: CheckOptions,
-                    specs: dict[str, Any]) -> tuple[BuildContext, list[Any], dict[str, Any], list[Any]]:
-    """build_inputs from the record's seed and the data mode, with msprobe's CPU dtype conversions;
-    the record gets the input notes and where the data came from."""
-    real = options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
-    ctx, args, kwargs, cotangents = build_inputs(dump, api, args_enc, kwargs_enc, backward_entry, record["seed"],
-                                                 real, options, specs)
-    args, kwargs = _preprocess(api, args, kwargs, specs, ctx.requires_grad)
-    record["notes"] += ctx.notes
-    record["data"] = "real" if ctx.loaded_files else "random"
-    return ctx, args, kwargs, cotangents
 
 
-def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
-                 seed: int, real: bool, options: CheckOptions,
-                 specs: dict[str, Any]) -> tuple[BuildContext, list[Any], dict[str, Any], list[Any]]:
-    """The call's arguments (and, for a backward item, the recorded cotangents), reproducibly from `seed`."""
-    ctx = BuildContext(dump, torch.Generator().manual_seed(seed), real,
-                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)),
-                       threads=options.work_threads)
-    args = []
-    for i, enc in enumerate(args_enc):
-        ctx.clamp_min_zero = i == 1 and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
-        args.append(build(enc, ctx, f"input_args.{i}"))
-    ctx.clamp_min_zero = False
-    kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
-    cotangents: list[Any] = []
-    if backward_entry is not None:
-        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(seed + 1), real, ctx.max_bytes,
-                               threads=options.work_threads)
-        raw = backward_entry.get("input")
-        cotangents = output_leaves([build(c, grad_ctx, f"backward.input.{i}")
-                                    for i, c in enumerate(raw if isinstance(raw, list) else [raw])])
-    return ctx, args, kwargs, cotangents
 
 
 def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
@@ -329,34 +284,6 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
     return result
 
 
-def _preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[str, Any],
-                requires_grad: set[int]) -> tuple[list[Any], dict[str, Any]]:
-    """msprobe's dtype conversions for CPU kernels: `convert` (int32 targets -> int64) and
-    `preprocess.int_input_to_float` (an integer first argument of histc -> float32, any integer dtype)."""
-    conversions = []
-    for rule in specs.get("convert", {}).values():
-        if api in rule.get("apis", []):
-            conversions.append((parse_dtype(rule["from"]), parse_dtype(rule["to"])))
-    to_float = in_list(specs, api, "preprocess", "int_input_to_float") and bool(args) and \
-        isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() and not args[0].is_complex() \
-        and args[0].dtype != torch.bool
-    if not conversions and not to_float:
-        return args, kwargs
-
-    def convert(v: Any, dst: torch.dtype | None = None) -> Any:
-        if isinstance(v, torch.Tensor):
-            for src, to in conversions if dst is None else [(v.dtype, dst)]:
-                if v.dtype == src:
-                    new = v.to(to)
-                    if id(v) in requires_grad:
-                        requires_grad.add(id(new))
-                    return new
-        return v
-
-    args = [convert(a) for a in args]
-    if to_float:
-        args[0] = convert(args[0], torch.float32)
-    return args, {k: convert(v) for k, v in kwargs.items()}
 
 
 def has_scalar_operand(args: list[Any], kwargs: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ..dump.reader import Dump, EntryName, load_dump
+from ..dump.reader import Dump, DumpError, EntryName, load_dump
 from ..reports.summary import junit_properties
 from .stash import SETTINGS_KEY
 
@@ -154,6 +154,7 @@ class ApiItem(pytest.Item):
         super().__init__(**kwargs)
         self.order = order
         self.reuse: tuple[str, str] | None = None  # --msprobe-filter-api: (group key, representative entry)
+        self.next_item: pytest.Item | None = None  # the item this process runs next, if known
 
     def _check(self, entry_name: str) -> dict[str, Any]:
         from ..check import check_entry  # torch is imported here, never at collection
@@ -162,11 +163,24 @@ class ApiItem(pytest.Item):
 
         options = self.config.stash[SETTINGS_KEY].check_options
         try:
-            return check_entry(load_dump(self.path), entry_name, options, load_specs(user_file=options.specs_file))
+            specs = load_specs(user_file=options.specs_file)
+            self._prefetch_next(options, specs)
+            return check_entry(load_dump(self.path), entry_name, options, specs)
         except ValueError as exc:  # unparseable entry name
             return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
         finally:
             release_freed_memory()  # the check's tensors are gone: their memory goes back to the OS
+
+    def _prefetch_next(self, options: Any, specs: dict[str, Any]) -> None:
+        """The next item's inputs are built in the helper thread while this item runs (check/prepare.py)."""
+        from ..check.prepare import prefetch
+
+        nxt = self.next_item
+        if isinstance(nxt, ApiItem) and (nxt.reuse is None or nxt.reuse[1] == nxt.name):
+            try:
+                prefetch(load_dump(nxt.path), nxt.name, options, specs)
+            except DumpError:  # the next item reports it
+                pass
 
     def _record(self) -> tuple[dict[str, Any], str]:
         """(this item's record, the entry whose check produced it): its own check, or with

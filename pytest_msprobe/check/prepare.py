@@ -1,0 +1,161 @@
+"""An item's inputs: which entries it checks, and its arguments rebuilt from them (random from the recorded
+statistics, or the saved tensors), reproducibly from the item's seed.
+
+With a spare core (CheckOptions.work_threads > 1) the next item's inputs are built in the helper thread
+while this item's API runs (`prefetch`); they are the same values, since every draw comes from the item's
+own seed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+import torch
+
+from ..dump.reader import Dump, parse_entry_name
+from ..inputs.build import BuildContext, build, parse_dtype
+from ..inputs.seeds import item_seed
+from ..runs.execution import NotCheckable, output_leaves
+from ..settings import CheckOptions
+from ..specs.loader import api_settings, in_list
+from .helper import helper
+
+Built = tuple[BuildContext, list[Any], dict[str, Any], list[Any]]
+
+
+class _Key(NamedTuple):
+    """What a build depends on (the dump and specs by identity: one object each per process)."""
+    dump: int
+    api: str  # the full name, e.g. Functional.linear.3
+    backward: bool
+    seed: int
+    options: CheckOptions
+    specs: int
+
+
+_pending: dict[_Key, tuple[Future[Built], Dump, dict[str, Any]]] = {}  # the dump and specs keep their ids
+
+
+def prefetch(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> None:
+    """Start building `entry_name`'s inputs in the helper thread, when a core is spare and the entry is
+    re-run from a PyTorch dump. The item that runs now may still take its own; older ones are dropped.
+    A problem is left for the item to report."""
+    while len(_pending) > 1:
+        del _pending[next(iter(_pending))]
+    if options.work_threads < 2 or options.mode == "replay" or dump.framework != "pytorch":
+        return
+    try:
+        name = parse_entry_name(entry_name)
+        _, forward, backward_entry = checkable_entries(dump, name, specs)
+    except (ValueError, NotCheckable):
+        return
+    args_enc, kwargs_enc = forward.get("input_args") or [], forward.get("input_kwargs") or {}
+    if not isinstance(args_enc, list) or not isinstance(kwargs_enc, dict):
+        return
+    seed = item_seed(options.run_seed, name.full_name)
+    key = _Key(id(dump), name.full_name, backward_entry is not None, seed, options, id(specs))
+    one_thread = dataclasses.replace(options, work_threads=1)  # it runs in the helper thread already
+    future = helper().submit(build_inputs, dump, name.api_name, args_enc, kwargs_enc, backward_entry, seed,
+                             _real(dump, options), one_thread, specs)
+    _pending[key] = (future, dump, specs)
+
+
+def _taken(key: _Key) -> Future[Built] | None:
+    found = _pending.pop(key, None)
+    return found[0] if found is not None else None
+
+
+def _real(dump: Dump, options: CheckOptions) -> bool:
+    return options.data_mode == "real" or (options.data_mode == "auto" and dump.is_real_data)
+
+
+def checkable_entries(dump: Dump, name: Any, specs: dict[str, Any]) -> tuple[Any, dict[str, Any], Any]:
+    """(the user's per-API settings, forward entry, backward entry or None), or NotCheckable when
+    the API is skipped by api_specs or the user's spec file, or its entries are missing."""
+    for group in ("always_skip", "random_apis"):
+        if in_list(specs, name.api_name, group):
+            raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
+    user = api_settings(specs, name.api_name)
+    if user.get("skip"):
+        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
+    forward = entry_of(dump, name.full_name, "forward")
+    backward_entry = entry_of(dump, name.full_name, "backward") if name.direction == "backward" else None
+    return user, forward, backward_entry
+
+
+def entry_of(dump: Dump, full: str, direction: str) -> dict[str, Any]:
+    entry = dump.entry(f"{full}.{direction}")
+    if entry is None:
+        raise NotCheckable(f"no {direction} entry {full}.{direction} in the dump")
+    if not isinstance(entry, dict):
+        raise NotCheckable(f"entry {full}.{direction} is a {type(entry).__name__}, expected an object")
+    return entry
+
+
+def prepared_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
+                    record: dict[str, Any], options: CheckOptions,
+                    specs: dict[str, Any]) -> Built:
+    """build_inputs from the record's seed and the data mode, with msprobe's CPU dtype conversions;
+    the record gets the input notes and where the data came from."""
+    key = _Key(id(dump), record["api"], backward_entry is not None, record["seed"], options, id(specs))
+    built = _taken(key)
+    ctx, args, kwargs, cotangents = built.result() if built is not None else build_inputs(
+        dump, api, args_enc, kwargs_enc, backward_entry, record["seed"], _real(dump, options), options, specs)
+    args, kwargs = preprocess(api, args, kwargs, specs, ctx.requires_grad)
+    record["notes"] += ctx.notes
+    record["data"] = "real" if ctx.loaded_files else "random"
+    return ctx, args, kwargs, cotangents
+
+
+def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
+                 seed: int, real: bool, options: CheckOptions,
+                 specs: dict[str, Any]) -> Built:
+    """The call's arguments (and, for a backward item, the recorded cotangents), reproducibly from `seed`."""
+    ctx = BuildContext(dump, torch.Generator().manual_seed(seed), real,
+                       options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)),
+                       threads=options.work_threads)
+    args = []
+    for i, enc in enumerate(args_enc):
+        ctx.clamp_min_zero = i == 1 and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
+        args.append(build(enc, ctx, f"input_args.{i}"))
+    ctx.clamp_min_zero = False
+    kwargs = {k: build(v, ctx, f"input_kwargs.{k}", kwarg=k) for k, v in kwargs_enc.items()}
+    cotangents: list[Any] = []
+    if backward_entry is not None:
+        grad_ctx = BuildContext(dump, torch.Generator().manual_seed(seed + 1), real, ctx.max_bytes,
+                               threads=options.work_threads)
+        raw = backward_entry.get("input")
+        cotangents = output_leaves([build(c, grad_ctx, f"backward.input.{i}")
+                                    for i, c in enumerate(raw if isinstance(raw, list) else [raw])])
+    return ctx, args, kwargs, cotangents
+
+
+def preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[str, Any],
+               requires_grad: set[int]) -> tuple[list[Any], dict[str, Any]]:
+    """msprobe's dtype conversions for CPU kernels: `convert` (int32 targets -> int64) and
+    `preprocess.int_input_to_float` (an integer first argument of histc -> float32, any integer dtype)."""
+    conversions = []
+    for rule in specs.get("convert", {}).values():
+        if api in rule.get("apis", []):
+            conversions.append((parse_dtype(rule["from"]), parse_dtype(rule["to"])))
+    to_float = in_list(specs, api, "preprocess", "int_input_to_float") and bool(args) and \
+        isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() and not args[0].is_complex() \
+        and args[0].dtype != torch.bool
+    if not conversions and not to_float:
+        return args, kwargs
+
+    def convert(v: Any, dst: torch.dtype | None = None) -> Any:
+        if isinstance(v, torch.Tensor):
+            for src, to in conversions if dst is None else [(v.dtype, dst)]:
+                if v.dtype == src:
+                    new = v.to(to)
+                    if id(v) in requires_grad:
+                        requires_grad.add(id(new))
+                    return new
+        return v
+
+    args = [convert(a) for a in args]
+    if to_float:
+        args[0] = convert(args[0], torch.float32)
+    return args, {k: convert(v) for k, v in kwargs.items()}

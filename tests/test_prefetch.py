@@ -1,0 +1,99 @@
+"""The next item's inputs are built in the helper thread while this item runs, with the same values."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import pytest
+
+from pytest_msprobe.check import check_entry, prepare
+from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.session import devices
+from pytest_msprobe.settings import CheckOptions
+from pytest_msprobe.specs.loader import load_specs
+from tests.helpers import EXAMPLES, api_records, copy_dump, tensor
+
+SPECS = load_specs()
+TWO = CheckOptions(device="cpu", standard="strict", work_threads=2)
+
+
+def _builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The thread of every build_inputs call from now on."""
+    threads: list[str] = []
+    plain = prepare.build_inputs
+
+    def spy(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return plain(*args)
+
+    monkeypatch.setattr(prepare, "build_inputs", spy)
+    return threads
+
+
+def _dump(write_dump: Any) -> Any:
+    big = [1 << 11, (1 << 10) + 3]  # over 2**20 elements: drawn in chunks
+    data = {
+        "Functional.gelu.0.forward": {"input_args": [tensor("torch.bfloat16", big, mx=3.0, mn=-3.0)],
+                                      "input_kwargs": {}, "output": [tensor("torch.bfloat16", big)]},
+        "Functional.silu.1.forward": {"input_args": [tensor("torch.float32", [64, 8], mx=2.0, mn=-2.0,
+                                                            requires_grad=True)],
+                                      "input_kwargs": {}, "output": [tensor("torch.float32", [64, 8])]},
+        "Functional.silu.1.backward": {"input": [tensor("torch.float32", [64, 8])],
+                                       "output": [tensor("torch.float32", [64, 8])]},
+    }
+    return load_dump(write_dump(data))
+
+
+def _outputs(record: dict[str, Any]) -> tuple[Any, ...]:
+    return record["status"], record["outputs"], record["notes"], record.get("data")
+
+
+@pytest.mark.parametrize("entry", ["Functional.gelu.0.forward", "Functional.silu.1.backward"])
+def test_prefetched_inputs_give_the_same_record(write_dump, monkeypatch, entry: str) -> None:
+    dump = _dump(write_dump)
+    fresh = check_entry(dump, entry, dataclasses.replace(TWO, work_threads=1), SPECS)
+    threads = _builds(monkeypatch)
+    prepare.prefetch(dump, entry, TWO, SPECS)
+    fetched = check_entry(dump, entry, TWO, SPECS)
+    assert threads == ["msprobe-helper_0"]  # built once, in the helper, and taken by the check
+    assert _outputs(fetched) == _outputs(fresh) and fetched["status"] == "pass"
+
+
+def test_a_prefetch_is_taken_only_by_its_own_check(write_dump, monkeypatch) -> None:
+    dump = _dump(write_dump)
+    threads = _builds(monkeypatch)
+    prepare.prefetch(dump, "Functional.gelu.0.forward", TWO, SPECS)
+    other = dataclasses.replace(TWO, run_seed=7)  # another seed: other inputs
+    check_entry(dump, "Functional.gelu.0.forward", other, SPECS)
+    check_entry(dump, "Functional.silu.1.forward", TWO, SPECS)
+    assert sorted(threads) == ["MainThread", "MainThread", "msprobe-helper_0"]  # the helper's own runs beside
+
+
+def test_no_prefetch_without_a_spare_core_or_for_an_entry_that_is_not_checkable(write_dump, monkeypatch) -> None:
+    dump = _dump(write_dump)
+    threads = _builds(monkeypatch)
+    prepare.prefetch(dump, "Functional.gelu.0.forward", dataclasses.replace(TWO, work_threads=1), SPECS)
+    prepare.prefetch(dump, "Functional.gelu.9.forward", TWO, SPECS)  # not in the dump: the item says so
+    prepare.prefetch(dump, "not an entry name", TWO, SPECS)
+    assert threads == []
+    assert check_entry(dump, "Functional.gelu.9.forward", TWO, SPECS)["status"] == "SKIP"
+
+
+def test_items_run_in_one_process_use_the_next_items_prefetch(pytester: pytest.Pytester, monkeypatch) -> None:
+    dump = copy_dump(pytester, EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0", "d")
+    threads = _builds(monkeypatch)
+    runs = {}
+    for spare in (1, 2):
+        monkeypatch.setattr(devices, "work_threads", lambda threads, spare=spare: spare)  # on any machine
+        threads.clear()
+        result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
+                                              "--msprobe-out", f"out{spare}")
+        assert result.ret == 0
+        runs[spare] = (list(threads), api_records(pytester, f"out{spare}"))
+    (alone, first), (beside, second) = runs[1], runs[2]
+    assert set(alone) == {"MainThread"} and len(alone) >= 10
+    # with a spare core the first item builds its own inputs; every later one takes what the helper built
+    # while the item before it ran
+    assert beside.count("MainThread") == 1 and beside.count("msprobe-helper_0") == len(alone) - 1
+    assert {k: _outputs(r) for k, r in first.items()} == {k: _outputs(r) for k, r in second.items()}
