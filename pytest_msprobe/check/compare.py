@@ -1,7 +1,9 @@
 """Comparing one item's outputs: msprobe's metrics and the selected standard's verdict on each pair.
 
-The bench, device and third-run outputs become numpy arrays once; with a spare core, a large output's
-strict checks run in a thread beside msprobe's metrics of the same output (numpy frees the GIL).
+The bench, device and third-run outputs become numpy arrays once. With a spare core, a large output's
+msprobe metrics and strict checks run side by side in two threads (numpy frees the GIL): the metrics
+start in the helper thread as soon as bench and device are done (`start_metrics`), while the torch run
+still runs, and the strict checks follow in the caller.
 """
 from __future__ import annotations
 
@@ -122,7 +124,7 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         pairs.append(arrays)
     # with a spare core, msprobe's metrics of a large output and its strict checks run side by side: the
     # metrics in the helper thread when they started early, else the strict checks there
-    strict_results: dict[int, Any] = {}
+    strict_results: dict[int, strict.StrictResult]
     strict_pairs = [(i, a) for i, a in enumerate(pairs) if a is not None and options.standard == "strict"
                     and strict.supported(str(device[i].dtype))]
     if early is not None:
