@@ -75,10 +75,6 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
     return record
 
 
-
-
-
-
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any], *,
          external: Runner) -> None:
     api = name.api_name
@@ -247,10 +243,6 @@ def finish_record(record: dict[str, Any]) -> None:
             "nothing was compared"
 
 
-
-
-
-
 def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
     """Only the outputs api_specs says are comparable (e.g. attention_out of npu_fusion_attention)."""
     selected = specs.get("forward_output_index", {}).get(api)
@@ -282,8 +274,6 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
     finally:
         timings[key] = timings.get(key, 0.0) + time.perf_counter() - started  # the twins share a key
     return result
-
-
 
 
 def has_scalar_operand(args: list[Any], kwargs: dict[str, Any]) -> bool:

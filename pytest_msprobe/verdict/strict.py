@@ -84,19 +84,19 @@ def ulp(values: np.ndarray, device_dtype: str) -> np.ndarray:
         binade = (a.view(np.uint32) & np.uint32(0x7F800000)).view(np.float32)  # 2**floor(log2|v|), sign cleared
     else:
         binade = (a.astype(np.float64, copy=False).view(np.uint64) & np.uint64(0x7FF0000000000000)).view(np.float64)
-    np.maximum(binade, filled(2.0 ** emin, binade.size, binade.dtype).reshape(binade.shape), out=binade)
+    np.maximum(binade, _filled(2.0 ** emin, binade.size, binade.dtype).reshape(binade.shape), out=binade)
     binade *= binade.dtype.type(2.0 ** -mantissa)
     return binade
 
 
-def filled(value: float, n: int, dtype: np.dtype[Any]) -> np.ndarray:
+def _filled(value: float, n: int, dtype: np.dtype[Any]) -> np.ndarray:
     """`n` copies of `value` (read-only, shared up to a block): numpy's maximum with a scalar is 3-5x
     slower than with an array of it."""
-    return _filled(float(value), np.dtype(dtype))[:n] if n <= BLOCK else np.full(n, value, dtype=dtype)
+    return _block_of(float(value), np.dtype(dtype))[:n] if n <= BLOCK else np.full(n, value, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=32)
-def _filled(value: float, dtype: np.dtype[Any]) -> np.ndarray:
+def _block_of(value: float, dtype: np.dtype[Any]) -> np.ndarray:
     array = np.full(BLOCK, value, dtype=dtype)
     array.flags.writeable = False
     return array
@@ -198,10 +198,11 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
                 return StrictResult("error", f"NaN/inf mismatch at {int(stats['nonfinite_mismatch'])} of {n} elements "
                                              f"(first at flat index {first}: device {float(d[first])!r}, "
                                              f"bench {float(rounded[first])!r})", stats)
-            flat = {k: v[finite] for k, v in flat.items()}
-            if not flat["d"].size:
-                return StrictResult("pass", "no finite elements; non-finite positions match", stats)
-            acc = _judge_blocks(flat, 1, device_dtype, rules, kind)  # rows lose their meaning here
+            if not finite.all():  # else the elements are finite and only a total overflowed
+                flat = {k: v[finite] for k, v in flat.items()}
+                if not flat["d"].size:
+                    return StrictResult("pass", "no finite elements; non-finite positions match", stats)
+                acc = _judge_blocks(flat, 1, device_dtype, rules, kind)  # rows lose their meaning here
     m = flat["d"].size
     stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
@@ -277,7 +278,7 @@ def _block(flat: dict[str, np.ndarray], s: slice, layout: tuple[np.ndarray, np.n
     has_t = "t" in flat
     t = flat["t"][s].astype(work, copy=False) if has_t else rounded
     unit = ulp(rounded, device_dtype)
-    scale = np.maximum(unit, filled(floor, unit.size, unit.dtype)) if floor else unit
+    scale = np.maximum(unit, _filled(floor, unit.size, unit.dtype)) if floor else unit
     starts, counts = layout
     if has_t:
         err_t = np.abs(t - b)
