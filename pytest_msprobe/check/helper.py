@@ -1,6 +1,7 @@
 """The one thread a check may use beside its own, when the process has a spare core
-(CheckOptions.work_threads > 1): it builds the next item's inputs and runs a large output's strict
-checks. One thread, so that a process never keeps more than two cores busy."""
+(CheckOptions.work_threads > 1): it builds the next item's inputs (prepare.prefetch) and computes a
+large output's msprobe metrics while the item's own thread runs the torch run and the strict checks
+(compare.start_metrics). One thread for both jobs, queued in the order they are asked for."""
 from __future__ import annotations
 
 import functools
