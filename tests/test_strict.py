@@ -191,6 +191,26 @@ def test_nan_and_inf_are_compared_by_position_and_sign() -> None:
     assert sign.status == "error"
 
 
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), kind=st.sampled_from(KINDS), values=values, seed=st.integers(0, 2**32 - 1),
+       planted=st.lists(st.sampled_from([np.nan, np.inf, -np.inf]), min_size=1, max_size=5))
+def test_matching_nonfinite_elements_leave_the_verdict_of_the_others(dtype: str, kind: str, values: list[float],
+                                                                     seed: int, planted: list[float]) -> None:
+    """NaN and inf where the bench has them too are dropped: the rest is judged as if they were not there."""
+    rng = np.random.default_rng(seed)
+    bench = np.array(values)
+    device = strict.round_to(bench + rng.integers(-2, 3, bench.size) * ulps(bench, dtype), dtype)
+    at = rng.choice(bench.size + len(planted), len(planted), replace=False)
+    keep = np.ones(bench.size + len(planted), bool)
+    keep[at] = False
+    full_bench, full_device = np.empty(keep.size), np.empty(keep.size)
+    full_bench[keep], full_device[keep] = bench, device
+    full_bench[at] = full_device[at] = planted
+    alone, among = judge(bench, device, dtype, kind), judge(full_bench, full_device, dtype, kind)
+    assert among.status == alone.status and among.message.split("(")[0] == alone.message.split("(")[0]
+    assert among.stats == alone.stats  # every statistic, the mismatch count (0) included
+
+
 def test_an_overflow_torch_shares_is_inherent() -> None:
     bench = np.array([1.0, 65000.0, 2.0])  # rounds to a finite fp16 value
     device = np.array([1.0, np.inf, 2.0])  # an intermediate overflowed
