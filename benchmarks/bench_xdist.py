@@ -92,9 +92,11 @@ def overhead_ms(probe: dict[str, Any], with_inputs: bool) -> list[float]:
 
 def best(paths: list[str], workers: str, repeat: int, work: Path, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The median run by wall time (this machine is shared; the median resists a noisy neighbour)."""
-    results = sorted((run([*paths, "-n", workers, *extra], work / "probe.json") for _ in range(repeat)),
-                     key=lambda r: r[0])
-    wall, probe = results[len(results) // 2]
+    return median([run([*paths, "-n", workers, *extra], work / "probe.json") for _ in range(repeat)])
+
+
+def median(results: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
+    wall, probe = sorted(results, key=lambda r: r[0])[len(results) // 2]
     return {"wall": wall, "throughput": throughput(probe), "probe": probe, "items": len(probe["finished"])}
 
 
@@ -106,9 +108,15 @@ def timeline(probe: dict[str, Any]) -> str:
 
 def compare(title: str, paths: list[str], repeat: int, work: Path) -> dict[str, Any]:
     """-n 0, -n 2 as a user gets it (the plugin may keep a small run in one process,
-    --msprobe-min-work-per-worker), and -n 2 with both workers started whatever the work."""
-    serial, parallel = best(paths, "0", repeat, work), best(paths, "2", repeat, work)
-    forced = best(paths, "2", repeat, work, ("--msprobe-min-work-per-worker", "0"))
+    --msprobe-min-work-per-worker), and -n 2 with both workers started whatever the work; the median
+    of --repeat rounds of the three."""
+    settings = {"serial": ("-n", "0"), "parallel": ("-n", "2"),
+                "forced": ("-n", "2", "--msprobe-min-work-per-worker", "0")}
+    runs: dict[str, list[tuple[float, dict[str, Any]]]] = {k: [] for k in settings}
+    for _ in range(repeat):  # interleaved, so that a change in the machine's load hits every setting alike
+        for key, args in settings.items():
+            runs[key].append(run([*paths, *args], work / "probe.json"))
+    serial, parallel, forced = (median(runs[k]) for k in settings)
     print(f"{title}: {serial['items']} items")
     print(f"  wall      -n 0 {serial['wall']:6.2f} s   -n 2 {parallel['wall']:6.2f} s ({serial['wall'] / parallel['wall']:.2f}x)"
           f"   -n 2, workers forced {forced['wall']:6.2f} s ({serial['wall'] / forced['wall']:.2f}x)")
