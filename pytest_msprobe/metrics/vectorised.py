@@ -217,13 +217,13 @@ def rmse(abs_err: np.ndarray, keep: np.ndarray, n_kept: int, denominator_eps: fl
     """Root mean square of the kept errors, corrected for the masked ones the way msprobe does:
     sqrt(mean(where(keep, ae, 0)**2) * (N / (N - k + denominator_eps) + additive)), k = N - n_kept
     masked elements. The mean is numpy's pairwise mean in the error dtype, as in msprobe."""
-    masked = abs_err * keep  # = np.where(keep, abs_err, 0) at a third of the cost, unless an error is inf/NaN
-    np.square(masked, out=masked)
-    mse = np.float64(masked.mean())
-    if not np.isfinite(mse):
-        masked = np.where(keep, abs_err, 0)
+    def mean_square(masked: np.ndarray) -> np.float64:
         np.square(masked, out=masked)
-        mse = np.float64(masked.mean())
+        return np.float64(masked.mean())
+
+    mse = mean_square(abs_err * keep)  # = np.where(keep, abs_err, 0) at a third of the cost ...
+    if not np.isfinite(mse):  # ... unless an error is inf/NaN (inf * 0 is NaN, not msprobe's 0)
+        mse = mean_square(np.where(keep, abs_err, 0))
     return float(np.sqrt(mse * (abs_err.size / (n_kept + denominator_eps) + additive)))
 
 
