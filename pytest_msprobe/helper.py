@@ -1,7 +1,8 @@
 """The one thread a check may use beside its own, when the process has a spare core
-(CheckOptions.work_threads > 1): it builds the next item's inputs (prepare.prefetch) and computes a
-large output's msprobe metrics while the item's own thread runs the torch run and the strict checks
-(compare.start_metrics). One thread for both jobs, queued in the order they are asked for."""
+(CheckOptions.work_threads > 1): it draws chunks of a large random tensor beside the item's thread
+(inputs.build), builds the next item's inputs (check.prepare.prefetch) and computes a large output's
+msprobe metrics while the item's thread runs the torch run and the strict checks
+(check.compare.start_metrics). One thread for every stage, so a process keeps at most two busy."""
 from __future__ import annotations
 
 import functools

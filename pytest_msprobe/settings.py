@@ -34,7 +34,7 @@ class CheckOptions:
     threads: int = 1  # torch intra-op threads; CPU reductions depend on it, so it is fixed, not per -n
     work_threads: int = 1  # 2 with a spare core: a helper thread builds the next item's inputs, draws large
     # random tensors and runs a large output's msprobe metrics beside the strict checks and the torch run
-    # (check/helper.py; the same values and verdicts as with 1)
+    # (helper.py; the same values and verdicts as with 1)
     bench_precision: str = "auto"  # BENCH_PRECISIONS
 
 

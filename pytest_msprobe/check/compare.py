@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
+from ..helper import helper
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, thresholds_for
 from ..verdict import judge, standards, strict
-from .helper import helper
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)

@@ -14,12 +14,12 @@ from typing import Any, NamedTuple
 import torch
 
 from ..dump.reader import Dump, parse_entry_name
+from ..helper import helper
 from ..inputs.build import BuildContext, build, parse_dtype
 from ..inputs.seeds import item_seed
 from ..runs.execution import NotCheckable, output_leaves
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
-from .helper import helper
 
 Built = tuple[BuildContext, list[Any], dict[str, Any], list[Any]]
 

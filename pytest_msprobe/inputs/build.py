@@ -9,9 +9,7 @@ non-finite ones are planted at fixed positions.
 """
 from __future__ import annotations
 
-import functools
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 
 from ..dump.reader import Dump, resolve_tensor_path
+from ..helper import helper
 
 TENSOR_TYPES = (
     "torch.Tensor",
@@ -57,7 +56,8 @@ class BuildContext:
     notes: list[str] = field(default_factory=list)
     loaded_files: int = 0
     rng: np.random.Generator | None = None  # float draws (_uniform), seeded from `generator`
-    threads: int = 1  # threads that draw a large tensor (CheckOptions.work_threads); the values do not depend on it
+    threads: int = 1  # threads that draw a large tensor (CheckOptions.work_threads: this one and the helper);
+    # the values do not depend on it
 
 
 def parse_dtype(text: Any) -> torch.dtype:
@@ -332,17 +332,19 @@ def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildCon
         if not direct:
             part.copy_(torch.from_numpy(u))  # rounded once to dtype
 
-    if ctx.threads > 1 and chunks > 1:
-        list(_draw_pool().map(fill, range(chunks)))
-    else:
-        for j in range(chunks):
+    todo = iter(range(chunks))  # both threads take the next chunk from it (atomic under the GIL)
+
+    def fill_rest() -> None:
+        for j in todo:
             fill(j)
+
+    # the helper joins in when it is free; when it is busy (building the next item's inputs) this thread
+    # draws every chunk, and the helper's turn, not started yet, is cancelled
+    joined = helper().submit(fill_rest) if ctx.threads > 1 and chunks > 1 else None
+    fill_rest()
+    if joined is not None and not joined.cancel():
+        joined.result()  # the chunk the helper is drawing
     return result
 
 
 _CHUNK = 1 << 20  # elements per generator of a large tensor
-
-
-@functools.cache
-def _draw_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="msprobe-draw")
