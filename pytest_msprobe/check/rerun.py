@@ -18,19 +18,22 @@ from ..inputs.seeds import item_seed
 from ..runs import backends, capture, kernels
 from ..runs.backends import select as select_device
 from ..runs.execution import (
+    HF32_BITS,
     RAISABLE,
+    TF32_BITS,
     Device,
     NotCheckable,
     backward,
     broken_precondition,
     first_output_dtype,
-    hf32_round,
+    input_rounding,
     make_side,
     map_structure,
     output_leaves,
     pair_cotangents,
     plan_precision,
     resolve,
+    round_mantissa,
     run_side,
     seed_random_apis,
     tensors_of,
@@ -112,8 +115,18 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                                                     specs)
     plan = plan_precision(api, args, kwargs, first_output_dtype(forward.get("output")), specs, options.bench_precision,
                           options.standard)
-    if plan.hf32:
+    rounding = input_rounding(api, plan.hf32, device, specs)
+    if rounding == "HF32":  # msprobe's rule: the positional fp32 inputs of Ascend's HF32 convolutions
         args = [_hf32(a, ctx.requires_grad) for a in args]
+    elif rounding == "TF32":  # every fp32 input the kernel reads, and the gradients its backward reads
+
+        def tf32(value: Any) -> Any:
+            return _hf32(value, ctx.requires_grad, TF32_BITS)
+
+        args, kwargs = [map_structure(tf32, a) for a in args], {k: map_structure(tf32, v) for k, v in kwargs.items()}
+        cotangents = [tf32(c) for c in cotangents]
+        record["notes"].append(f"TF32: {device.kind} reads 10 mantissa bits of this API's fp32 inputs (torch's "
+                               "setting), so they are rounded to TF32 on both sides")
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
                   device=device, name=name, want_grad=want_grad,
                   resolved=resolved)  # --msprobe-save-error-data/-repro/-fuzz
@@ -249,11 +262,12 @@ def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
     return leaves if selected is None else [leaves[i] for i in selected if i < len(leaves)]
 
 
-def _hf32(value: Any, requires_grad: set[int]) -> Any:
-    """An fp32 tensor rounded to HF32, keeping its place among the inputs that require a gradient."""
+def _hf32(value: Any, requires_grad: set[int], bits: int = HF32_BITS) -> Any:
+    """An fp32 tensor rounded to HF32 (or `bits` mantissa bits), keeping its place among the inputs that
+    require a gradient."""
     if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
         return value
-    rounded = hf32_round(value)
+    rounded = round_mantissa(value, bits)
     if id(value) in requires_grad:
         requires_grad.add(id(rounded))
     return rounded

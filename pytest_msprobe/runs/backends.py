@@ -55,6 +55,11 @@ class Backend:
         """A fresh copy of a CPU tensor on `device` (the torch device string) in `dtype`."""
         return tensor.to(device=device, dtype=dtype, copy=True)
 
+    def reads_tf32(self, family: str) -> bool:
+        """Whether this device reads only TF32 (10 mantissa bits) of fp32 inputs of `family`: "conv"
+        or "matmul" (the API lists are in api_specs precision.tf32)."""
+        return False
+
     def run(self, api: str, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
         """Run one API call; `api` is e.g. `Functional.softmax`, `fn` the implementation to run."""
         return fn(*args, **kwargs)
@@ -92,6 +97,29 @@ class CudaBackend(Backend):
         import torch
 
         torch.cuda.synchronize()
+
+    def reads_tf32(self, family: str) -> bool:
+        """torch's settings as the user's code left them: the per-backend `fp32_precision` ("tf32" or
+        "ieee"; "none" defers to the level above), else the older `allow_tf32` flags (cuDNN's is on by
+        default, cuBLAS's is off unless torch.set_float32_matmul_precision("high") or lower)."""
+        import torch
+
+        levels = ("cudnn.conv", "cudnn", "") if family == "conv" else ("cuda.matmul", "cuda", "")
+        for level in levels:
+            try:
+                node: Any = torch.backends
+                for part in filter(None, level.split(".")):
+                    node = getattr(node, part)
+                value = node.fp32_precision
+            except (AttributeError, RuntimeError):
+                break  # an older torch: only the flags below
+            if value in ("tf32", "ieee"):
+                return bool(value == "tf32")
+        try:
+            flag = torch.backends.cudnn.allow_tf32 if family == "conv" else torch.backends.cuda.matmul.allow_tf32
+        except RuntimeError:  # torch refuses to read the old flag after the new API was used: its default
+            return family == "conv"
+        return bool(flag)
 
 
 class NpuBackend(Backend):

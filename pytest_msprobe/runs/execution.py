@@ -244,11 +244,31 @@ def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtyp
     return Plan(raise_to, autocast, api_name in rules.get("hf32", []))
 
 
+HF32_BITS, TF32_BITS = 11, 10  # mantissa bits an Ascend cube (HF32) and an NVIDIA tensor core (TF32) read
+
+
+def round_mantissa(t: torch.Tensor, bits: int) -> torch.Tensor:
+    """Round fp32 to `bits` mantissa bits, half away from zero (HF32: 11 bits, as Ascend cubes do; TF32:
+    10), so that a kernel reading that many bits reads the value exactly. inf and NaN stay."""
+    drop = 23 - bits
+    raw = t.contiguous().view(torch.int32)
+    raw = ((raw >> (drop - 1)) + 1) >> 1 << drop
+    return raw.view(torch.float32).reshape(t.shape)
+
+
 def hf32_round(t: torch.Tensor) -> torch.Tensor:
-    """Round fp32 to HF32 (1 + 8 + 11 bits, round half up at mantissa bit 11) as Ascend cubes do."""
-    bits = t.contiguous().view(torch.int32)
-    bits = ((bits >> 11) + 1) >> 1 << 12
-    return bits.view(torch.float32).reshape(t.shape)
+    return round_mantissa(t, HF32_BITS)
+
+
+def input_rounding(api_name: str, hf32: bool, device: Device, specs: dict[str, Any]) -> str | None:
+    """"TF32" where the device reads only TF32 of this API's fp32 inputs (its backend says so for the
+    API's family in api_specs precision.tf32: CUDA's cuDNN convolutions by default, its matrix products
+    when allowed), else "HF32" for msprobe's Ascend list (`hf32`, on every device), else None."""
+    families = specs["precision"].get("tf32") or {}
+    reads = getattr(device.backend, "reads_tf32", None)
+    if reads is not None and any(api_name in apis and reads(family) for family, apis in families.items()):
+        return "TF32"
+    return "HF32" if hf32 else None
 
 
 @dataclass
@@ -396,6 +416,6 @@ def is_finite_number(x: Any) -> bool:
 
 __all__ = [
     "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Side", "backward", "first_output_dtype",
-    "hf32_round", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
-    "resolve", "run_side", "tensors_of", "to_cpu",
+    "hf32_round", "input_rounding", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
+    "resolve", "round_mantissa", "run_side", "tensors_of", "to_cpu",
 ]
