@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from pytest_msprobe.runs.backends import Backend, CudaBackend, CpuBackend
+from pytest_msprobe.runs.backends import Backend, CpuBackend, CudaBackend
 from pytest_msprobe.runs.execution import Device, hf32_round, input_rounding, round_mantissa
 from pytest_msprobe.specs.loader import load_specs
 from tests.helpers import tensor
