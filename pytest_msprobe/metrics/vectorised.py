@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple, ParamSpec, TypeVar
+from typing import Callable, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -40,12 +40,32 @@ COSINE_BENCH_ZERO_MSG = "All the data is zero in bench dump data."
 COSINE_NAN_MSG = "Dump data has NaN when comparing with Cosine Similarity."
 
 
-class ErrorArrays(NamedTuple):
-    """The flat arrays every metric is built from, computed once per output."""
-    abs_bench: np.ndarray      # |b|
-    abs_err: np.ndarray        # |d - b|  (numpy promotion: fp32 for fp16 outputs, fp64 for fp32)
-    rel_err: np.ndarray        # |d - b| / (|b| + eps)  (msprobe's rel_err_origin)
-    eps: float | np.floating   # the eps above; |b| + eps is not kept, it is cheap to rebuild on a subset
+class ErrorArrays:
+    """The flat arrays every metric is built from, computed once per output. The relative errors are made
+    only when a metric needs all of them: a small-valued output (optimizer state) whose max abs error
+    passes Layer 1 needs none, and the benchmark and absolute-threshold metrics only those of its normal
+    elements (`rel_err_at`), computed by the same operations, so every value is the same."""
+
+    def __init__(self, abs_bench: np.ndarray, abs_err: np.ndarray, eps: float | np.floating) -> None:
+        self.abs_bench = abs_bench  # |b|
+        self.abs_err = abs_err      # |d - b|  (numpy promotion: fp32 for fp16 outputs, fp64 for fp32)
+        self.eps = eps              # of |b| + eps, the relative error's denominator
+
+    @functools.cached_property
+    def rel_err(self) -> np.ndarray:
+        """|d - b| / (|b| + eps)  (msprobe's rel_err_origin; both sides >= 0, so its extra abs() is the identity)."""
+        with np.errstate(all="ignore"):
+            rel: np.ndarray = self.abs_bench + self.eps
+            np.divide(self.abs_err, rel, out=rel)
+        return rel
+
+    def rel_err_at(self, where: np.ndarray | slice) -> np.ndarray:
+        """The relative errors at a mask or slice, without the whole array unless it exists already."""
+        if "rel_err" in self.__dict__:
+            return self.rel_err[where]
+        with np.errstate(all="ignore"):
+            rel: np.ndarray = self.abs_err[where] / (self.abs_bench[where] + self.eps)
+        return rel
 
 
 def blank_metrics() -> dict[str, float | None]:
@@ -57,12 +77,9 @@ def blank_metrics() -> dict[str, float | None]:
 def error_arrays(bench: np.ndarray, device: np.ndarray, eps: float | np.floating) -> ErrorArrays:
     """Shared error arrays; `eps` must be a numpy scalar of the bench dtype (or a Python float) so the
     sums stay in the bench dtype exactly as msprobe computes them."""
-    abs_bench = np.abs(bench)
     abs_err = np.subtract(device, bench)
     np.abs(abs_err, out=abs_err)
-    rel_err = abs_bench + eps
-    np.divide(abs_err, rel_err, out=rel_err)   # both sides >= 0, so msprobe's extra abs() is the identity
-    return ErrorArrays(abs_bench, abs_err, rel_err, eps)
+    return ErrorArrays(np.abs(bench), abs_err, eps)
 
 
 def max_abs(values: np.ndarray) -> np.floating:
@@ -204,12 +221,14 @@ def absolute_threshold_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: 
     """绝对阈值法: inf/nan error ratio, rel-error ratio on normal values (rel > rtol), abs-error ratio on
     small values (abs > atol)."""
     small = small_value_mask(err.abs_bench, both_finite, small_value)
+    n_small = int(np.count_nonzero(small))
     normal = both_finite & ~small
+    n_normal = int(np.count_nonzero(normal))
     return {
         "inf_nan_err_ratio": inf_nan_error_ratio(device, bench_dev, err, both_finite, rtol, clip_range,
                                                  device_dtype),
-        "rel_err_ratio": _fraction(err.rel_err > rtol, normal),
-        "abs_err_ratio": _fraction(err.abs_err > atol, small),
+        "rel_err_ratio": float(np.count_nonzero(err.rel_err_at(normal) > rtol) / n_normal) if n_normal else 0.0,
+        "abs_err_ratio": _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
     }
 
 
@@ -221,9 +240,12 @@ def rmse(abs_err: np.ndarray, keep: np.ndarray, n_kept: int, denominator_eps: fl
         np.square(masked, out=masked)
         return np.float64(masked.mean())
 
-    mse = mean_square(abs_err * keep)  # = np.where(keep, abs_err, 0) at a third of the cost ...
-    if not np.isfinite(mse):  # ... unless an error is inf/NaN (inf * 0 is NaN, not msprobe's 0)
-        mse = mean_square(np.where(keep, abs_err, 0))
+    if not n_kept:  # the mean of zeros, without making them
+        mse = np.float64(0.0)
+    else:
+        mse = mean_square(abs_err * keep)  # = np.where(keep, abs_err, 0) at a third of the cost ...
+        if not np.isfinite(mse):  # ... unless an error is inf/NaN (inf * 0 is NaN, not msprobe's 0)
+            mse = mean_square(np.where(keep, abs_err, 0))
     return float(np.sqrt(mse * (abs_err.size / (n_kept + denominator_eps) + additive)))
 
 
@@ -233,14 +255,16 @@ def benchmark_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarra
     """标杆比对法: small-value error ratio, max/mean relative error and rmse over the normal (finite,
     not small) elements, error balance over all."""
     small = small_value_mask(err.abs_bench, both_finite, small_value)
-    n_small = np.count_nonzero(small)
+    n_small = int(np.count_nonzero(small))
     normal = both_finite & ~small                       # = not (small or inf/nan)
-    rel_normal = err.rel_err[normal]                    # same elements/order as msprobe's rel_err[rel_err >= 0]
+    n_normal = int(np.count_nonzero(normal))
+    # the same elements, in the same order, as msprobe's rel_err[rel_err >= 0]
+    rel_normal = err.rel_err if n_normal == normal.size else err.rel_err_at(normal)
     return {
-        "small_value_err_ratio": _fraction(err.abs_err > atol, small, int(n_small)),
+        "small_value_err_ratio": _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
         "max_rel_err": float(rel_normal.max()) if rel_normal.size else 0.0,
         "mean_rel_err": float(rel_normal.mean()) if rel_normal.size else 0.0,
-        "rmse": rmse(err.abs_err, normal, rel_normal.size, *rmse_fudge),
+        "rmse": rmse(err.abs_err, normal, n_normal, *rmse_fudge),
         "error_balance": error_balance(device, bench_dev),
     }
 
