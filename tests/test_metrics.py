@@ -406,3 +406,25 @@ def test_metrics_invariant_to_element_order(data):
 def test_dual_ratios_are_nested(rel):
     r100, r1000, r10000 = (M.dual_ratio(rel, t)[0] for t in (0.01, 0.001, 0.0001))
     assert 1.0 >= r100 >= r1000 >= r10000 >= 0.0
+
+
+@PROP
+@given(st.data())
+def test_relative_errors_of_a_subset_equal_the_whole_arrays(data):
+    """ErrorArrays.rel_err_at gives, bit for bit, the elements of rel_err at a mask (before and after the whole
+    array exists), for float32 and float64 benches and either kind of eps."""
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    n = data.draw(st.integers(1, 40))
+    values = st.floats(-1e6, 1e6, width=32) | st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan])
+    b = data.draw(hnp.arrays(dtype, n, elements=values))
+    d = data.draw(hnp.arrays(dtype, n, elements=values))
+    eps = data.draw(st.sampled_from([2.0 ** -8, np.finfo(dtype).eps, 1e-300]))
+    mask = data.draw(hnp.arrays(np.bool_, n))
+    err = M.error_arrays(b, d, eps)
+    subset = err.rel_err_at(mask)
+    whole = M.error_arrays(b, d, eps).rel_err
+    assert subset.dtype == whole.dtype
+    assert subset.tobytes() == whole[mask].tobytes()
+    assert err.rel_err_at(slice(0, 1)).tobytes() == whole[:1].tobytes()
+    _ = err.rel_err  # made now: the subset comes from it
+    assert err.rel_err_at(mask).tobytes() == whole[mask].tobytes()
