@@ -13,11 +13,12 @@ from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump.reader import load_dump
 from pytest_msprobe.runs.backends import select as select_device
 from pytest_msprobe.runs.execution import (
+    HF32_BITS,
     NotCheckable,
     _getitem,
-    hf32_round,
     pair_cotangents,
     plan_precision,
+    round_mantissa,
 )
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs
@@ -64,7 +65,7 @@ def test_bench_precision_per_api_and_the_fp64_policy() -> None:
 
 def test_hf32_rounds_half_up_at_mantissa_bit_11() -> None:
     x = torch.tensor([1 + 2**-12, 1 + 2**-13, 1.0, -(1 + 2**-12)], dtype=f32)
-    assert hf32_round(x).tolist() == [1 + 2**-11, 1.0, 1.0, -(1 + 2**-11)]
+    assert round_mantissa(x, HF32_BITS).tolist() == [1 + 2**-11, 1.0, 1.0, -(1 + 2**-11)]
 
 
 def test_getitem_special_cases_match_plain_indexing() -> None:

@@ -137,7 +137,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
                           options.bench_precision, options.standard)
     if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes)
-        bench_args = [check._hf32(a, ctx.requires_grad) for a in bench_args]
+        bench_args = [check._round_input(a, ctx.requires_grad) for a in bench_args]
 
     def bench_dtype(t: torch.Tensor) -> torch.dtype:
         if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):

@@ -117,11 +117,11 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                           options.standard)
     rounding = input_rounding(api, plan.hf32, device, specs)
     if rounding == "HF32":  # msprobe's rule: the positional fp32 inputs of Ascend's HF32 convolutions
-        args = [_hf32(a, ctx.requires_grad) for a in args]
+        args = [_round_input(a, ctx.requires_grad) for a in args]
     elif rounding == "TF32":  # every fp32 input the kernel reads, and the gradients its backward reads
 
         def tf32(value: Any) -> Any:
-            return _hf32(value, ctx.requires_grad, TF32_BITS)
+            return _round_input(value, ctx.requires_grad, TF32_BITS)
 
         args, kwargs = [map_structure(tf32, a) for a in args], {k: map_structure(tf32, v) for k, v in kwargs.items()}
         cotangents = [tf32(c) for c in cotangents]
@@ -262,7 +262,7 @@ def _selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
     return leaves if selected is None else [leaves[i] for i in selected if i < len(leaves)]
 
 
-def _hf32(value: Any, requires_grad: set[int], bits: int = HF32_BITS) -> Any:
+def _round_input(value: Any, requires_grad: set[int], bits: int = HF32_BITS) -> Any:
     """An fp32 tensor rounded to HF32 (or `bits` mantissa bits), keeping its place among the inputs that
     require a gradient."""
     if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:

@@ -256,10 +256,6 @@ def round_mantissa(t: torch.Tensor, bits: int) -> torch.Tensor:
     return raw.view(torch.float32).reshape(t.shape)
 
 
-def hf32_round(t: torch.Tensor) -> torch.Tensor:
-    return round_mantissa(t, HF32_BITS)
-
-
 def input_rounding(api_name: str, hf32: bool, device: Device, specs: dict[str, Any]) -> str | None:
     """"TF32" where the device reads only TF32 of this API's fp32 inputs (its backend says so for the
     API's family in api_specs precision.tf32: CUDA's cuDNN convolutions by default, its matrix products
@@ -416,6 +412,6 @@ def is_finite_number(x: Any) -> bool:
 
 __all__ = [
     "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Side", "backward", "first_output_dtype",
-    "hf32_round", "input_rounding", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
+    "HF32_BITS", "TF32_BITS", "input_rounding", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
     "resolve", "round_mantissa", "run_side", "tensors_of", "to_cpu",
 ]
