@@ -72,7 +72,7 @@ def _checkable(value: Any) -> bool:
 def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
                        record: dict[str, Any]) -> None:
     """check.check_entry's run for an overflow_check dump: fills `record` or raises its skip/error."""
-    from .prepare import checkable_entries, prepared_inputs
+    from .prepare import checkable_entries, encoded_arguments, prepared_inputs
     from .rerun import _timed, backward_both
 
     api = name.api_name
@@ -80,9 +80,7 @@ def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict
         raise NotCheckable(f"overflow triage replays PyTorch dumps (framework {dump.framework!r})")
     user, forward, backward_entry = checkable_entries(dump, name, specs)
     want_grad = backward_entry is not None
-    args_enc, kwargs_enc = forward.get("input_args") or [], forward.get("input_kwargs") or {}
-    if not isinstance(args_enc, list) or not isinstance(kwargs_enc, dict):
-        raise NotCheckable(f"{name.full_name}: input_args must be a list and input_kwargs an object")
+    args_enc, kwargs_enc = encoded_arguments(forward, name.full_name)
     if want_grad and ("out" in kwargs_enc or in_list(specs, api, "backward", "unsupported")):
         raise NotCheckable(f"{api}: backward of this call is not checkable")
 

@@ -50,8 +50,9 @@ def prefetch(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str
         _, forward, backward_entry = checkable_entries(dump, name, specs)
     except (ValueError, NotCheckable):
         return
-    args_enc, kwargs_enc = forward.get("input_args") or [], forward.get("input_kwargs") or {}
-    if not isinstance(args_enc, list) or not isinstance(kwargs_enc, dict):
+    try:
+        args_enc, kwargs_enc = encoded_arguments(forward, name.full_name)
+    except NotCheckable:
         return
     seed = item_seed(options.run_seed, name.full_name)
     key = _Key(id(dump), name.full_name, backward_entry is not None, seed, options, id(specs))
@@ -82,6 +83,14 @@ def checkable_entries(dump: Dump, name: Any, specs: dict[str, Any]) -> tuple[Any
     forward = entry_of(dump, name.full_name, "forward")
     backward_entry = entry_of(dump, name.full_name, "backward") if name.direction == "backward" else None
     return user, forward, backward_entry
+
+
+def encoded_arguments(forward: dict[str, Any], full: str) -> tuple[list[Any], dict[str, Any]]:
+    """The forward entry's recorded input_args and input_kwargs, or NotCheckable when they are malformed."""
+    args_enc, kwargs_enc = forward.get("input_args") or [], forward.get("input_kwargs") or {}
+    if not isinstance(args_enc, list) or not isinstance(kwargs_enc, dict):
+        raise NotCheckable(f"{full}: input_args must be a list and input_kwargs an object")
+    return args_enc, kwargs_enc
 
 
 def entry_of(dump: Dump, full: str, direction: str) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from ..verdict import standards
 from .compare import compare_outputs, start_metrics
-from .prepare import checkable_entries, prepared_inputs
+from .prepare import checkable_entries, encoded_arguments, prepared_inputs
 
 
 class ApiFailure(Exception):
@@ -83,10 +83,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     api = name.api_name
     user, forward, backward_entry = checkable_entries(dump, name, specs)
     want_grad = backward_entry is not None
-    kwargs_enc = forward.get("input_kwargs") or {}
-    args_enc = forward.get("input_args") or []
-    if not isinstance(args_enc, list) or not isinstance(kwargs_enc, dict):
-        raise NotCheckable(f"{name.full_name}: input_args must be a list and input_kwargs an object")
+    args_enc, kwargs_enc = encoded_arguments(forward, name.full_name)
     if want_grad:
         if in_list(specs, api, "backward", "not_backward"):
             raise NotCheckable(f"{api}: no backward input data is recorded for this API")
