@@ -59,22 +59,25 @@ class ErrorArrays:
             np.divide(self.abs_err, rel, out=rel)
         return rel
 
-    def _whole(self, where: np.ndarray | slice) -> bool:
-        """Whether to use the whole array: it exists, or the mask holds more than a quarter of the elements
-        (two gathers per element cost more than the whole division)."""
-        return "rel_err" in self.__dict__ or (isinstance(where, np.ndarray) and 4 * int(np.count_nonzero(where)) > where.size)
+    def _whole(self, count: int) -> bool:
+        """Whether to use the whole array for `count` elements: it exists, or they are more than a quarter of
+        it (two gathers per element cost more than the whole division)."""
+        return "rel_err" in self.__dict__ or 4 * count > self.abs_err.size
 
-    def count_rel_above(self, limit: float, mask: np.ndarray) -> int:
-        """#(rel_err > limit) at a mask."""
-        if self._whole(mask):
+    def count_rel_above(self, limit: float, mask: np.ndarray, count: int) -> int:
+        """#(rel_err > limit) at a mask of `count` elements."""
+        if self._whole(count):
             above: np.ndarray = self.rel_err > limit
             above &= mask
             return int(np.count_nonzero(above))
-        return int(np.count_nonzero(self.rel_err_at(mask) > limit))
+        return int(np.count_nonzero(self.rel_err_at(mask, count) > limit))
 
-    def rel_err_at(self, where: np.ndarray | slice) -> np.ndarray:
-        """The relative errors at a mask or slice."""
-        if self._whole(where):
+    def rel_err_at(self, where: np.ndarray | slice, count: int) -> np.ndarray:
+        """The relative errors at a mask or slice of `count` elements; the whole array itself when that is
+        every element."""
+        if count == self.abs_err.size:
+            return self.rel_err
+        if self._whole(count):
             return self.rel_err[where]
         with np.errstate(all="ignore"):
             rel: np.ndarray = self.abs_err[where] / (self.abs_bench[where] + self.eps)
@@ -240,7 +243,7 @@ def absolute_threshold_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: 
     return {
         "inf_nan_err_ratio": inf_nan_error_ratio(device, bench_dev, err, both_finite, rtol, clip_range,
                                                  device_dtype),
-        "rel_err_ratio": err.count_rel_above(rtol, normal) / n_normal if n_normal else 0.0,
+        "rel_err_ratio": err.count_rel_above(rtol, normal, n_normal) / n_normal if n_normal else 0.0,
         "abs_err_ratio": _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
     }
 
@@ -271,8 +274,7 @@ def benchmark_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarra
     n_small = int(np.count_nonzero(small))
     normal = both_finite & ~small                       # = not (small or inf/nan)
     n_normal = int(np.count_nonzero(normal))
-    # the same elements, in the same order, as msprobe's rel_err[rel_err >= 0]
-    rel_normal = err.rel_err if n_normal == normal.size else err.rel_err_at(normal)
+    rel_normal = err.rel_err_at(normal, n_normal)  # the same elements, in order, as msprobe's rel_err[rel_err >= 0]
     return {
         "small_value_err_ratio": _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
         "max_rel_err": float(rel_normal.max()) if rel_normal.size else 0.0,

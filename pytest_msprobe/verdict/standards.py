@@ -202,7 +202,7 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
 
     row.worst = {"index": [int(i) for i in np.unravel_index(worst, shape)], "device": float(d[worst]),
                  "bench": float(b[worst]), "abs_err": float(err.abs_err[worst]),
-                 "rel_err": float(err.rel_err_at(slice(worst, worst + 1))[0])}
+                 "rel_err": float(err.rel_err_at(slice(worst, worst + 1), 1)[0])}
     row.status = _layer1(row.metrics, messages, b, d, err, err.abs_err[worst], device_dtype, th["layer1"])
     row.message = "\n".join(messages)
 
