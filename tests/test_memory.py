@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import platform
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ def _rss_pages() -> int:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's; elsewhere release does nothing")
 def test_freed_heap_memory_goes_back_to_the_os() -> None:
-    assert memory._malloc_trim() is not None
+    assert memory._libc_function("malloc_trim") is not None
     big = np.ones(4_000_000)
     del big  # freeing a 32 MB mmapped block raises glibc's mmap threshold: 800 kB blocks now live in the heap
     blocks = [np.ones(100_000) for _ in range(400)]  # 320 MB
@@ -37,3 +39,28 @@ def test_freed_heap_memory_goes_back_to_the_os() -> None:
 def test_release_is_harmless_anywhere() -> None:
     memory.release_freed_memory()
     memory.release_freed_memory()
+
+
+_REFAULTS = """
+import resource, sys
+import numpy as np
+from pytest_msprobe.runs import memory
+if sys.argv[1] == "keep":
+    memory.keep_freed_memory()
+block = np.ones(2 << 20)  # 16 MiB: under glibc's largest mmap threshold, over its first one
+del block
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+block = np.ones(2 << 20)  # the same size again, as the next item's tensor would be
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's thresholds are glibc's")
+def test_a_freed_block_is_reused_without_faulting_its_pages_in_again() -> None:
+    def faults(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", _REFAULTS, mode], capture_output=True, text=True, check=True)
+        return int(done.stdout)
+
+    default = faults("default")  # glibc gave the block back, and maps and zeroes it again
+    assert default >= 100  # a fault per 4 KiB page, or per larger folio where the kernel maps those
+    assert faults("keep") * 20 < default  # kept in the heap: its pages are still there

@@ -158,10 +158,11 @@ class ApiItem(pytest.Item):
 
     def _check(self, entry_name: str) -> dict[str, Any]:
         from ..check import check_entry  # torch is imported here, never at collection
-        from ..runs.memory import release_freed_memory
+        from ..runs.memory import keep_freed_memory, release_freed_memory
         from ..specs.loader import load_specs
 
         options = self.config.stash[SETTINGS_KEY].check_options
+        keep_freed_memory()
         try:
             specs = load_specs(user_file=options.specs_file)
             self._prefetch_next(options, specs)
