@@ -122,8 +122,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
         args, kwargs = [map_structure(tf32, a) for a in args], {k: map_structure(tf32, v) for k, v in kwargs.items()}
         cotangents = [tf32(c) for c in cotangents]
-        record["notes"].append(f"TF32: {device.kind} reads 10 mantissa bits of this API's fp32 inputs (torch's "
-                               "setting), so they are rounded to TF32 on both sides")
+        record["notes"].append(f"TF32: {device.kind} reads {TF32_BITS} mantissa bits of this API's fp32 inputs "
+                               "(torch's setting), so they are rounded to TF32 on both sides")
     capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents, plan=plan,
                   device=device, name=name, want_grad=want_grad,
                   resolved=resolved)  # --msprobe-save-error-data/-repro/-fuzz
