@@ -412,6 +412,6 @@ def is_finite_number(x: Any) -> bool:
 
 __all__ = [
     "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Side", "backward", "first_output_dtype",
-    "HF32_BITS", "TF32_BITS", "input_rounding", "make_side", "map_structure", "output_leaves", "pair_cotangents", "plan_precision",
-    "resolve", "round_mantissa", "run_side", "tensors_of", "to_cpu",
+    "HF32_BITS", "TF32_BITS", "input_rounding", "make_side", "map_structure", "output_leaves", "pair_cotangents",
+    "plan_precision", "resolve", "round_mantissa", "run_side", "tensors_of", "to_cpu",
 ]
