@@ -19,5 +19,5 @@ myst_heading_anchors = 4  # `page.md#a-heading` links resolve, and a missing one
 myst_enable_extensions = ["colon_fence"]
 html_theme = "alabaster"
 html_static_path: list[str] = []
-html_theme_options = {"description": "msprobe dumps as pytest items", "page_width": "1200px"}
+html_theme_options = {"description": "msprobe dumps as pytest items", "page_width": "1400px", "body_max_width": "none"}
 suppress_warnings: list[str] = []

@@ -70,6 +70,8 @@ def test_hooks_match_the_registered_hookspecs(pytester: pytest.Pytester) -> None
         first = (getattr(__import__("pytest_msprobe.hookspecs", fromlist=[name]), name).__doc__ or "").strip()
         assert first and first.splitlines()[0] in markdown
     assert ".. code-block" not in markdown and ":param" not in markdown  # reST turned into MyST
+    assert "Two kinds" in ref.hooks_intro_markdown()
+    _page_uses("reference/hooks.md", "hooks-intro")
     _page_uses("reference/hooks.md", "hooks")
 
 
@@ -158,3 +160,33 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     options = (tmp_path / "html" / "reference" / "options.html").read_text(encoding="utf-8")
     assert "--msprobe-allow-all-skipped" in options and "msprobe_min_work_per_worker" in options
+
+
+def test_readme_is_short_keeps_the_ci_commands_and_its_links_resolve() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    command1 = 'pip install "torch==2.13.0" -e . && pytest --msprobe-api-info examples/mlp_fp32_tensor/step0/rank0/dump.json'
+    command2 = 'pip install "torch==2.13.0" -e ".[test]" && python -m pytest -n 2'
+    first_block = readme.split("```bash", 1)[1].split("```", 1)[0]
+    assert command1 in first_block and command2 in first_block  # at the top, as CI runs them
+    assert command1 in ci and 'pip install "torch==2.13.0" -e ".[test]"' in ci and "python -m pytest -n 2" in ci
+    assert "sphinx-build -W --keep-going -n docs" in ci and "sphinx-build -W --keep-going -n docs" in readme
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    assert len(links) > 20
+    for link in links:
+        assert (ROOT / link).exists(), link
+
+
+def test_every_page_is_mapped_or_new_and_every_old_section_has_a_page() -> None:
+    mapping = (DOCS / "README-MAPPING.md").read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([\w/.-]+\.md)\)", mapping):
+        assert (DOCS / target).is_file(), target
+    old_sections = ("Using it", "Options", "What an item is", "Inputs", "Execution", "Precision standards", "`strict`",
+                    "Your own thresholds", "Coming from msprobe", "Results", "api_precision_compare on two CSVs",
+                    "Bad input", "Fused NPU ops", "Your own kernels and devices", "MindSpore dumps and replay mode",
+                    "Large runs", "Many devices", "Crashes and hung calls", "Resume", "Shards", "CI gate",
+                    "Duplicate calls", "From a red item to a fix", "A script of any call", "Performance", "Layout")
+    rows = [line for line in mapping.splitlines() if line.startswith("| ") and "](" in line]
+    for section in old_sections:
+        assert any(section in row.split("|")[1] for row in rows), section

@@ -24,10 +24,13 @@ class Generated(SphinxDirective):
             raise self.error(f"msprobe-generated: unknown table {name!r}; known: "
                              f"{', '.join(msprobe_reference.GENERATORS)}")
         text = msprobe_reference.GENERATORS[name]()
-        container = nodes.section() if name in ("hooks", "cli") else nodes.container()
+        # With headings, MyST puts the sections into the page itself as it parses them (returned nodes
+        # come after them), so a generated table with headings has no text before its first heading.
+        titled = text.lstrip().startswith("## ")
+        container = nodes.section() if titled else nodes.container()
         container.document = self.state.document
-        self.state.nested_parse(StringList(text.splitlines(), source=f"<generated {name}>"),
-                                self.content_offset, container, match_titles=True)
+        self.state.nested_parse(StringList(text.splitlines(), source=f"<generated {name}>"), self.content_offset,
+                                container, match_titles=titled)
         return list(container.children)
 
 

@@ -186,15 +186,22 @@ def _rst_to_myst(doc: str) -> str:
     return "\n".join(out)
 
 
+def hooks_intro_markdown() -> str:
+    """hookspecs.py's module docstring: what the hooks are for, where they run."""
+    from pytest_msprobe import hookspecs
+
+    return _rst_to_myst(inspect.cleandoc(hookspecs.__doc__ or "")) + "\n"
+
+
 def hooks_markdown() -> str:
     from pytest_msprobe import hookspecs
 
-    parts = [_rst_to_myst(inspect.cleandoc(hookspecs.__doc__ or "")), ""]
+    parts: list[str] = []
     for name in hook_names():
         fn = getattr(hookspecs, name)
         opts = getattr(fn, "pytest_spec", {})  # pluggy's marker attribute: firstresult, historic
         flags = ", ".join(k for k, v in sorted(opts.items()) if v is True)
-        parts += [f"## `{name}`", "", "```python", f"def {name}{inspect.signature(fn)}", "```", ""]
+        parts += [f"## `{name}`", "", "```python", f"def {name}{str(inspect.signature(fn)).replace(chr(39), '')}", "```", ""]
         if flags:
             parts += [f"*{flags}*", ""]
         parts += [_rst_to_myst(inspect.cleandoc(fn.__doc__ or "")), ""]
@@ -407,6 +414,7 @@ def api_specs_markdown() -> str:
 GENERATORS = {
     "options": options_markdown,
     "ini": ini_markdown,
+    "hooks-intro": hooks_intro_markdown,
     "hooks": hooks_markdown,
     "csv-columns": columns_markdown,
     "jsonl-keys": jsonl_markdown,
