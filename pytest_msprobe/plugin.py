@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "those APIs runs your kernel, the other APIs are deselected")
     group.addoption("--msprobe-kernels-run-all", action="store_true", default=False,
                     help="with --msprobe-kernels: run the APIs without a kernel too, with the usual APIs")
-    group.addoption("--msprobe-seed", type=_seed, default=None,
+    group.addoption("--msprobe-seed", type=_seed, default=None, metavar="N|random",
                     help=f"run seed for random inputs (default {DEFAULT_SEED}; 'random' picks one and prints it)")
     group.addoption("--msprobe-data-mode", choices=DATA_MODES, default="auto",
                     help="auto: saved tensors when the dump has them, else random from statistics")
