@@ -94,7 +94,8 @@ def write_script(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: every subcommand and its arguments (the documentation's CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m pytest_msprobe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -132,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--threads", type=int, default=1, help="torch intra-op threads, as --msprobe-threads (default 1)")
     w.add_argument("--specs", default=None, help="a --msprobe-specs YAML file (embedded in the script)")
     w.set_defaults(run=write_script)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     code: int = args.run(args)
     return code
 

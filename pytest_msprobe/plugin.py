@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "those APIs runs your kernel, the other APIs are deselected")
     group.addoption("--msprobe-kernels-run-all", action="store_true", default=False,
                     help="with --msprobe-kernels: run the APIs without a kernel too, with the usual APIs")
-    group.addoption("--msprobe-seed", type=_seed, default=None,
+    group.addoption("--msprobe-seed", type=_seed, default=None, metavar="N|random",
                     help=f"run seed for random inputs (default {DEFAULT_SEED}; 'random' picks one and prints it)")
     group.addoption("--msprobe-data-mode", choices=DATA_MODES, default="auto",
                     help="auto: saved tensors when the dump has them, else random from statistics")
@@ -85,8 +85,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "replay MindSpore tensor dumps, re-run everything else")
     group.addoption("--msprobe-standard", choices=STANDARDS, default=None,
                     help="judgement: strict (default: what a correct kernel in the device dtype may lose, per kind "
-                         "of op; see README), msprobe (msprobe 8.x's new standard), original (msprobe's Layer 1 "
-                         "only), msprobe26 (benchmark for every float output), mindspore")
+                         "of op; see docs/explanation/error-model.md), msprobe (msprobe 8.x's new standard), "
+                         "original (msprobe's Layer 1 only), msprobe26 (benchmark for every float output), mindspore")
     group.addoption("--msprobe-bench-precision", choices=BENCH_PRECISIONS, default="auto",
                     help="auto (default): the bench raises fp16/bf16 to fp32 and fp32 to fp64 (msprobe's rule), "
                          "with per-API choices from api_specs (precision.raise_map_by_api); fp64: every float "

@@ -10,7 +10,7 @@ DEVICES = ("auto", "npu", "cuda", "cpu")  # the built-in ones; backends.py adds 
 DATA_MODES = ("auto", "random", "real")
 STANDARDS = ("strict", "msprobe", "original", "msprobe26", "mindspore")  # first is the default
 # auto: replay MindSpore tensor dumps, re-run everything else; replay: the device result is the output
-# recorded in the dump; rerun: the API runs again on the device under test (README "MindSpore dumps")
+# recorded in the dump; rerun: the API runs again on the device under test (docs/how-to/mindspore-and-replay.md)
 MODES = ("auto", "rerun", "replay")
 # auto: msprobe's raise rule (fp16/bf16 -> fp32, fp32 -> fp64) with api_specs' per-API tables; fp64: all fp64
 BENCH_PRECISIONS = ("auto", "fp64")

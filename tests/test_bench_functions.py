@@ -730,5 +730,6 @@ def test_apply_adam_is_tf_apply_adam() -> None:
 
 
 def test_custom_bench_example_is_documented() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert "pytest_msprobe.bench_functions" in readme and "examples/custom_bench" in readme
+    page = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "own-bench-function.md"
+    text = page.read_text(encoding="utf-8")
+    assert "pytest_msprobe.bench_functions" in text and "examples/custom_bench" in text

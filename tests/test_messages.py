@@ -155,7 +155,8 @@ def test_repro_json_is_valid_json_with_nan_metrics(pytester: pytest.Pytester) ->
 
 def test_readme_stands_on_its_own_and_its_commands_are_installed() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert not re.search(r"REFERENCE\s*§", readme)
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        assert not re.search(r"REFERENCE\s*§", page.read_text(encoding="utf-8")), page
     pyproject = (ROOT / "pyproject.toml").read_text()
     deps = re.search(r"^dependencies = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL)
     test_extra = re.search(r"^test = \[(.*?)\]", pyproject, re.MULTILINE)

@@ -1,6 +1,6 @@
 """`--msprobe-kernels module:attr`: your own kernels on the device side, judged against the bench.
 
-The contract (README "Your own kernels and devices"):
+The contract (docs/how-to/own-kernels.md):
 
 * `module:attr` names a mapping `{API name: kernel}`. `module` is a dotted module name importable
   from sys.path (the `pythonpath` ini key adds folders) or a path to a `.py` file (relative to the
