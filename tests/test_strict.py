@@ -271,3 +271,35 @@ def test_attention_gradients_get_their_own_thresholds() -> None:
     rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction", "gradient_rounding")
     assert rules["gross"] == THRESHOLDS["gradient_rounding"]["gross"] > _rules(THRESHOLDS, "torch.bfloat16",
                                                                                "reduction")["gross"]
+
+
+TINY = {"torch.float16": 2.0**-14, "torch.bfloat16": 2.0**-126, "torch.float32": 2.0**-126}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_subnormal_result_flushed_to_zero_is_not_an_error(dtype: str, kind: str) -> None:
+    """Flush-to-zero (NPUs, GPUs, the CPU's bf16 matmul: 0.0 where the bench is 1.47e-39) passes, of
+    either sign and however many elements; a zero where the bench is normal, or a subnormal of the
+    wrong sign, still fails."""
+    rng = np.random.default_rng(3)
+    bench = rng.standard_normal(4096) * TINY[dtype]  # a third of it below the normal range
+    rounded = strict.round_to(bench, dtype)
+    flushed = np.where(np.abs(bench) < TINY[dtype], np.copysign(0.0, bench * rng.choice([-1, 1], bench.size)), rounded)
+    assert np.count_nonzero(flushed != rounded) > 1000, np.count_nonzero(flushed != rounded)
+    result = judge(bench, flushed, dtype, kind, row=64)
+    assert result.status == "pass", result.message
+    assert result.stats["max_err"] == 0.0
+    # torch's own kernel flushing where the device does not changes nothing either
+    assert judge(bench, rounded, dtype, kind, row=64, torch_run=flushed if kind != "contraction" else None).status == \
+        "pass"
+    normal = bench.copy()
+    normal[2048] = 1.5 * TINY[dtype]
+    device = np.where(np.abs(normal) < TINY[dtype], 0.0, strict.round_to(normal, dtype))
+    device[2048] = 0.0
+    wrong = judge(normal, device, dtype, kind, row=64)
+    assert wrong.status == "error" and "flat index 2048" in wrong.message
+    signed = rounded.copy()
+    signed[7] = -signed[7]
+    assert signed[7] != 0.0
+    assert judge(bench, signed, dtype, "elementwise", row=64).status == "error"

@@ -17,6 +17,10 @@ lose there, by the op's kind (`api_specs/error_model.yaml`):
   *magnitude run*: the API on the absolute values of its inputs) times fp32 accumulation's unit
   roundoff: fp32 accumulation in any order or split passes, 16-bit accumulation fails.
 
+A zero (of either sign) where the bench lies below the device dtype's normal range counts as the
+correctly rounded result: flushing a subnormal result to zero is what NPUs, GPUs and 16-bit CPU dot
+products do, not a bug.
+
 Then four checks, all numbers in api_specs/thresholds.yaml (`strict:`):
 1. NaN and inf sit where the rounded bench (or the torch run) has them, with the same signs.
 2. No element is grossly wrong: normalised error <= gross.
@@ -237,6 +241,18 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     return StrictResult("pass", "", stats)
 
 
+def _unflushed(values: np.ndarray, bench: np.ndarray, rounded: np.ndarray, device_dtype: str) -> np.ndarray:
+    """`values` with each zero where the bench lies below the device dtype's normal range replaced by the
+    correctly rounded bench: a kernel that flushes such a result to zero (either sign; flush-to-zero, as
+    NPUs, GPUs and CPUs' 16-bit dot products do) has not erred. Only the one pass over `values` when it
+    holds no zero."""
+    zero = values == 0
+    if not zero.any():
+        return values
+    flushed = zero & (np.abs(bench) < 2.0 ** _FORMATS[device_dtype][1])
+    return np.where(flushed, rounded, values) if flushed.any() else values
+
+
 def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Mapping[str, Any],
                   kind: str) -> _Totals:
     """The totals of every block of whole rows."""
@@ -275,8 +291,9 @@ def _block(flat: dict[str, np.ndarray], s: slice, layout: tuple[np.ndarray, np.n
     b = flat["b"][s].astype(work, copy=False)
     d = flat["d"][s].astype(work, copy=False)
     rounded = round_to(b, device_dtype, all_finite=True, work=work)
+    d = _unflushed(d, b, rounded, device_dtype)
     has_t = "t" in flat
-    t = flat["t"][s].astype(work, copy=False) if has_t else rounded
+    t = _unflushed(flat["t"][s].astype(work, copy=False), b, rounded, device_dtype) if has_t else rounded
     unit = ulp(rounded, device_dtype)
     scale = np.maximum(unit, _filled(floor, unit.size, unit.dtype)) if floor else unit
     starts, counts = layout
