@@ -122,3 +122,20 @@ def test_gradient_rounding_and_scalar_sections_use_their_rules() -> None:
     for section in ("gradient_rounding", "exact_scalar"):
         compiled, oracle = both(bench, device, "torch.bfloat16", "exact", section, row=100)
         assert same(compiled, oracle) and compiled.status == "error"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flushed_subnormal_results_are_judged_as_the_oracle_does(dtype: str) -> None:
+    """Zeros (of either sign) where the bench lies below the normal range, on the device and in the torch
+    run, next to zeros where it does not."""
+    rng = np.random.default_rng(5)
+    tiny = 2.0 ** strict._FORMATS[dtype][1]
+    bench = (rng.standard_normal(20_000) * tiny * np.where(rng.random(20_000) < 0.5, 0.3, 3.0)).astype(
+        np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32)
+    device, torch_run = _device_side(rng, bench, dtype, 1), _device_side(rng, bench, dtype, 1)
+    for side in (device, torch_run):
+        side[rng.random(side.size) < 0.3] = 0.0
+        side[rng.random(side.size) < 0.1] = -0.0
+    for kind in KINDS:
+        compiled, oracle = both(bench, device, dtype, kind, row=100, torch_run=torch_run)
+        assert same(compiled, oracle), (kind, compiled, oracle)

@@ -136,6 +136,14 @@ def _load(src: Any, dst: Any, n: int) -> None:
 
 
 @compiled
+def _unflush(values: Any, bench: Any, rounded: Any, n: int, tiny: Any, zero: Any) -> None:
+    """A zero where |bench| lies below the device dtype's normal range (`tiny`) becomes the correctly
+    rounded bench: flushing a subnormal result to zero is not an error (strict's flush-to-zero rule)."""
+    for j in range(n):
+        values[j] = rounded[j] if values[j] == zero and abs(bench[j]) < tiny else values[j]
+
+
+@compiled
 def _argmax(w: Any, n: int, ints: Any) -> int:
     """np.argmax of the non-negative values (or NaN) w[:n]: the first NaN, else the first largest. The
     maximum is taken over the bits, which order non-negative floats as their values do, in vector code."""
@@ -244,8 +252,10 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
         _load(b[start:start + nb], bw, nb)
         _load(d[start:start + nb], dw, nb)
         _round(bw, rw, nb, fmt)
+        _unflush(dw, bw, rw, nb, emin, zero)
         if has_t:
             _load(t[start:start + nb], tw, nb)
+            _unflush(tw, bw, rw, nb, emin, zero)
         else:
             _load(rw, tw, nb)
         _ulp(rw, uw, nb, emin, step)
