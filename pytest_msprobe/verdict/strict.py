@@ -272,7 +272,8 @@ def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rule
                                                     "accumulation_factor", "exact_tie_factor")}
     params = np.array([floor, factor["torch_factor"], factor["row_factor"], factor["estimated_row_factor"],
                        factor["accumulation_factor"] * accumulation_roundoff(device_dtype), rules["gross"],
-                       2.0 ** emin, 2.0 ** -mantissa, factor["exact_tie_factor"] * 2.0 ** (mantissa - 24)])
+                       2.0 ** emin, 2.0 ** -mantissa, factor["exact_tie_factor"] * 2.0 ** (mantissa - 24),
+                       K.LEAF_START])
     m = flat["d"].size
     blocks = -(-m // block)
     groups = (-(-blocks // every)) * -(-block // size)

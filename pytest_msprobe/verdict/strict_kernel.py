@@ -29,12 +29,14 @@ def compiled(fn: _F) -> _F:
 
 _PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
+# where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
+LEAF_START = float(np.add.reduceat(np.array([-0.0, -0.0]), [0])[0])
 
 # codes of the device dtypes (strict._FORMATS) and of the op kinds
 FORMATS = {"torch.bfloat16": 0, "torch.float16": 1, "torch.float32": 2, "torch.float64": 3}
 KINDS = {"elementwise": 0, "exact": 1, "reduction": 2, "contraction": 3}
 # slots of the float parameters (`params`) and of the results (`out`)
-P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW = range(9)
+P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF = range(10)
 (O_SUM_W, O_SUM_T, O_MAX_T, O_MAX_W, O_WORST, O_GROSS, O_WRONG, O_FIRST_WRONG, O_WRONG_ZERO, O_WRONG_UP,
  O_OFF_TIE, O_GROUPS) = range(12)
 
@@ -112,9 +114,10 @@ def cast_sum(a: Any, n: int) -> float:
 
 
 @compiled
-def segment_sum(a: Any, lo: int, n: int) -> Any:
-    """One segment of `add.reduceat`: its first term, then the pairwise sum of the others."""
-    return a[lo] + pairwise(a, lo + 1, n - 1, 0.0) if n > 1 else a[lo]
+def segment_sum(a: Any, lo: int, n: int, start: float) -> Any:
+    """One segment of `add.reduceat`: its first term, then the pairwise sum of the others, whose short
+    leaves start from `start` (-0.0 in numpy 2, which keeps the sign of a sum of negative zeros)."""
+    return a[lo] + pairwise(a, lo + 1, n - 1, start) if n > 1 else a[lo]
 
 
 @compiled
@@ -224,6 +227,7 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
     the bias test's group sums of every `every`-th block into bias[0..3] and their sizes into `counts`.
     `t`, `mag`, `prod`, `est` of length 0 are absent; `work` is an empty array of the work dtype, `ints` one of the integers of its width."""
     m = d.size
+    leaf_start = params[P_LEAF]
     has_t, has_mag, has_prod, has_est = t.size > 0, mag.size > 0, prod.size > 0, est.size > 0
     rowk = has_t and (kind == 2 or kind == 3)
     wd = work.dtype
@@ -274,7 +278,7 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
                 f1[j] = np.float64(ew[j]) * np.float64(ew[j])
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
-                rms = math.sqrt(segment_sum(f1, g0, cnt) / cnt)
+                rms = math.sqrt(segment_sum(f1, g0, cnt, leaf_start) / cnt)
                 cw[-1] = params[P_ROW] * rms
                 r_row = cw[-1]
                 for j in range(g0, g0 + cnt):
@@ -306,14 +310,14 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
         best_j = _argmax(ew2, nb, ints)
         if f1[best_j] > max_w:
             max_w, worst = f1[best_j], start + best_j
-        sum_w += cast_sum(f1, nb) if cast else pairwise(f1, 0, nb, 0.0)
+        sum_w += cast_sum(f1, nb) if cast else 0.0 + pairwise(f1, 0, nb, leaf_start)
         if has_t:
             for j in range(nb):
                 wt = ew[j] / sw[j]
                 wt = wt * (one if tw[j] != rw[j] else zero)
                 ew2[j] = wt
                 f2[j] = wt
-            sum_t += cast_sum(f2, nb) if cast else pairwise(f2, 0, nb, 0.0)
+            sum_t += cast_sum(f2, nb) if cast else 0.0 + pairwise(f2, 0, nb, leaf_start)
             top = f2[_argmax(ew2, nb, ints)]
             if top > max_t:  # Python's max(max_t, w_t.max()): a NaN maximum leaves it
                 max_t = top
@@ -340,10 +344,10 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
                 sd[j], st[j], sdz[j], stz[j] = a, c, a * tz, c * tz
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
-                bias[0, groups] = segment_sum(sd, g0, cnt)
-                bias[1, groups] = segment_sum(st, g0, cnt)
-                bias[2, groups] = segment_sum(sdz, g0, cnt)
-                bias[3, groups] = segment_sum(stz, g0, cnt)
+                bias[0, groups] = segment_sum(sd, g0, cnt, leaf_start)
+                bias[1, groups] = segment_sum(st, g0, cnt, leaf_start)
+                bias[2, groups] = segment_sum(sdz, g0, cnt, leaf_start)
+                bias[3, groups] = segment_sum(stz, g0, cnt, leaf_start)
                 counts[groups] = cnt
                 groups += 1
     out[O_SUM_W], out[O_SUM_T], out[O_MAX_T], out[O_MAX_W] = sum_w, sum_t, max_t, max_w
