@@ -31,6 +31,7 @@ Then four checks, all numbers in api_specs/thresholds.yaml (`strict:`):
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -283,7 +284,7 @@ def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rule
                   _kernel_array(flat["d"], side), _kernel_array(flat.get("t"), side),
                   _kernel_array(flat.get("mag"), side), _kernel_array(flat.get("prod"), side),
                   np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
-                  np.empty(0, dtype=work), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
+                  *_scratch(work, min(block, m)), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
                   K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params, bias, counts, out)
     acc = _Totals()
     acc.sum_w, acc.sum_t, acc.max_t, acc.max_w = (float(out[k]) for k in (K.O_SUM_W, K.O_SUM_T, K.O_MAX_T, K.O_MAX_W))
@@ -294,6 +295,22 @@ def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rule
     acc.bias = {k: [bias[i, :n]] for i, k in enumerate(("bias", "ref_bias", "bias_zero", "ref_bias_zero"))}
     acc.counts = [counts[:n]]
     return acc
+
+
+_THREAD = threading.local()
+
+
+def _scratch(work: type[np.floating[Any]], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's block buffers (work dtype, float64), kept per thread and grown when a block needs more:
+    fresh ones on every call would cost page faults and most of the time of a small output."""
+    from .strict_kernel import SCRATCH, WIDE
+
+    key = np.dtype(work).char
+    have = getattr(_THREAD, key, None)
+    if have is None or have[0].shape[1] < size:
+        have = (np.empty((SCRATCH, size), dtype=work), np.empty((WIDE, size)))
+        setattr(_THREAD, key, have)
+    return have
 
 
 def _side_dtype(flat: Mapping[str, np.ndarray], work: type[np.floating[Any]]) -> type[np.floating[Any]]:

@@ -36,6 +36,7 @@ LEAF_START = float(np.add.reduceat(np.array([-0.0, -0.0]), [0])[0])
 FORMATS = {"torch.bfloat16": 0, "torch.float16": 1, "torch.float32": 2, "torch.float64": 3}
 KINDS = {"elementwise": 0, "exact": 1, "reduction": 2, "contraction": 3}
 # slots of the float parameters (`params`) and of the results (`out`)
+SCRATCH, WIDE = 10, 6  # rows of the block buffers in the work dtype and in float64
 P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF = range(10)
 (O_SUM_W, O_SUM_T, O_MAX_T, O_MAX_W, O_WORST, O_GROSS, O_WRONG, O_FIRST_WRONG, O_WRONG_ZERO, O_WRONG_UP,
  O_OFF_TIE, O_GROUPS) = range(12)
@@ -70,16 +71,16 @@ def _leaf(a: Any, lo: int, n: int, zero: Any) -> Any:
 
 
 @compiled
-def pairwise(a: Any, lo: int, n: int, zero: Any) -> Any:
+def pairwise(a: Any, lo: int, n: int, zero: Any, stack: Any, left: Any) -> Any:
     """numpy's pairwise sum of a[lo:lo + n] (numpy/_core/src/umath/loops_utils.h), in a's dtype (`zero`'s):
     halves (the first a multiple of 8) down to leaves of 128, added back in the same order. Written
-    without recursion: numba's disk cache cannot hold a recursive function."""
+    without recursion (numba's disk cache cannot hold a recursive function), on the caller's `stack` (an
+    int64 array of 3 x 64) and `left` (64 of a's dtype), so that a call allocates nothing."""
     if n <= _PW_BLOCK:
         return _leaf(a, lo, n, zero)
     # a node per level: its start, length, and its left half's sum once that is done (stage 1: left half
     # in progress, 2: right half in progress)
-    los, ns, stage = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, np.int64)
-    left = np.empty(64, a.dtype)
+    los, ns, stage = stack[0], stack[1], stack[2]
     los[0], ns[0], stage[0] = lo, n, 0
     top = 0
     while True:
@@ -105,19 +106,19 @@ def pairwise(a: Any, lo: int, n: int, zero: Any) -> Any:
 
 
 @compiled
-def cast_sum(a: Any, n: int) -> float:
+def cast_sum(a: Any, n: int, stack: Any, left: Any) -> float:
     """`x.sum(dtype=float64)` of float32 terms held (widened) in `a[:n]`: numpy adds buffer by buffer."""
     total = 0.0
     for lo in range(0, n, _CAST_BUFFER):
-        total += pairwise(a, lo, min(_CAST_BUFFER, n - lo), 0.0)
+        total += pairwise(a, lo, min(_CAST_BUFFER, n - lo), 0.0, stack, left)
     return total
 
 
 @compiled
-def segment_sum(a: Any, lo: int, n: int, start: float) -> Any:
+def segment_sum(a: Any, lo: int, n: int, start: float, stack: Any, left: Any) -> Any:
     """One segment of `add.reduceat`: its first term, then the pairwise sum of the others, whose short
     leaves start from `start` (-0.0 in numpy 2, which keeps the sign of a sum of negative zeros)."""
-    return a[lo] + pairwise(a, lo + 1, n - 1, start) if n > 1 else a[lo]
+    return a[lo] + pairwise(a, lo + 1, n - 1, start, stack, left) if n > 1 else a[lo]
 
 
 @compiled
@@ -221,16 +222,18 @@ def _ulp(src: Any, dst: Any, n: int, emin: Any, step: Any) -> None:
 
 
 @compiled
-def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any, ints: Any, fmt: int, kind: int, size: int,
+def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: Any, wide: Any, ints: Any, fmt: int, kind: int, size: int,
                 block: int, every: int, params: Any, bias: Any, counts: Any, out: Any) -> None:
     """The totals of strict._Totals over every block of `block` elements (groups of `size`), into `out`;
     the bias test's group sums of every `every`-th block into bias[0..3] and their sizes into `counts`.
-    `t`, `mag`, `prod`, `est` of length 0 are absent; `work` is an empty array of the work dtype, `ints` one of the integers of its width."""
+    `t`, `mag`, `prod`, `est` of length 0 are absent; `scratch` holds SCRATCH rows of at least `block` elements of the work dtype, `wide` WIDE rows of float64
+    (the caller keeps them from call to call), `ints` is an empty array of the integers of the work width."""
     m = d.size
     leaf_start = params[P_LEAF]
+    stack, left = np.empty((3, 64), np.int64), np.empty(64)  # pairwise's, once per call
     has_t, has_mag, has_prod, has_est = t.size > 0, mag.size > 0, prod.size > 0, est.size > 0
     rowk = has_t and (kind == 2 or kind == 3)
-    wd = work.dtype
+    wd = scratch.dtype
     cw = np.empty(len(params) + 4, wd)  # the parameters rounded to the work dtype, as numpy's operands are
     for k in range(len(params)):
         cw[k] = params[k]
@@ -238,13 +241,10 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
     zero, one, c_half = cw[-4], cw[-3], cw[-2]
     emin, step, c_floor, c_torch = cw[P_EMIN], cw[P_ULP], cw[P_FLOOR], cw[P_TORCH]
     c_acc, c_gross, c_window = cw[P_ACC], cw[P_GROSS], cw[P_WINDOW]
-    cast = work.itemsize == 4  # float32 terms summed in float64: numpy's buffered sum
-    bw, dw, tw = np.empty(block, wd), np.empty(block, wd), np.empty(block, wd)
-    rw, uw, sw, ew = np.empty(block, wd), np.empty(block, wd), np.empty(block, wd), np.empty(block, wd)
-    ew2 = np.empty(block, wd)
-    pw, pu = np.empty(block, wd), np.empty(block, wd)
-    f1, f2 = np.empty(block), np.empty(block)
-    sd, st, sdz, stz = np.empty(block), np.empty(block), np.empty(block), np.empty(block)
+    cast = scratch.itemsize == 4  # float32 terms summed in float64: numpy's buffered sum
+    bw, dw, tw, rw, uw = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
+    sw, ew, ew2, pw, pu = scratch[5], scratch[6], scratch[7], scratch[8], scratch[9]
+    f1, f2, sd, st, sdz, stz = wide[0], wide[1], wide[2], wide[3], wide[4], wide[5]
     sum_w = sum_t = max_t = 0.0
     max_w, worst, gross, wrong, first_wrong = -1.0, 0, 0, 0, -1
     wrong_zero = wrong_up = off_tie = 0
@@ -278,7 +278,7 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
                 f1[j] = np.float64(ew[j]) * np.float64(ew[j])
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
-                rms = math.sqrt(segment_sum(f1, g0, cnt, leaf_start) / cnt)
+                rms = math.sqrt(segment_sum(f1, g0, cnt, leaf_start, stack, left) / cnt)
                 cw[-1] = params[P_ROW] * rms
                 r_row = cw[-1]
                 for j in range(g0, g0 + cnt):
@@ -310,14 +310,14 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
         best_j = _argmax(ew2, nb, ints)
         if f1[best_j] > max_w:
             max_w, worst = f1[best_j], start + best_j
-        sum_w += cast_sum(f1, nb) if cast else 0.0 + pairwise(f1, 0, nb, leaf_start)
+        sum_w += cast_sum(f1, nb, stack, left) if cast else 0.0 + pairwise(f1, 0, nb, leaf_start, stack, left)
         if has_t:
             for j in range(nb):
                 wt = ew[j] / sw[j]
                 wt = wt * (one if tw[j] != rw[j] else zero)
                 ew2[j] = wt
                 f2[j] = wt
-            sum_t += cast_sum(f2, nb) if cast else 0.0 + pairwise(f2, 0, nb, leaf_start)
+            sum_t += cast_sum(f2, nb, stack, left) if cast else 0.0 + pairwise(f2, 0, nb, leaf_start, stack, left)
             top = f2[_argmax(ew2, nb, ints)]
             if top > max_t:  # Python's max(max_t, w_t.max()): a NaN maximum leaves it
                 max_t = top
@@ -344,10 +344,10 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, work: Any
                 sd[j], st[j], sdz[j], stz[j] = a, c, a * tz, c * tz
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
-                bias[0, groups] = segment_sum(sd, g0, cnt, leaf_start)
-                bias[1, groups] = segment_sum(st, g0, cnt, leaf_start)
-                bias[2, groups] = segment_sum(sdz, g0, cnt, leaf_start)
-                bias[3, groups] = segment_sum(stz, g0, cnt, leaf_start)
+                bias[0, groups] = segment_sum(sd, g0, cnt, leaf_start, stack, left)
+                bias[1, groups] = segment_sum(st, g0, cnt, leaf_start, stack, left)
+                bias[2, groups] = segment_sum(sdz, g0, cnt, leaf_start, stack, left)
+                bias[3, groups] = segment_sum(stz, g0, cnt, leaf_start, stack, left)
                 counts[groups] = cnt
                 groups += 1
     out[O_SUM_W], out[O_SUM_T], out[O_MAX_T], out[O_MAX_W] = sum_w, sum_t, max_t, max_w
