@@ -280,7 +280,9 @@ def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rule
     groups = (-(-blocks // every)) * -(-block // size)
     bias, counts, out = np.empty((4, groups)), np.empty(groups, dtype=np.int64), np.empty(K.O_GROUPS + 1)
     side = _side_dtype(flat, work)
-    K.strict_pass(_kernel_array(flat["b"], flat["b"].dtype if flat["b"].dtype == np.float64 else np.float32),
+    # the bench in the work dtype (the pass rounds it to that first, as numpy did): two signatures to
+    # compile, not one per bench dtype
+    K.strict_pass(_kernel_array(flat["b"], work),
                   _kernel_array(flat["d"], side), _kernel_array(flat.get("t"), side),
                   _kernel_array(flat.get("mag"), side), _kernel_array(flat.get("prod"), side),
                   np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
@@ -314,8 +316,9 @@ def _scratch(work: type[np.floating[Any]], size: int) -> tuple[np.ndarray, np.nd
 
 
 def _side_dtype(flat: Mapping[str, np.ndarray], work: type[np.floating[Any]]) -> type[np.floating[Any]]:
-    """One dtype for device, torch run, magnitude and product, so that few signatures are compiled: the work
-    dtype of 16-bit outputs (numpy rounds each to it), else float32 when all are float32 (fp32 outputs)."""
+    """One dtype for device, torch run, magnitude and product, so that few signatures are compiled (three:
+    16-bit outputs, fp32 outputs, fp64 ones): the work dtype of 16-bit outputs (numpy rounds each to it),
+    else float32 when all are float32 (fp32 outputs)."""
     if work == np.float32 or all(flat[k].dtype == np.float32 for k in ("d", "t", "mag", "prod") if k in flat):
         return np.float32
     return np.float64
