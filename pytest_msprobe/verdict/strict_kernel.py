@@ -36,7 +36,7 @@ LEAF_START = float(np.add.reduceat(np.array([-0.0, -0.0]), [0])[0])
 FORMATS = {"torch.bfloat16": 0, "torch.float16": 1, "torch.float32": 2, "torch.float64": 3}
 KINDS = {"elementwise": 0, "exact": 1, "reduction": 2, "contraction": 3}
 # slots of the float parameters (`params`) and of the results (`out`)
-SCRATCH, WIDE = 10, 6  # rows of the block buffers in the work dtype and in float64
+SCRATCH, WIDE = 16, 1  # rows of the block buffers in the work dtype and in float64
 P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF = range(10)
 (O_SUM_W, O_SUM_T, O_MAX_T, O_MAX_W, O_WORST, O_GROSS, O_WRONG, O_FIRST_WRONG, O_WRONG_ZERO, O_WRONG_UP,
  O_OFF_TIE, O_GROUPS) = range(12)
@@ -44,14 +44,15 @@ P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF 
 
 @compiled
 def _leaf(a: Any, lo: int, n: int, zero: Any) -> Any:
-    """numpy's pairwise sum of at most 128 terms: in order below 8, else in 8 accumulators."""
+    """numpy's pairwise sum of at most 128 terms, in float64: in order below 8, else in 8 accumulators."""
     if n < 8:
         res = zero
         for i in range(lo, lo + n):
             res += a[i]
         return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    # float32 terms widened to float64, as numpy's cast buffers hold them
+    r0, r1, r2, r3 = np.float64(a[lo]), np.float64(a[lo + 1]), np.float64(a[lo + 2]), np.float64(a[lo + 3])
+    r4, r5, r6, r7 = np.float64(a[lo + 4]), np.float64(a[lo + 5]), np.float64(a[lo + 6]), np.float64(a[lo + 7])
     i = 8
     while i < n - (n % 8):
         r0 += a[lo + i]
@@ -244,7 +245,8 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
     cast = scratch.itemsize == 4  # float32 terms summed in float64: numpy's buffered sum
     bw, dw, tw, rw, uw = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
     sw, ew, ew2, pw, pu = scratch[5], scratch[6], scratch[7], scratch[8], scratch[9]
-    f1, f2, sd, st, sdz, stz = wide[0], wide[1], wide[2], wide[3], wide[4], wide[5]
+    f1, f2, sd, st, sdz, stz = scratch[10], scratch[11], scratch[12], scratch[13], scratch[14], scratch[15]
+    squares = wide[0]
     sum_w = sum_t = max_t = 0.0
     max_w, worst, gross, wrong, first_wrong = -1.0, 0, 0, 0, -1
     wrong_zero = wrong_up = off_tie = 0
@@ -275,10 +277,10 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
                 sw[j] = _max(sw[j], c_torch * et)
         if rowk:
             for j in range(nb):
-                f1[j] = np.float64(ew[j]) * np.float64(ew[j])
+                squares[j] = np.float64(ew[j]) * np.float64(ew[j])
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
-                rms = math.sqrt(segment_sum(f1, g0, cnt, leaf_start, stack, left) / cnt)
+                rms = math.sqrt(segment_sum(squares, g0, cnt, leaf_start, stack, left) / cnt)
                 cw[-1] = params[P_ROW] * rms
                 r_row = cw[-1]
                 for j in range(g0, g0 + cnt):
