@@ -303,14 +303,17 @@ _THREAD = threading.local()
 
 
 def _scratch(work: type[np.floating[Any]], size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's block buffers (work dtype, float64), kept per thread and grown when a block needs more:
-    fresh ones on every call would cost page faults and most of the time of a small output."""
+    """The kernel's block buffers (work dtype, float64), kept per thread up to BLOCK elements: fresh ones on
+    every call would cost page faults and most of the time of a small output. A longer block (rows longer
+    than BLOCK) gets its own, freed after the call, so no large buffer stays in the process."""
     from .strict_kernel import SCRATCH, WIDE
 
+    if size > BLOCK:
+        return np.empty((SCRATCH, size), dtype=work), np.empty((WIDE, size))
     key = np.dtype(work).char
     have = getattr(_THREAD, key, None)
-    if have is None or have[0].shape[1] < size:
-        have = (np.empty((SCRATCH, size), dtype=work), np.empty((WIDE, size)))
+    if have is None:
+        have = (np.empty((SCRATCH, BLOCK), dtype=work), np.empty((WIDE, BLOCK)))
         setattr(_THREAD, key, have)
     return have
 
