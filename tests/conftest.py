@@ -13,6 +13,12 @@ import torch  # noqa: F401
 
 import bench_functions  # noqa: F401
 import pytest_msprobe.check.rerun  # noqa: F401
+from tests.helpers import strict_warm_up
+
+# the same for numba, which the strict checks' kernel imports on the first check and which imports more
+# of itself on its first compilation: one check here, before any in-process run (a second import of numba
+# in one process fails: its code generator meets classes of both imports)
+strict_warm_up()
 
 # --msprobe-fuzz imports hypothesis inside in-process runs. It is a test extra: pytest also loads this
 # file (testpaths) for `pytest --msprobe-api-info dump.json` after a plain `pip install -e .`, where

@@ -109,3 +109,19 @@ def two_ranks_same_names(pytester: pytest.Pytester) -> None:
         relu = {"input_args": [tensor()], "input_kwargs": {}, "output": [tensor()]}
         make_dump(pytester, {"Functional.gelu.0.forward": gelu, "Functional.relu.0.forward": relu},
                   name=f"step0/{rank}")
+
+
+def strict_warm_up() -> None:
+    """One strict check of a tiny output of each device dtype: imports numba and loads (or compiles, once
+    per machine) the kernel's signatures, so no test's item pays for it inside a timeout."""
+    import numpy as np
+
+    from pytest_msprobe.specs.loader import load_specs
+    from pytest_msprobe.verdict import strict
+    from pytest_msprobe.verdict.judge import _rules
+
+    bench = np.linspace(-1.0, 1.0, 64)
+    for dtype, holder in (("torch.bfloat16", np.float32), ("torch.float32", np.float32),
+                          ("torch.float64", np.float64)):
+        rules = _rules(load_specs()["thresholds"]["strict"], dtype)
+        strict.strict_compare(bench, strict.round_to(bench, dtype).astype(holder), dtype, rules)

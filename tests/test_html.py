@@ -90,7 +90,7 @@ def test_the_page_is_self_contained_and_plots_each_failure(pytester: pytest.Pyte
         ("Functional.relu.0.forward [fuzz]", "error")]
     assert page.count('<svg class="plot heatmap"') == 4 and page.count('<section class="failure"') == 4
     assert "2.998046875 (one ULP below the recorded Max)" in page  # the fuzz failure's shrunk example
-    assert rows[0]["algorithm"] == "benchmark" and float(rows[0]["max_ulp"]) > 4
+    assert rows[0]["algorithm"] == "benchmark" and float(rows[0]["strict_max_err"]) > 4
 
 
 def test_chromium_loads_sorts_filters_and_renders_the_plots(pytester: pytest.Pytester) -> None:

@@ -1,6 +1,8 @@
 """The strict standard's checks on arrays: error model by kind of op, exactness, NaN/inf, bias, messages."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -271,3 +273,65 @@ def test_attention_gradients_get_their_own_thresholds() -> None:
     rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction", "gradient_rounding")
     assert rules["gross"] == THRESHOLDS["gradient_rounding"]["gross"] > _rules(THRESHOLDS, "torch.bfloat16",
                                                                                "reduction")["gross"]
+
+
+TINY = {"torch.float16": 2.0**-14, "torch.bfloat16": 2.0**-126, "torch.float32": 2.0**-126}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_subnormal_result_flushed_to_zero_is_not_an_error(dtype: str, kind: str) -> None:
+    """Flush-to-zero (NPUs, GPUs, the CPU's bf16 matmul: 0.0 where the bench is 1.47e-39) passes, of
+    either sign and however many elements; a zero where the bench is normal, or a subnormal of the
+    wrong sign, still fails."""
+    rng = np.random.default_rng(3)
+    bench = rng.standard_normal(4096) * TINY[dtype]  # a third of it below the normal range
+    rounded = strict.round_to(bench, dtype)
+    flushed = np.where(np.abs(bench) < TINY[dtype], np.copysign(0.0, bench * rng.choice([-1, 1], bench.size)), rounded)
+    assert np.count_nonzero(flushed != rounded) > 1000, np.count_nonzero(flushed != rounded)
+    result = judge(bench, flushed, dtype, kind, row=64)
+    assert result.status == "pass", result.message
+    assert result.stats["max_err"] == 0.0
+    # torch's own kernel flushing where the device does not changes nothing either
+    assert judge(bench, rounded, dtype, kind, row=64, torch_run=flushed if kind != "contraction" else None).status == \
+        "pass"
+    normal = bench.copy()
+    normal[2048] = 1.5 * TINY[dtype]
+    device = np.where(np.abs(normal) < TINY[dtype], 0.0, strict.round_to(normal, dtype))
+    device[2048] = 0.0
+    wrong = judge(normal, device, dtype, kind, row=64)
+    assert wrong.status == "error" and "flat index 2048" in wrong.message
+    signed = rounded.copy()
+    signed[7] = -signed[7]
+    assert signed[7] != 0.0
+    assert judge(bench, signed, dtype, "elementwise", row=64).status == "error"
+
+
+@pytest.mark.parametrize("factor, direction", [(1 + 1e-3, "away from zero"), (1 - 1e-3, "towards zero")])
+def test_the_message_gives_every_number_its_unit_and_the_bias_its_true_direction(factor: float,
+                                                                                 direction: str) -> None:
+    """fp32 linear output times 1 +- 1e-3 (issue 26): farther from zero is *away from* zero; the gross and
+    mean figures are in scale units (the worst element also in ULPs), the bias in ULPs clipped to +-1."""
+    bench, magnitude, _, _ = contraction(64, "torch.bfloat16")
+    device = strict.round_to(bench * factor, "torch.float32")
+    result = judge(bench, device, "torch.float32", "contraction", magnitude=magnitude, row=48)
+    worst = result.stats["max_err"]
+    assert re.search(rf"gross error: \d+ of 1536 elements exceed 4 scale units \(worst {worst:.3g} scale units = "
+                     r"[\d.e+]+ ULP, at flat index \d+: device [-\d.e]+, bench [-\d.e]+\)", result.message), result.message
+    assert f"mean error: {result.stats['mean_err']:.3g} > limit " in result.message
+    assert "(correctly rounded: 0), in scale units" in result.message  # no torch run: the ideal kernel stands in
+    assert f"bias: errors biased {direction}: 1 ULP on average, each error clipped to ±1 ULP" in result.message
+    other = "towards zero" if direction == "away from zero" else "away from zero"
+    assert f"biased {other}" not in result.message
+    assert np.sign(result.stats["bias_zero"]) == (1 if direction == "towards zero" else -1)
+
+
+@pytest.mark.parametrize("step, direction", [(1, "upward"), (-1, "downward")])
+def test_a_shift_in_one_direction_is_named_by_its_direction(step: int, direction: str) -> None:
+    rng = np.random.default_rng(5)
+    bench = rng.standard_normal(64 * 64)
+    rounded = strict.round_to(bench, "torch.bfloat16")
+    shifted = rounded + step * np.where(rng.random(bench.size) < 0.5, ulps(bench, "torch.bfloat16"), 0.0)
+    result = judge(bench, shifted, "torch.bfloat16", torch_run=rounded, row=64)
+    assert result.status == "error" and f"errors biased {direction}: " in result.message, result.message
+    assert "(limit 0.0" in result.message and " ULP; torch run: " in result.message

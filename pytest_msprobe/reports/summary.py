@@ -9,6 +9,18 @@ from typing import Any
 WORST_SHOWN = 10
 
 
+def shorten(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: cut at a word boundary where one is near, with an ellipsis
+    saying that it was cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ;,:") + "…"
+
+
 def _values(record: Mapping[str, Any], key: str) -> list[float]:
     values = []
     for out in record.get("outputs") or ():
@@ -98,7 +110,7 @@ def worst(records: Iterable[Mapping[str, Any]], n: int = WORST_SHOWN) -> list[st
     for rec in sorted((r for r in records if r.get("status") == "error"), key=rank)[:n]:
         m = key_metrics(rec)
         numbers = "  ".join(f"{k}={v:.6g}" for k, v in m.items() if k != "max_cosine")
-        lines.append(f"{label(rec)}  {numbers or reason(rec)[:120]}".rstrip())
+        lines.append(f"{label(rec)}  {numbers or shorten(reason(rec), 120)}".rstrip())
     return lines
 
 
@@ -119,7 +131,7 @@ def nothing_checked(records: Sequence[Mapping[str, Any]]) -> str | None:
         return None
     which = f"all {len(records)} API items were" if len(records) > 1 else "the only API item was"
     return (f"msprobe: {which} skipped, so nothing was checked (e.g. "
-            f"{reason(records[0])[:160]}): exit status 1; --msprobe-allow-all-skipped (ini "
+            f"{shorten(reason(records[0]), 160)}): exit status 1; --msprobe-allow-all-skipped (ini "
             "msprobe_allow_all_skipped) accepts such a run")
 
 

@@ -18,10 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+from ..reports.summary import shorten
 from ..verdict.verdicts import in_english
 
 ULP_LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(0, 21)] + [">2^20"]
 MAX_X_BINS = 16
+CHAR_WIDTH = 6.2  # px per character of an 11px sans-serif caption, with room (Chromium: 4.7-5.1 on such text)
+MESSAGE_CHARS = 300  # the table's message cell
 POSITION_BUCKETS = 48
 WORST_KEPT = 8
 
@@ -123,12 +126,17 @@ def _heat(value: int, top: int) -> str:
 def svg_heatmap(s: Mapping[str, Any]) -> str:
     """Error (ULPs of the device dtype) against the bench magnitude: where in the value range it goes wrong."""
     counts, xl, yl = s["counts"], s["x_labels"], s["y_labels"]
-    cw, ch, left, top, bottom = 34, 13, 52, 22, 44
-    width, height = max(left + cw * len(xl) + 10, 300), top + ch * len(yl) + bottom
+    cw, ch, left = 34, 13, 52
+    width = max(left + cw * len(xl) + 10, 420)
+    title = _caption(f'error (ULP) vs |bench| — {s["name"]}', width, 14)
+    legend = (f"|bench| (decade; 0 = zero) → count per cell; dashed: {s['gross']:g} ULP, strict's gross-error limit "
+              f"of {s['gross']:g} scale units where an element's scale is one ULP (it is at least one ULP)")
+    top = 8 + 14 * title.count("<text")
+    bottom = 22 + 14 * len(_lines(legend, width))
+    height = top + ch * len(yl) + bottom
     peak = max((max(col) for col in counts), default=0)
     parts = [f'<svg class="plot heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="error vs magnitude">',
-             f'<text x="{left}" y="14" class="t">error (ULP) vs |bench| — {html.escape(s["name"])}</text>']
+             f'role="img" aria-label="error vs magnitude">', title]
     for xi, col in enumerate(counts):
         for yi, value in enumerate(col):
             x, y = left + xi * cw, top + (len(yl) - 1 - yi) * ch
@@ -147,21 +155,37 @@ def svg_heatmap(s: Mapping[str, Any]) -> str:
     k = math.ceil(log_limit)
     gross_y = top + (len(yl) - k - 2) * ch - (log_limit - k + 1) * ch
     parts.append(f'<line x1="{left}" x2="{left + cw * len(xl)}" y1="{gross_y:.1f}" y2="{gross_y:.1f}" class="limit"/>')
-    parts.append(f'<text x="{left}" y="{height - 6}" class="t">|bench| (decade; 0 = zero) → count per cell; '
-                 f'dashed: {s["gross"]:g} ULP, strict\'s gross-error limit (in units of at least one ULP)</text></svg>')
+    parts.append(_caption(legend, width, top + len(yl) * ch + 30))
+    parts.append("</svg>")
     return "".join(parts)
+
+
+def _lines(text: str, width: float) -> list[str]:
+    """`text` wrapped to the captions' width in an SVG `width` pixels wide (long names broken too)."""
+    import textwrap
+
+    return textwrap.wrap(text, max(20, int((width - 12) / CHAR_WIDTH)), break_on_hyphens=False) or [""]
+
+
+def _caption(text: str, width: float, y: float) -> str:
+    """SVG text lines of a caption from `y` down, wrapped so that none runs past the plot's right edge."""
+    return "".join(f'<text x="6" y="{y + 14 * i}" class="t">{html.escape(line)}</text>'
+                   for i, line in enumerate(_lines(text, width)))
 
 
 def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None = None, log2: bool = True,
              red: Sequence[bool] | None = None) -> str:
     """Bars (log2(1 + value) high); `red` marks the bars beyond strict's gross-error limit."""
-    width, height, left, top, bottom = 420, 150, 40, 20, 30
+    width, left, bottom = 420, 40, 30
+    caption = _caption(title, width, 14)
+    top = 6 + 14 * caption.count("<text")
+    height = top + 130
     n = max(len(values), 1)
     bw = (width - left - 10) / n
     scaled = [math.log2(1 + v) if log2 and math.isfinite(v) else (v if math.isfinite(v) else None) for v in values]
     peak = max([v for v in scaled if v is not None] + [1e-12])
     parts = [f'<svg class="plot bars" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
-             f'<text x="{left}" y="14" class="t">{html.escape(title)}</text>',
+             caption,
              f'<line x1="{left}" x2="{width - 10}" y1="{height - bottom}" y2="{height - bottom}" class="axis"/>']
     for i, v in enumerate(scaled):
         h = (height - top - bottom) if v is None else (height - top - bottom) * v / peak
@@ -178,7 +202,8 @@ def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None =
     return "".join(parts)
 
 
-def output_plots(s: Mapping[str, Any]) -> str:
+def output_plots(s: Mapping[str, Any], strict_max: float | None = None) -> str:
+    """The plots of one output's summary; `strict_max`: strict's largest error there, in scale units."""
     if s.get("kind") != "float":
         return (f'<p>{html.escape(s["name"])} ({html.escape(s["dtype"])}): {s.get("mismatches")} of {s["numel"]} '
                 f'elements differ (compared exactly)</p>')
@@ -189,6 +214,8 @@ def output_plots(s: Mapping[str, Any]) -> str:
     rows = "".join(f"<tr><td>{w['index']}</td><td>{w['bench']:.8g}</td><td>{w['device']:.8g}</td>"
                    f"<td>{w['ulp']:.4g}</td></tr>" for w in s["worst"])
     nonfinite = f", {int(s['nonfinite_mismatch'])} NaN/inf mismatches" if s["nonfinite_mismatch"] else ""
+    if isinstance(strict_max, (int, float)):
+        nonfinite += f"; strict: max {strict_max:.4g} scale units"
     return (f'<div class="output"><h4>{html.escape(s["name"])} <small>{html.escape(s["dtype"])} {s["shape"]}: '
             f'{s["exact"]} of {s["numel"]} exact, max {s["max_ulp"]:.4g} ULP, mean {s["mean_ulp"]:.4g} ULP'
             f'{nonfinite}</small></h4>'
@@ -200,7 +227,9 @@ def output_plots(s: Mapping[str, Any]) -> str:
 
 
 def plots_html(record: Mapping[str, Any]) -> str:
-    return "".join(output_plots(s) for s in record.get("error_summary") or ())
+    strict = {o.get("name"): (o.get("reference") or {}).get("max_err") for o in record.get("outputs") or ()
+              if record.get("standard") == "strict"}
+    return "".join(output_plots(s, strict.get(s.get("name"))) for s in record.get("error_summary") or ())
 
 
 # ----------------------------------------------------------------------------- the page (controller)
@@ -267,13 +296,13 @@ JS = r"""
 
 COLUMNS = (("order", "#"), ("item", "API call"), ("status", "status"), ("standard", "standard"),
            ("algorithm", "algorithm"), ("cosine", "min cosine"), ("max_abs_err", "max abs err"),
-           ("max_rel_err", "max rel err"), ("max_ulp", "strict max err (ULP)"), ("device", "device"),
+           ("max_rel_err", "max rel err"), ("strict_max_err", "strict max err (scale units)"), ("device", "device"),
            ("message", "message"))
 
 
 def _num(value: Any) -> str:
     if value is None:
-        return ""
+        return "-"  # as the terminal's failure table: msprobe left the metric empty
     if isinstance(value, float) and math.isnan(value):
         return "nan"
     return f"{value:.6g}" if isinstance(value, float) else str(value)
@@ -284,10 +313,9 @@ def _row_values(rec: Mapping[str, Any]) -> dict[str, Any]:
     metrics = [o.get("metrics") or {} for o in outputs]
     cos = [m["cosine"] for m in metrics if isinstance(m.get("cosine"), (int, float))]
     abs_err = [m["max_abs_err"] for m in metrics if isinstance(m.get("max_abs_err"), (int, float))]
-    rel: list[Any] = [(o.get("worst") or {}).get("rel_err") for o in outputs]
-    rel = [r for r in rel if isinstance(r, (int, float))]
-    ulps: list[Any] = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
-    ulps = [u for u in ulps if isinstance(u, (int, float))]
+    rel = [m["max_rel_err"] for m in metrics if isinstance(m.get("max_rel_err"), (int, float))]
+    units: list[Any] = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
+    units = [u for u in units if isinstance(u, (int, float))]
     algorithms = ",".join(dict.fromkeys(str(o["algorithm"]) for o in outputs if o.get("algorithm")))
     message = str(rec.get("message") or "") or "; ".join(
         in_english(str(o.get("verdict_message") or o.get("message") or "")) for o in outputs
@@ -296,9 +324,9 @@ def _row_values(rec: Mapping[str, Any]) -> dict[str, Any]:
             "standard": rec.get("standard") or "",
             "algorithm": algorithms or ("overflow" if rec.get("overflow") else ""),
             "cosine": min(cos) if cos else None, "max_abs_err": max(abs_err) if abs_err else None,
-            "max_rel_err": max(rel) if rel else None, "max_ulp": max(ulps) if ulps else None,
+            "max_rel_err": max(rel) if rel else None, "strict_max_err": max(units) if units else None,
             "device": rec.get("device") or "",
-            "message": message.strip().splitlines()[0][:300] if message.strip() else ""}
+            "message": shorten(message.strip().splitlines()[0], MESSAGE_CHARS) if message.strip() else ""}
 
 
 def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -308,7 +336,7 @@ def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str
         values = _row_values(rec)
         if fz is not None:
             values.update(item=f"{fz.get('api')} [fuzz]", status=fz.get("status", ""),
-                          message=fz.get("shrunk_text")
+                          message=shorten(str(fz.get("shrunk") or "").replace("\n", "; "), MESSAGE_CHARS)
                           or f"{fz.get('examples', 0)} examples passed (seed {fz.get('seed')})")
         values["order"] = order + 1
         anchor = f"f{order}" if (values["status"] == "error" and (rec.get("error_summary") or fz)) else None
@@ -391,7 +419,9 @@ click a column header to sort (also <code>#sort=col&amp;dir=desc&amp;q=text&amp;
 <h2>Where the errors are</h2>
 <p>Per failing output: the error in ULPs of the device dtype (|device − bench| over one ULP of the bench rounded to
 the device dtype; 0 = the correctly rounded value) against the magnitude of the bench value, its histogram, and the
-largest error per slice of the flat index. Hover a cell for its count.</p>
+largest error per slice of the flat index. Hover a cell for its count. strict's figures (the table's column, each
+output's header) are in scale units: the error over the element's scale, one ULP raised to what a correct kernel may
+lose there, so never above the plain ULPs.</p>
 {chr(10).join(_failure_sections(records, fuzz)) or "<p>No failing API with a float output.</p>"}
 <script>{JS}</script>
 </body></html>

@@ -17,6 +17,10 @@ lose there, by the op's kind (`api_specs/error_model.yaml`):
   *magnitude run*: the API on the absolute values of its inputs) times fp32 accumulation's unit
   roundoff: fp32 accumulation in any order or split passes, 16-bit accumulation fails.
 
+A zero (of either sign) where the bench lies below the device dtype's normal range counts as the
+correctly rounded result: flushing a subnormal result to zero is what NPUs, GPUs and 16-bit CPU dot
+products do, not a bug.
+
 Then four checks, all numbers in api_specs/thresholds.yaml (`strict:`):
 1. NaN and inf sit where the rounded bench (or the torch run) has them, with the same signs.
 2. No element is grossly wrong: normalised error <= gross.
@@ -27,6 +31,7 @@ Then four checks, all numbers in api_specs/thresholds.yaml (`strict:`):
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -204,6 +209,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
                     return StrictResult("pass", "no finite elements; non-finite positions match", stats)
                 acc = _judge_blocks(flat, 1, device_dtype, rules, kind)  # rows lose their meaning here
     m = flat["d"].size
+    reference = "torch run" if "t" in flat else "correctly rounded"  # what the device is held against
     stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
     problems = []
@@ -223,23 +229,22 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     if acc.gross:
         d0, b0 = float(flat["d"][acc.worst]), float(flat["b"][acc.worst])
         unit = float(ulp(round_to(np.array([b0]), device_dtype), device_dtype)[0])
-        problems.append(f"gross error: {acc.gross} of {m} elements exceed {float(rules['gross']):.3g} (worst "
-                        f"{acc.max_w:.3g} at flat index {index}: device {d0!r}, bench {b0!r}, "
-                        f"{abs(d0 - b0) / unit:.3g} ULP)")
+        problems.append(f"gross error: {acc.gross} of {m} elements exceed {float(rules['gross']):.3g} scale units "
+                        f"(worst {acc.max_w:.3g} scale units = {abs(d0 - b0) / unit:.3g} ULP, at flat index {index}: "
+                        f"device {d0!r}, bench {b0!r})")
     if m >= rules["min_elements"]:
         mean_limit = rules["mean_ref_factor"] * stats["ref_mean_err"] + rules["mean_slack"]
         if stats["mean_err"] > mean_limit:
-            problems.append(f"mean error: {stats['mean_err']:.3g} > limit {mean_limit:.3g} (torch run: "
-                            f"{stats['ref_mean_err']:.3g})")
-        problems += _bias(acc, rules, stats)
+            problems.append(f"mean error: {stats['mean_err']:.3g} > limit {mean_limit:.3g} ({reference}: "
+                            f"{stats['ref_mean_err']:.3g}), in scale units")
+        problems += _bias(acc, rules, stats, reference)
     if problems:
         return StrictResult("error", "; ".join(problems), stats)
     return StrictResult("pass", "", stats)
 
 
-def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Mapping[str, Any],
-                  kind: str) -> _Totals:
-    """The totals of every block of whole rows."""
+def plan(flat: Mapping[str, np.ndarray], row: int, rules: Mapping[str, Any], kind: str) -> tuple[int, int, int, float]:
+    """(elements per group, per block, every how many blocks the bias test samples, scale floor)."""
     m = flat["d"].size
     # groups of whole rows; a small output is cut into bias_min_groups blocks so the bias test can run
     size = min(_groups(m, row, int(rules["row_min"])), max(1, m // int(rules["bias_min_groups"])))
@@ -249,106 +254,108 @@ def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rule
         mean_square = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64)) / m
         floor = rules["bench_factor"] * bench_roundoff * float(np.sqrt(mean_square))
     block = size * max(1, BLOCK // size)
-    acc = _Totals()
     # the bias test samples every `every`-th block: about bias_max_samples elements, and at least
     # bias_min_groups blocks (each holds one group or more)
     blocks = -(-m // block)
     every = max(1, min(m // int(rules["bias_max_samples"]), blocks // int(rules["bias_min_groups"])))
-    layout = _layout(block, size)
-    for i, start in enumerate(range(0, m, block)):
-        stop = min(start + block, m)
-        _block(flat, slice(start, stop), layout if stop - start == block else _layout(stop - start, size),
-               device_dtype, rules, kind, acc, i % every == 0, floor)
+    return size, block, every, floor
+
+
+def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Mapping[str, Any],
+                  kind: str) -> _Totals:
+    """The totals of every block of whole rows, from the compiled pass (strict_kernel)."""
+    from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
+
+    size, block, every, floor = plan(flat, row, rules, kind)
+    work = work_dtype(device_dtype)
+    mantissa, emin = _FORMATS[device_dtype]
+    factor = {k: float(rules.get(k, 0.0)) for k in ("torch_factor", "row_factor", "estimated_row_factor",
+                                                    "accumulation_factor", "exact_tie_factor")}
+    params = np.array([floor, factor["torch_factor"], factor["row_factor"], factor["estimated_row_factor"],
+                       factor["accumulation_factor"] * accumulation_roundoff(device_dtype), rules["gross"],
+                       2.0 ** emin, 2.0 ** -mantissa, factor["exact_tie_factor"] * 2.0 ** (mantissa - 24),
+                       K.LEAF_START])
+    m = flat["d"].size
+    blocks = -(-m // block)
+    groups = (-(-blocks // every)) * -(-block // size)
+    bias, counts, out = np.empty((4, groups)), np.empty(groups, dtype=np.int64), np.empty(K.O_GROUPS + 1)
+    side = _side_dtype(flat, work)
+    # the bench in the work dtype (the pass rounds it to that first, as numpy did): two signatures to
+    # compile, not one per bench dtype
+    K.strict_pass(_kernel_array(flat["b"], work),
+                  _kernel_array(flat["d"], side), _kernel_array(flat.get("t"), side),
+                  _kernel_array(flat.get("mag"), side), _kernel_array(flat.get("prod"), side),
+                  np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
+                  *_scratch(work, min(block, m)), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
+                  K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params, bias, counts, out)
+    acc = _Totals()
+    acc.sum_w, acc.sum_t, acc.max_t, acc.max_w = (float(out[k]) for k in (K.O_SUM_W, K.O_SUM_T, K.O_MAX_T, K.O_MAX_W))
+    acc.worst, acc.gross, acc.wrong, acc.first_wrong, acc.wrong_zero, acc.wrong_up, acc.wrong_off_tie = (
+        int(out[k]) for k in (K.O_WORST, K.O_GROSS, K.O_WRONG, K.O_FIRST_WRONG, K.O_WRONG_ZERO, K.O_WRONG_UP,
+                              K.O_OFF_TIE))
+    n = int(out[K.O_GROUPS])
+    acc.bias = {k: [bias[i, :n]] for i, k in enumerate(("bias", "ref_bias", "bias_zero", "ref_bias_zero"))}
+    acc.counts = [counts[:n]]
     return acc
 
 
-def _layout(n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first element, element count) of each group of `size` elements in a block of `n`."""
-    starts = np.arange(0, n, size)
-    return starts, np.diff(np.append(starts, n))
+_THREAD = threading.local()
 
 
-def _block(flat: dict[str, np.ndarray], s: slice, layout: tuple[np.ndarray, np.ndarray], device_dtype: str,
-           rules: Mapping[str, Any], kind: str, acc: _Totals, bias: bool, floor: float) -> None:
-    """One block of whole groups: normalised errors, gross and wrongly rounded elements, group sums."""
-    work = work_dtype(device_dtype)
-    b = flat["b"][s].astype(work, copy=False)
-    d = flat["d"][s].astype(work, copy=False)
-    rounded = round_to(b, device_dtype, all_finite=True, work=work)
-    has_t = "t" in flat
-    t = flat["t"][s].astype(work, copy=False) if has_t else rounded
-    unit = ulp(rounded, device_dtype)
-    scale = np.maximum(unit, _filled(floor, unit.size, unit.dtype)) if floor else unit
-    starts, counts = layout
-    if has_t:
-        err_t = np.abs(t - b)
-        scale = np.maximum(scale, work(rules["torch_factor"]) * err_t)
-        if kind in ("reduction", "contraction"):  # a contraction with a torch run: another summation order
-            rms = np.repeat(np.sqrt(np.add.reduceat(np.square(err_t, dtype=np.float64), starts) / counts), counts)
-            scale = np.maximum(scale, (rules["row_factor"] * rms).astype(work))
-            if "est" in flat:
-                scale = np.where(flat["est"][s], np.maximum(scale, (rules["estimated_row_factor"] * rms).astype(work)),
-                                 scale)
-    if "mag" in flat:
-        mag = np.abs(flat["mag"][s].astype(work, copy=False))
-        scale = np.maximum(scale, work(rules["accumulation_factor"] * accumulation_roundoff(device_dtype)) * mag)
-    if "prod" in flat:
-        scale = np.maximum(scale, ulp(flat["prod"][s].astype(work, copy=False), device_dtype))
-    diff = d - b
-    # the errors are finite here, so multiplying by "not correctly rounded" zeroes the others (3-7x
-    # faster than np.where)
-    w = np.abs(diff)
-    w /= scale
-    w *= d != rounded
-    worst = int(np.argmax(w))
-    if w[worst] > acc.max_w:
-        acc.max_w, acc.worst = float(w[worst]), s.start + worst
-    acc.sum_w += float(w.sum(dtype=np.float64))
-    if has_t:  # without a torch run the ideal kernel (`rounded`) stands in: zero error
-        w_t = err_t / scale
-        w_t *= t != rounded
-        acc.sum_t += float(w_t.sum(dtype=np.float64))
-        acc.max_t = max(acc.max_t, float(w_t.max()))
-    acc.gross += int(np.count_nonzero(w > rules["gross"]))
-    if kind == "exact":
-        wrong = (d != rounded) & (d != t) if has_t else d != rounded
-        if wrong.any():
-            if acc.first_wrong < 0:
-                acc.first_wrong = s.start + int(np.argmax(wrong))
-            acc.wrong += int(np.count_nonzero(wrong))
-            acc.wrong_zero += int(np.count_nonzero(wrong & (np.abs(d) < np.abs(rounded))))
-            acc.wrong_up += int(np.count_nonzero(wrong & (d > rounded)))
-            mantissa = _FORMATS[device_dtype][0]
-            window = rules["exact_tie_factor"] * 2.0 ** (mantissa - 24)  # an fp32 scalar's rounding, in ULPs
-            off_tie = np.abs(np.abs(b - rounded) / unit - 0.5) > window
-            acc.wrong_off_tie += int(np.count_nonzero(wrong & off_tie))
-    if not bias:
-        return
-    # signed errors in ULPs, each clipped to +-1 so that the few large errors of cancelled elements
-    # cannot mask (or fake) a systematic half-ULP shift such as truncation
-    signed_d = np.clip(diff / unit, -1.0, 1.0)
-    signed_t = np.clip((t - b) / unit, -1.0, 1.0)
-    towards_zero = -np.sign(b)
-    acc.bias["bias"].append(np.add.reduceat(signed_d, starts, dtype=np.float64))
-    acc.bias["ref_bias"].append(np.add.reduceat(signed_t, starts, dtype=np.float64))
-    acc.bias["bias_zero"].append(np.add.reduceat(signed_d * towards_zero, starts, dtype=np.float64))
-    acc.bias["ref_bias_zero"].append(np.add.reduceat(signed_t * towards_zero, starts, dtype=np.float64))
-    acc.counts.append(counts)
+def _scratch(work: type[np.floating[Any]], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's block buffers (work dtype, float64), kept per thread up to BLOCK elements: fresh ones on
+    every call would cost page faults and most of the time of a small output. A longer block (rows longer
+    than BLOCK) gets its own, freed after the call, so no large buffer stays in the process."""
+    from .strict_kernel import SCRATCH, WIDE
+
+    if size > BLOCK:
+        return np.empty((SCRATCH, size), dtype=work), np.empty((WIDE, size))
+    key = np.dtype(work).char
+    have = getattr(_THREAD, key, None)
+    if have is None:
+        have = (np.empty((SCRATCH, BLOCK), dtype=work), np.empty((WIDE, BLOCK)))
+        setattr(_THREAD, key, have)
+    return have
 
 
-def _bias(acc: _Totals, rules: Mapping[str, Any], stats: dict[str, float]) -> list[str]:
+def _side_dtype(flat: Mapping[str, np.ndarray], work: type[np.floating[Any]]) -> type[np.floating[Any]]:
+    """One dtype for device, torch run, magnitude and product, so that few signatures are compiled (three:
+    16-bit outputs, fp32 outputs, fp64 ones): the work dtype of 16-bit outputs (numpy rounds each to it),
+    else float32 when all are float32 (fp32 outputs)."""
+    if work == np.float32 or all(flat[k].dtype == np.float32 for k in ("d", "t", "mag", "prod") if k in flat):
+        return np.float32
+    return np.float64
+
+
+def _kernel_array(values: np.ndarray | None, dtype: type[np.floating[Any]] | np.dtype[Any]) -> np.ndarray:
+    """`values` as a contiguous array of `dtype` (no copy where it is one); an empty one where there is none."""
+    if values is None:
+        return np.empty(0, dtype=dtype)
+    return np.ascontiguousarray(values, dtype=dtype)
+
+
+def _bias(acc: _Totals, rules: Mapping[str, Any], stats: dict[str, float], reference: str) -> list[str]:
     """Systematic shifts, in one direction or towards zero: significant over rows and larger than the
-    torch run's own."""
+    torch run's own (`reference` names it in the message)."""
     problems = []
     counts = np.concatenate(acc.counts)
     min_groups = int(rules["bias_min_groups"])
-    for key, what in (("bias", "biased in one direction"), ("bias_zero", "biased towards zero")):
+    for key in ("bias", "bias_zero"):
         mean, t_dev = _t_statistic(np.concatenate(acc.bias[key]), counts, min_groups)
         ref_mean, t_ref = _t_statistic(np.concatenate(acc.bias[f"ref_{key}"]), counts, min_groups)
         stats[key], stats[f"{key}_t"], stats[f"ref_{key}"], stats[f"ref_{key}_t"] = mean, t_dev, ref_mean, t_ref
         t_limit = max(float(rules["bias_t"]), rules["bias_ref_factor"] * abs(t_ref))
         size_limit = rules["bias_min_ulp"] + abs(ref_mean)
         if abs(t_dev) > t_limit and abs(mean) > size_limit:
-            problems.append(f"bias: errors {what}, mean signed error {mean:.3g} ULP > limit {size_limit:.3g} "
-                            f"(torch run {ref_mean:.3g}), t-statistic {abs(t_dev):.3g} > {t_limit:.3g}")
+            problems.append(f"bias: errors biased {_direction(key, mean)}: {abs(mean):.3g} ULP on average, each "
+                            f"error clipped to ±1 ULP (limit {size_limit:.3g} ULP; {reference}: {abs(ref_mean):.3g} ULP "
+                            f"{_direction(key, ref_mean)}), t-statistic {abs(t_dev):.3g} > {t_limit:.3g}")
     return problems
+
+
+def _direction(key: str, mean: float) -> str:
+    """The direction of a mean signed error: `bias` is device minus bench (positive: upward), `bias_zero`
+    the same times -sign(bench) (positive: towards zero)."""
+    if key == "bias":
+        return "upward" if mean >= 0 else "downward"
+    return "towards zero" if mean >= 0 else "away from zero"

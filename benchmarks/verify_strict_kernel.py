@@ -1,0 +1,119 @@
+"""The compiled strict pass against the numpy oracle on every output of a real run, and their cost.
+
+    python -m pytest -p benchmarks.verify_strict_kernel DUMP_JSON --msprobe-device cpu -n 0 [...]
+    python benchmarks/verify_strict_kernel.py PLANTED_BUGS_ARGS...   (benchmarks/planted_bugs.py, verified)
+
+A pytest plugin: every call of the strict pass (strict._judge_blocks) runs both the compiled kernel
+(verdict/strict_kernel.py) and the numpy oracle (tests/strict_oracle.py) on the same arrays, requires every
+total to be bitwise equal (so every record's verdict, message and statistics are the same), and times each
+in CPU time of the calling thread (the load of a shared machine does not count). At the end it prints the
+outputs and elements compared, the mismatches, and the cost per element of each, and writes them as JSON to
+$VERIFY_STRICT_OUT if set. Run it with -n 0 (the patch lives in the process that runs the items).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_msprobe.verdict import strict
+
+_totals: dict[str, Any] = {"outputs": 0, "elements": 0, "mismatches": [], "kernel_s": 0.0, "numpy_s": 0.0,
+                           "first_s": None}
+
+
+def _key(acc: Any) -> list[Any]:
+    """Every total of a strict._Totals, NaN-safe and sign-of-zero-safe, for a bitwise comparison."""
+    def bits(x: float) -> Any:
+        return "nan" if math.isnan(x) else float(x).hex()
+
+    scalars = [bits(acc.sum_w), bits(acc.sum_t), bits(acc.max_t), bits(acc.max_w), acc.worst, acc.gross, acc.wrong,
+               acc.first_wrong, acc.wrong_zero, acc.wrong_up, acc.wrong_off_tie]
+    arrays = [np.concatenate(acc.bias[k]).tobytes().hex() if acc.bias[k] else "" for k in sorted(acc.bias)]
+    counts = np.concatenate(acc.counts).astype(np.int64).tobytes().hex() if acc.counts else ""
+    return [*scalars, *arrays, counts]
+
+
+def pytest_configure(config: Any) -> None:
+    install()
+
+
+def install() -> None:
+    """strict._judge_blocks runs both passes, compares them and times them from now on."""
+    from tests.strict_oracle import judge_blocks as oracle
+
+    kernel = strict._judge_blocks
+
+    def both(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Any, kind: str) -> Any:
+        t0 = time.thread_time()
+        fast = kernel(flat, row, device_dtype, rules, kind)
+        t1 = time.thread_time()
+        slow = oracle(flat, row, device_dtype, rules, kind)
+        t2 = time.thread_time()
+        if _totals["first_s"] is None:
+            _totals["first_s"] = t1 - t0  # includes importing numba and loading (or compiling) the kernel
+        else:
+            _totals["kernel_s"] += t1 - t0
+            _totals["numpy_s"] += t2 - t1
+            _totals["elements"] += int(flat["d"].size)
+        _totals["outputs"] += 1
+        if _key(fast) != _key(slow):
+            _totals["mismatches"].append({"dtype": device_dtype, "kind": kind, "n": int(flat["d"].size)})
+        return fast
+
+    strict._judge_blocks = both
+
+
+def pytest_unconfigure(config: Any) -> None:
+    if not hasattr(config, "workerinput"):
+        report()
+
+
+def report() -> None:
+    """Print (and write to $VERIFY_STRICT_OUT) what was compared."""
+    if not _totals["outputs"]:
+        return
+    n = max(_totals["elements"], 1)
+    summary = {**_totals, "kernel_ns_per_element": _totals["kernel_s"] / n * 1e9,
+               "numpy_ns_per_element": _totals["numpy_s"] / n * 1e9, "cpu": _cpu()}
+    print(f"\nstrict pass on {summary['outputs']} outputs ({summary['elements']:,} elements after the first): "
+          f"{len(summary['mismatches'])} mismatches; compiled {summary['kernel_ns_per_element']:.2f} ns/element, "
+          f"numpy {summary['numpy_ns_per_element']:.2f} ns/element (CPU time, one thread); first call "
+          f"{summary['first_s']:.2f} s; {summary['cpu']}")
+    out = os.environ.get("VERIFY_STRICT_OUT")
+    if out:
+        Path(out).write_text(json.dumps(summary, indent=1))
+
+
+def _cpu() -> str:
+    """The CPU model and whether it has native bf16 (AVX512-BF16 or AMX-BF16, or aarch64's BF16)."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            if line.startswith(("flags", "Features")) and ":" in line:
+                flags = line.split(":", 1)[1]
+    except OSError:
+        pass
+    native = any(f in flags.split() for f in ("avx512_bf16", "amx_bf16", "bf16"))
+    return f"{model}, native bf16: {'yes' if native else 'no'}"
+
+
+if __name__ == "__main__":
+    import runpy
+    import sys
+
+    ROOT = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(ROOT))
+    install()
+    try:
+        runpy.run_path(str(ROOT / "benchmarks" / "planted_bugs.py"), run_name="__main__")
+    finally:
+        report()

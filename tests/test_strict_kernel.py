@@ -1,0 +1,156 @@
+"""The compiled strict pass (verdict/strict_kernel.py) against the numpy oracle (tests/strict_oracle.py):
+the same arrays give the same verdict, message and statistics, bit for bit."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict.judge import _rules
+
+from .strict_oracle import numpy_strict
+
+THRESHOLDS = load_specs()["thresholds"]["strict"]
+DTYPES = ["torch.bfloat16", "torch.float16", "torch.float32", "torch.float64"]
+KINDS = ["elementwise", "exact", "reduction", "contraction"]
+# values at the edges of the formats: subnormals of each, the largest finite ones, halfway to overflow
+SPECIAL = [0.0, -0.0, math.nan, math.inf, -math.inf, 1e-45, -1e-45, 2.0 ** -133, 2.0 ** -126, 5.96e-8, 6.1e-5,
+           65504.0, 65520.0, -65519.0, 3.3895e38, 3.4028235e38, 1e300, 1e-300, 1.0, -1.0, 0.5, 1.5]
+
+
+def same(a: strict.StrictResult, b: strict.StrictResult) -> bool:
+    """Equal status, message and statistics (NaN equal to NaN; 0.0 and -0.0 apart)."""
+    def key(x: float) -> Any:
+        return "nan" if math.isnan(x) else (x, math.copysign(1.0, x))
+
+    return a.status == b.status and a.message == b.message and \
+        {k: key(v) for k, v in a.stats.items()} == {k: key(v) for k, v in b.stats.items()}
+
+
+def both(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, section: str | None = None,
+         **extra: Any) -> tuple[strict.StrictResult, strict.StrictResult]:
+    rules = _rules(THRESHOLDS, dtype, kind, section)
+    compiled = strict.strict_compare(bench, device, dtype, rules, kind=kind, **extra)
+    with numpy_strict():
+        oracle = strict.strict_compare(bench, device, dtype, rules, kind=kind, **extra)
+    return compiled, oracle
+
+
+def _device_side(rng: np.random.Generator, bench: np.ndarray, dtype: str, spread: int) -> np.ndarray:
+    """The bench rounded to the dtype and moved by up to `spread` ULPs (in the dtype's numpy holder)."""
+    with np.errstate(all="ignore"):
+        rounded = strict.round_to(bench.reshape(-1).astype(np.float64), dtype)
+        moved = rounded + rng.integers(-spread, spread + 1, rounded.shape) * strict.ulp(rounded, dtype)
+        out = strict.round_to(np.where(np.isfinite(rounded), moved, rounded), dtype).reshape(bench.shape)
+    return out.astype(np.float16 if dtype == "torch.float16" else np.float64 if dtype == "torch.float64"
+                      else np.float32)
+
+
+elements = st.one_of(st.sampled_from(SPECIAL), st.floats(-1e4, 1e4, width=32),
+                     st.floats(allow_nan=True, allow_infinity=True, width=64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), kind=st.sampled_from(KINDS), values=st.lists(elements, max_size=200),
+       seed=st.integers(0, 2 ** 32 - 1), spread=st.sampled_from([0, 1, 3, 100]),
+       third=st.sampled_from(["none", "torch", "magnitude", "estimated"]), product=st.booleans(),
+       bench64=st.booleans(), row=st.integers(1, 70), zero_d=st.booleans())
+def test_the_compiled_pass_equals_the_numpy_oracle(dtype: str, kind: str, values: list[float], seed: int,
+                                                   spread: int, third: str, product: bool, bench64: bool, row: int,
+                                                   zero_d: bool) -> None:
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        bench = np.array(values, dtype=np.float64 if bench64 or dtype == "torch.float64" else np.float32)
+    if zero_d and bench.size:
+        bench = bench[:1].reshape(())
+    device = _device_side(rng, bench, dtype, spread)
+    extra: dict[str, Any] = {"row": min(row, max(bench.size, 1))}
+    if third in ("torch", "estimated"):
+        extra["torch_run"] = _device_side(rng, bench, dtype, 1)
+    if third == "estimated":
+        extra["estimated"] = rng.random(bench.shape) < 0.5
+    if third == "magnitude":
+        extra["magnitude"] = np.abs(bench) * rng.uniform(1, 4, bench.shape).astype(bench.dtype)
+    if product:
+        extra["product"] = _device_side(rng, bench, dtype, 2)
+    compiled, oracle = both(bench, device, dtype, kind, **extra)
+    assert same(compiled, oracle), (compiled, oracle)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_outputs_in_many_blocks_are_bitwise_the_oracles(dtype: str, kind: str) -> None:
+    """Several blocks, rows longer than numpy's 8192-element buffer, the bias test sampling every few
+    blocks, a torch run and a magnitude run: every statistic the same."""
+    rng = np.random.default_rng(7)
+    n, row = 600_000, 12_000
+    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-20, 20, n))).astype(
+        np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32)
+    device, torch_run = _device_side(rng, bench, dtype, 2), _device_side(rng, bench, dtype, 1)
+    for extra in ({"torch_run": torch_run}, {"magnitude": np.abs(bench) * 3}, {},
+                  {"torch_run": torch_run, "estimated": rng.random(n) < 0.1, "product": device}):
+        compiled, oracle = both(bench, device, dtype, kind, row=row, **extra)
+        assert same(compiled, oracle), (extra.keys(), compiled, oracle)
+    for row in (1000, 50_000):  # blocks shorter and longer than strict.BLOCK (buffers of their own)
+        compiled, oracle = both(bench, device, dtype, kind, row=row, torch_run=torch_run)
+        assert same(compiled, oracle), row
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_subnormal_and_overflowing_benches_round_as_numpy_does(dtype: str) -> None:
+    """Every float32 bit pattern class rounds to the device dtype as numpy's casts do, including the
+    dtype's subnormals, ties and values that overflow it: checked through the verdict of a device equal to
+    numpy's rounding (zero error everywhere) on a sweep of float32 bit patterns."""
+    bits = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32)
+    bench = bits.view(np.float32)
+    bench = bench[np.isfinite(bench)]
+    device = _device_side(np.random.default_rng(0), bench, dtype, 0)
+    compiled, oracle = both(bench, device, dtype, "exact")
+    assert same(compiled, oracle)
+    assert compiled.stats["max_err"] == 0.0 or not np.isfinite(device).all()
+
+
+def test_gradient_rounding_and_scalar_sections_use_their_rules() -> None:
+    rng = np.random.default_rng(3)
+    bench = rng.standard_normal(5000).astype(np.float32)
+    device = _device_side(rng, bench, "torch.bfloat16", 40)
+    for section in ("gradient_rounding", "exact_scalar"):
+        compiled, oracle = both(bench, device, "torch.bfloat16", "exact", section, row=100)
+        assert same(compiled, oracle) and compiled.status == "error"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flushed_subnormal_results_are_judged_as_the_oracle_does(dtype: str) -> None:
+    """Zeros (of either sign) where the bench lies below the normal range, on the device and in the torch
+    run, next to zeros where it does not."""
+    rng = np.random.default_rng(5)
+    tiny = 2.0 ** strict._FORMATS[dtype][1]
+    bench = (rng.standard_normal(20_000) * tiny * np.where(rng.random(20_000) < 0.5, 0.3, 3.0)).astype(
+        np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32)
+    device, torch_run = _device_side(rng, bench, dtype, 1), _device_side(rng, bench, dtype, 1)
+    for side in (device, torch_run):
+        side[rng.random(side.size) < 0.3] = 0.0
+        side[rng.random(side.size) < 0.1] = -0.0
+    for kind in KINDS:
+        compiled, oracle = both(bench, device, dtype, kind, row=100, torch_run=torch_run)
+        assert same(compiled, oracle), (kind, compiled, oracle)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_group_sums_of_zero_errors_keep_numpys_sign_of_zero(dtype: str) -> None:
+    """The bias test's group sums of an output equal to its bench: signed zeros summed in numpy's order
+    (its short pairwise leaves start from -0.0 since numpy 2), bit for bit."""
+    from .strict_oracle import judge_blocks
+
+    bench = strict.round_to(np.linspace(-3, 3, 32), dtype)
+    flat = {"b": bench, "d": bench.copy()}
+    rules = _rules(THRESHOLDS, dtype, "exact")
+    fast, slow = strict._judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
+    for key in fast.bias:
+        assert np.concatenate(fast.bias[key]).tobytes() == np.concatenate(slow.bias[key]).tobytes(), key
