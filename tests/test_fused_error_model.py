@@ -155,3 +155,13 @@ def test_end_to_end_a_sound_flash_kernel_passes_and_a_buggy_one_fails(pytester: 
                                           "--msprobe-out", "buggy")
     assert buggy.parseoutcomes().get("failed") == 2, buggy.stdout.str()
     buggy.stdout.fnmatch_lines(["*NPU.npu_fusion_attention.0.forward*error*"])
+
+
+def test_the_worked_example_sound_kernel_passes_and_the_bf16_rowsum_fails(pytester: pytest.Pytester) -> None:
+    example = ROOT / "examples" / "fused_attention"
+    kernels = example / "kernels.py"
+    sound = pytester.runpytest_subprocess(str(example), "--msprobe-kernels", f"{kernels}:SOUND", "-k", "0.forward")
+    assert sound.parseoutcomes() == {"passed": 1, "deselected": 3}, sound.stdout.str()
+    buggy = pytester.runpytest_subprocess(str(example), "--msprobe-kernels", f"{kernels}:BUGGY", "-k", "0.forward")
+    assert buggy.parseoutcomes().get("failed") == 1, buggy.stdout.str()
+    buggy.stdout.fnmatch_lines(["*output.0: mean error:*torch run:*"])
