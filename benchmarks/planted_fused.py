@@ -53,6 +53,17 @@ def run(dump: Path, spec: str | None, standard: str, apis: set[str] | None) -> d
     return records
 
 
+Runs = dict[tuple[str, str, tuple[str, ...]], dict[str, dict[str, Any]]]
+
+
+def cached(runs: Runs, dump: Path, name: str, standard: str, apis: set[str]) -> dict[str, dict[str, Any]]:
+    """An arm's records (the clean run's for ""), run once: a sound twin's serve every bug of that twin."""
+    key = (name, standard, tuple(sorted(apis)))
+    if key not in runs:
+        runs[key] = run(dump, f"{SPEC}.{name}" if name else None, standard, apis)
+    return runs[key]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dumps", nargs="+")
@@ -71,18 +82,15 @@ def main() -> None:
     started = time.time()
     for dump in dumps:
         label, dtype = dump.parent.name, dump_dtype(dump)
-        bases: dict[tuple[str, str, tuple[str, ...]], dict[str, dict[str, Any]]] = {}
+        runs: Runs = {}
         for arm in (BY_NAME[a] for a in args.arms.split(",") if a):
             apis = set(arm.table) & only if only else set(arm.table)
             if not apis:
                 continue
             for s in standards:
-                key = (arm.base, s, tuple(sorted(apis)))
-                if key not in bases:  # the bug's sound twin (or the clean run) on the same items
-                    bases[key] = run(dump, f"{SPEC}.{arm.base}" if arm.base else None, s, apis)
-                armed = run(dump, f"{SPEC}.{arm.name}", s, apis)
+                base, armed = (cached(runs, dump, name, s, apis) for name in (arm.base, arm.name))
                 for item, rec in armed.items():
-                    ref = bases[key].get(item)
+                    ref = base.get(item)
                     if rec.get("status") == "SKIP" or ref is None or ref.get("status") == "SKIP":
                         continue
                     effective = _fingerprint(rec) != _fingerprint(ref)

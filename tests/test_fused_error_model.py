@@ -68,6 +68,28 @@ def test_rounded_attention_rounds_p_only_in_16_bit() -> None:
     assert not torch.equal(got, attention.npu_fusion_attention(qb, kb, vb, 2, "BNSD", scale=0.2)[0])
 
 
+def test_rounded_attention_backward_moves_delta_by_the_size_of_the_stored_outputs_rounding() -> None:
+    torch.manual_seed(4)
+    q, k, v, dy = (torch.randn(1, 2, 64, 32) for _ in range(4))
+
+    def grads(fn: Any, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        leaves = [x.to(dtype).requires_grad_(True) for x in (q, k, v)]
+        out = fn(*leaves, 2, "BNSD", scale=0.2)[0]
+        return tuple(torch.autograd.grad(out, leaves, dy.to(dtype)))
+
+    for a, b in zip(grads(attention.npu_fusion_attention_rounded, torch.float32),
+                    grads(attention.npu_fusion_attention, torch.float32)):
+        assert torch.equal(a, b)  # fp32 inputs: nothing is rounded
+    plan = attention.Call(q.bfloat16(), k, v, 2, "BNSD", pse=None, padding_mask=None, atten_mask=None, scale=0.2,
+                          keep_prob=1.0, pre=0, nxt=0, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
+                          sparse_mode=0).plan
+    plan.rounding = torch.bfloat16
+    out = torch.tensor([[1.0, 3.0]])
+    unit = torch.tensor([[2.0 ** -7, 2.0 ** -6]])  # bf16 spacing at 1 and at 3
+    grad = torch.tensor([[2.0, -1.0]])
+    assert torch.equal(plan.delta_rounding(out, grad), 0.5 * (grad * unit).square().sum(-1).sqrt())
+
+
 def test_rounded_norm_rotary_swiglu_are_the_eager_forms_and_their_backwards_their_autograd() -> None:
     torch.manual_seed(2)
     dt = torch.bfloat16

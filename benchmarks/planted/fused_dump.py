@@ -8,9 +8,13 @@ one), so the checker draws inputs of the same range. Presets:
 
 * small: attention 256 tokens (tests);
 * llama: the Llama layer of the issue: batch 2, sequence 512, hidden 1024, 16 heads of 64, BNSD;
-* large: attention at S = 2048 with GQA (32 query heads on 8 kv heads, BSND, causal sparse_mode 2),
+* large: attention at S = 2048 with GQA (8 query heads on 2 kv heads, BSND, causal sparse_mode 2),
   S 1024 x 2048 with sparse_mode 3 (8 on 2 heads, BNSD), and TND with actual_seq_qlen
-  [512, 1536, 2048, 4096] (sparse_mode 3), head dim 128.
+  [512, 1536, 2048, 4096] (sparse_mode 3, 4 on 2 heads), head dim 128; RMSNorm, rotary (32 heads
+  of 128) and SwiGLU (intermediate 11008) of a Llama-7B-wide layer, batch 2 of 512 tokens.
+
+`small` and `llama` have RMSNorm, rotary and SwiGLU at hidden 256 / 1024 (4 / 16 heads of 64,
+intermediate 512 / 2816), 128 / 1024 tokens.
 """
 from __future__ import annotations
 
@@ -106,8 +110,8 @@ def attention(d: Dump, dt: torch.dtype, preset: str) -> None:
         lens = []
     else:
         hd = 128
-        d.call("npu_fusion_attention", [_rn(1, 2048, 32, hd, dtype=dt), _rn(1, 2048, 8, hd, dtype=dt),
-                                        _rn(1, 2048, 8, hd, dtype=dt), 32, "BSND"],
+        d.call("npu_fusion_attention", [_rn(1, 2048, 8, hd, dtype=dt), _rn(1, 2048, 2, hd, dtype=dt),
+                                        _rn(1, 2048, 2, hd, dtype=dt), 8, "BSND"],
                {"scale": hd ** -0.5, "atten_mask": mask2048, "sparse_mode": 2}, grad=(0, 1, 2))
         d.call("npu_fusion_attention", [_rn(1, 8, 1024, hd, dtype=dt), _rn(1, 2, 2048, hd, dtype=dt),
                                         _rn(1, 2, 2048, hd, dtype=dt), 8, "BNSD"],
@@ -115,7 +119,7 @@ def attention(d: Dump, dt: torch.dtype, preset: str) -> None:
         lens = [512, 1536, 2048, 4096]
     if lens:
         t, hd_t = lens[-1], 64 if preset == "small" else 128
-        n_t = 4 if preset == "small" else 8
+        n_t = 4
         d.call("npu_fusion_attention", [_rn(t, n_t, hd_t, dtype=dt), _rn(t, n_t // 2, hd_t, dtype=dt),
                                         _rn(t, n_t // 2, hd_t, dtype=dt), n_t, "TND"],
                {"scale": hd_t ** -0.5, "atten_mask": mask2048, "sparse_mode": 3, "actual_seq_qlen": lens,
@@ -124,7 +128,7 @@ def attention(d: Dump, dt: torch.dtype, preset: str) -> None:
 
 def norms_and_mlp(d: Dump, dt: torch.dtype, preset: str) -> None:
     rows, hidden, heads, hd, inter = {"small": (128, 256, 4, 64, 512), "llama": (1024, 1024, 16, 64, 2816),
-                                      "large": (2048, 4096, 32, 128, 11008)}[preset]
+                                      "large": (1024, 4096, 32, 128, 11008)}[preset]
     x = _rn(2, rows // 2, hidden, dtype=dt)
     d.call("npu_rms_norm", [x, (1 + 0.1 * torch.randn(hidden)).to(dt)], {"epsilon": 1e-6}, grad=(0, 1))
     pos = torch.arange(rows // 2)[:, None] / 10000 ** (torch.arange(0, hd, 2) / hd)
