@@ -66,12 +66,18 @@ def cached(runs: Runs, dump: Path, name: str, standard: str, apis: set[str]) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dumps", nargs="+")
+    parser.add_argument("dumps", nargs="*")
     parser.add_argument("--standards", default="strict,msprobe")
     parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
     parser.add_argument("--ops", default="", help="only these ops (comma-separated, e.g. npu_rms_norm)")
     parser.add_argument("--json", help="write every per-item row to this file")
+    parser.add_argument("--report", nargs="*", default=None, metavar="ROWS_JSON",
+                        help="only print the tables of rows written by earlier runs (--json), merged")
     args = parser.parse_args()
+    if args.report is not None:
+        merged = [row for path in args.report for row in json.loads(Path(path).read_text())]
+        report(merged, list(dict.fromkeys(r["standard"] for r in merged)))
+        return
     dumps: list[Path] = []
     for given in args.dumps:
         p = Path(given)

@@ -33,16 +33,17 @@ def truncate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(away, torch.nextafter(t, torch.zeros_like(t)), t)
 
 
-class _TruncGrad(torch.autograd.Function):
-    """Identity forward; the gradient passing back is truncated to the tensor's dtype."""
+class _WidenTruncating(torch.autograd.Function):
+    """x widened to fp32; its gradient, computed in fp32, comes back truncated to x's dtype."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x.view_as(x)
+        ctx.dtype = x.dtype
+        return x.float()
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-        return truncate(g.double(), g.dtype)
+        return truncate(g.float(), ctx.dtype)
 
 
 def _floats(fn: Fn, x: Any) -> Any:
@@ -128,14 +129,19 @@ def gross(name: str) -> Fn:
 
 
 def grad_truncating(name: str) -> Fn:
-    """Bug in the backward: every input gradient truncated instead of rounded."""
+    """Bug in the backward: the op in fp32 (as the `fp32` arm), its input gradients truncated to the
+    inputs' dtype instead of rounded."""
     ref = bench_functions.get(name)
     assert ref is not None
+    low = (torch.float16, torch.bfloat16)
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        args = [_TruncGrad.apply(a) if isinstance(a, torch.Tensor) and a.is_floating_point()  # type: ignore[no-untyped-call]
-                and a.requires_grad else a for a in args]
-        return ref(*args, **kwargs)
+        with torch.no_grad():
+            plain = ref(*args, **kwargs)
+        wide = ref(*[_WidenTruncating.apply(a) if isinstance(a, torch.Tensor) and a.dtype in low  # type: ignore[no-untyped-call]
+                     else a for a in args], **kwargs)
+        seq = isinstance(plain, (tuple, list))
+        return _like(list(wide) if seq else [wide], list(plain) if seq else [plain], seq, lambda g, dt: g.to(dt))
 
     return run
 
@@ -288,6 +294,7 @@ GENERIC_OPS = ("npu_fusion_attention_v2", "npu_add_rms_norm", "npu_layer_norm_ev
                "npu_apply_adam", "npu_apply_adam_w", "npu_moe_gating_top_k_softmax", "npu_dynamic_quant",
                "npu_rms_norm_backward", "npu_rotary_mul_backward", "npu_swiglu_backward")
 MAIN = ("npu_rms_norm", "npu_rotary_mul", "npu_swiglu")
+GRAD_OPS = ("npu_group_norm_silu", "npu_fast_gelu", "npu_mish", "npu_scaled_masked_softmax", "npu_linear")
 FLASH = Flavour(p_dtype=True)
 
 
@@ -311,7 +318,7 @@ ARMS = [
     FusedArm("swiglu_eager", "variant", "swiglu as eager silu(a) * b", {"NPU.npu_swiglu": swiglu_eager}),
     FusedArm("fp64", "variant", "fp64 maths, rounded once",
              _generic(fp64, GENERIC_OPS + MAIN + ("npu_fusion_attention",))),
-    FusedArm("fp32", "variant", "fp32 maths, rounded once", _generic(fp32, MAIN)),
+    FusedArm("fp32", "variant", "fp32 maths, rounded once", _generic(fp32, MAIN + GRAD_OPS)),
     # bugs in the forward
     FusedArm("flash_rowsum16", "bug", "attention row sum accumulated in the input dtype",
              _attn(Flavour(bug="rowsum16")), base="flash_p16"),
@@ -343,8 +350,7 @@ ARMS = [
     FusedArm("swiglu_dsilu", "bug", "swiglu backward: silu'(a) taken as sigmoid(a)", {"NPU.npu_swiglu": swiglu_dsilu},
              base="fp32"),
     FusedArm("grad_truncate", "bug", "input gradients truncated instead of rounded",
-             _generic(grad_truncating, MAIN + ("npu_group_norm_silu", "npu_fast_gelu", "npu_mish",
-                                               "npu_scaled_masked_softmax", "npu_linear"))),
+             _generic(grad_truncating, MAIN + GRAD_OPS), base="fp32"),
 ]
 BY_NAME = {a.name: a for a in ARMS}
 TABLES = types.SimpleNamespace(**{a.name: a.table for a in ARMS})
