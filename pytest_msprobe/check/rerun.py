@@ -202,10 +202,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     role = reference.role if reference is not None else "torch"
     if backward_entry is None:
         product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
-        # an op whose outputs are gradients (npu_fusion_attention_grad) is judged as a backward item is
         compare_outputs(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
                  product=product, autocast=plan.autocast, scalar_operand=has_scalar_operand(args, kwargs),
-                 early=early, gradients=in_list(specs, api, "error_model", "gradient_outputs"))
+                 early=early)
     else:
         if not dev_side.grad_leaves:
             raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
