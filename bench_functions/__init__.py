@@ -106,6 +106,17 @@ def get_backward(name: str) -> Callable[..., Any] | None:
     return get(backward) if backward else None
 
 
+def get_rounded(name: str) -> Callable[..., Any] | None:
+    """The op computed with the intermediate roundings a sound 16-bit kernel may make (api_specs/
+    bench_functions.yaml `rounded`), or None. A user's `register` of the op replaces the reference
+    and drops this too: the rounded form belongs to the built-in reference."""
+    name = canonical(name)
+    if name in _REGISTRY:
+        return None
+    target = _specs().get("rounded", {}).get(name)
+    return _resolve(target) if target else None
+
+
 def names() -> list[str]:
     """Every op name with a reference: declared in api_specs/ or registered."""
     _load_entry_points()

@@ -45,6 +45,25 @@ class Plan:
     scale: float
     pse_type: int
     segments: list[Segment] = field(default_factory=list)
+    # The dtype a sound flash kernel rounds the probabilities to (its inputs' 16-bit dtype), or None:
+    # P before the product with V and, in the backward, P recomputed before dV and dS (dS stays in the
+    # work dtype), and rowsum(dO * O) moved by the size of the stored output's rounding (`rounded` in
+    # api_specs/bench_functions.yaml).
+    rounding: torch.dtype | None = None
+
+    def round(self, x: torch.Tensor) -> torch.Tensor:
+        """x rounded to `rounding` (kept in its own dtype), or x itself."""
+        return x if self.rounding is None else x.to(self.rounding).to(x.dtype)
+
+    def delta_rounding(self, out: torch.Tensor, dout: torch.Tensor) -> torch.Tensor:
+        """How far a sound kernel's rowsum(dO * O) moves when it reads O as stored, rounded to
+        `rounding`: half an ULP of each element of O, summed in quadrature over the row (the size of
+        that rounding, not one draw of it: one draw may vanish in a row where another kernel's does not).
+        """
+        assert self.rounding is not None
+        stored = out.to(self.rounding).abs()
+        unit = (torch.nextafter(stored, torch.full_like(stored, float("inf"))) - stored).to(out.dtype)
+        return 0.5 * (dout * unit).square().sum(-1).sqrt()
 
 
 def _keep(seg: Segment, i0: int, i1: int, j0: int, j1: int, device: torch.device) -> torch.Tensor | None:
@@ -148,7 +167,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torch.Tensor 
                 alpha = torch.exp(m - shift)
                 p = torch.exp(s - shift.unsqueeze(-1))
                 ell = ell * alpha + p.sum(-1)
-                pv = torch.bmm(p.view(n2, g * bq, j1 - j0), v[:, seg.k0 + j0:seg.k0 + j1])
+                pv = torch.bmm(plan.round(p).view(n2, g * bq, j1 - j0), v[:, seg.k0 + j0:seg.k0 + j1])
                 acc = acc * alpha.unsqueeze(-1) + pv.view(n1, bq, dv)
                 m = m_new
             out[:, rows], row_max[:, rows], row_sum[:, rows] = acc / ell.unsqueeze(-1), m, ell
@@ -166,6 +185,8 @@ def attend_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torc
     g = n1 // n2
     dout = dout.contiguous()
     delta = (dout * out).sum(-1)  # rowsum(dO * O) = rowsum(P * dP)
+    if plan.rounding is not None:
+        delta = delta + plan.delta_rounding(out, dout)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dpse = torch.zeros_like(pse) if want_dpse and pse is not None else None
     qg, dog, dqg = q.view(n2, g, tq, d), dout.view(n2, g, tq, dv_dim), dq.view(n2, g, tq, d)
@@ -184,7 +205,7 @@ def attend_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pse: torc
                 if s is None:
                     continue
                 cols, bk = slice(seg.k0 + j0, seg.k0 + j1), j1 - j0
-                p = torch.exp(s - lse_t)  # masked positions: exp(-inf) = 0
+                p = plan.round(torch.exp(s - lse_t))  # masked positions: exp(-inf) = 0
                 dv[:, cols] += torch.bmm(p.view(n2, g * bq, bk).transpose(1, 2), dot)
                 dp = torch.bmm(dot, v[:, cols].transpose(1, 2)).view(n1, bq, bk)
                 ds = p * (dp - delta_t)  # gradient of the softmax input

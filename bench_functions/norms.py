@@ -85,3 +85,43 @@ def npu_group_norm_silu(input: torch.Tensor, weight: torch.Tensor | None, bias: 
     if bias is not None:
         y = y + bias.view(per_channel)
     return F.silu(y).to(input.dtype), mean.to(input.dtype), rstd.to(input.dtype)
+
+
+# ----------------------------------------------------------------------------- in the device dtype
+# What a sound 16-bit kernel may round (the `strict` standard's third run, api_specs/bench_functions.yaml
+# `rounded`): Hugging Face's LlamaRMSNorm computes the statistics in fp32, rounds the normalised value
+# to the input dtype and multiplies by gamma in that dtype; its autograd rounds dy * gamma likewise.
+
+def _rms_rounded(x: torch.Tensor, gamma: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    xc = x.to(_compute_dtype(x))
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    rstd = torch.rsqrt(xc.pow(2).mean(dim=dims, keepdim=True) + epsilon)
+    return gamma.to(x.dtype) * (xc * rstd).to(x.dtype), rstd
+
+
+def npu_rms_norm_rounded(self: torch.Tensor, gamma: torch.Tensor,
+                         epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    y, rstd = _rms_rounded(self, gamma, epsilon)
+    return y, rstd.float()
+
+
+def npu_add_rms_norm_rounded(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
+                             epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = x1 + x2
+    y, rstd = _rms_rounded(x, gamma, epsilon)
+    return y, rstd.float(), x
+
+
+def npu_rms_norm_backward_rounded(dy: torch.Tensor, self: torch.Tensor, gamma: torch.Tensor,
+                                  rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The autograd of npu_rms_norm_rounded: dy * gamma and the normalised value in the input dtype."""
+    ct = _compute_dtype(self)
+    x, r = self.to(ct), rstd.to(ct)
+    lead = self.dim() - gamma.dim()
+    dims = tuple(range(lead, self.dim()))
+    xhat = x * r
+    low = xhat.to(self.dtype)
+    dgamma = (dy * low).sum(dim=tuple(range(lead))) if lead else dy * low
+    gg = (dy * gamma.to(dy.dtype)).to(ct)
+    dx = r * (gg - xhat * (gg * xhat).mean(dim=dims, keepdim=True))
+    return dx.to(self.dtype), dgamma.to(gamma.dtype)

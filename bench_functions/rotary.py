@@ -49,3 +49,20 @@ def npu_rotary_mul_backward(grad: torch.Tensor, self: torch.Tensor, r1: torch.Te
     dr1 = _sum_to(grad * self, r1.shape)
     dr2 = _sum_to(grad * rotate(self, rotary_mode), r2.shape)
     return dx.to(self.dtype), dr1.to(r1.dtype), dr2.to(r2.dtype)
+
+
+# In the device dtype, as eager torch computes `x * cos + rotate_half(x) * sin` (each op rounded to
+# the input dtype): the `strict` standard's third run (api_specs/bench_functions.yaml `rounded`).
+
+def npu_rotary_mul_rounded(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor,
+                           rotary_mode: str = "half") -> torch.Tensor:
+    return input * r1.to(input.dtype) + rotate(input, rotary_mode) * r2.to(input.dtype)
+
+
+def npu_rotary_mul_backward_rounded(grad: torch.Tensor, self: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor,
+                                    rotary_mode: str = "half") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The eager autograd of npu_rotary_mul_rounded, in the input dtype."""
+    dx = grad * r1.to(grad.dtype) + _rotate_transposed(grad * r2.to(grad.dtype), rotary_mode)
+    dr1 = _sum_to(grad * self, r1.shape)
+    dr2 = _sum_to(grad * rotate(self, rotary_mode), r2.shape)
+    return dx.to(self.dtype), dr1.to(r1.dtype), dr2.to(r2.dtype)

@@ -120,6 +120,8 @@ def test_npu_settings_use_torch_npus_documented_switches(monkeypatch: pytest.Mon
     config = types.SimpleNamespace(allow_internal_format=None)
     monkeypatch.setitem(sys.modules, "torch_npu", fake)
     monkeypatch.setattr(torch, "npu", types.SimpleNamespace(config=config), raising=False)
+    from pytest_msprobe.npu_import import npu_import_error as real_npu_import_error
+
     monkeypatch.setattr("pytest_msprobe.npu_import.npu_import_error", lambda: None)
     npu_runtime.apply.cache_clear()
     try:
@@ -131,3 +133,6 @@ def test_npu_settings_use_torch_npus_documented_switches(monkeypatch: pytest.Mon
         assert "torch_npu refused jit_compile=on" in npu_runtime.apply(npu_runtime.NpuRuntime(True, None))
     finally:
         npu_runtime.apply.cache_clear()
+        # the real import check may have run against the fake module (a module that imported it by name
+        # calls it): its cached "importable" would send every later item of this process to an npu device
+        real_npu_import_error.cache_clear()

@@ -210,14 +210,16 @@ class Plan:
 def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtype: torch.dtype | None,
                    specs: dict[str, Any], policy: str = "auto", standard: str = "msprobe") -> Plan:
     """Bench dtypes and autocast for one call. `policy` (--msprobe-bench-precision): "auto" is msprobe's
-    raise rule with the per-API tables of api_specs (precision.raise_map_by_api), and under `strict` the
-    elementwise functions' table (precision.strict_elementwise_raise_map); "fp64" raises every float
-    dtype to fp64."""
+    raise rule with the per-API tables of api_specs (precision.raise_map_by_api), and under `strict` its own
+    per-API tables (precision.strict_raise_map_by_api) and the elementwise functions' table
+    (precision.strict_elementwise_raise_map); "fp64" raises every float dtype to fp64."""
     rules = specs["precision"]
     table, mixed = rules["raise_map"], rules["mixed_raise_to"]
     by_api = rules.get("raise_map_by_api", {})
     if policy == "fp64":
         table, mixed = {k: "torch.float64" for k in rules["raise_map"]}, "torch.float64"
+    elif standard == "strict" and api_name in rules.get("strict_raise_map_by_api", {}):
+        table = rules["strict_raise_map_by_api"][api_name]
     elif api_name in by_api:
         table = by_api[api_name]
     elif standard == "strict" and error_kind(api_name, specs) == "elementwise":

@@ -2,7 +2,8 @@
 
 With --msprobe-reference it is that device's run in the recorded dtype (msprobe's GPU leg). Under the
 `strict` standard it is torch's own kernel on CPU in the recorded dtype, or, for contractions, the
-magnitude run (the API on the absolute values of its inputs). torch's 16-bit conv and attention
+magnitude run (the API on the absolute values of its inputs); for a fused NPU op, its reference with
+the roundings a sound 16-bit kernel makes (bench_functions.get_rounded). torch's 16-bit conv and attention
 backward kernels are slow on CPU, so their run covers sampled rows, and `ReferenceRun.complete`
 estimates the others from them (error_model.yaml sampled_torch_run). Also the bench-side helpers the
 error model needs: a contraction's product before its bias, and inputs rounded as an autocast kernel
@@ -92,6 +93,9 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
             return ReferenceRun(side, lambda *a, **k: sampled_attention(resolved.bench_fn, sampled, sample, *a, **k),
                                 plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype, on sampled heads",
                                 sampled=sampled)
+        if name.api_type == "NPU":
+            fn, label = _npu_reference(name.api_name, resolved.bench_fn)
+            return ReferenceRun(side, fn, plan.autocast, Device("cpu"), label)
         return ReferenceRun(side, resolved.bench_fn, plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype")
     scalars = set(specs["error_model"].get("contraction_scalars", ()))
 
@@ -111,6 +115,17 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
                      else torch.float32)
     return ReferenceRun(side, resolved.bench_fn, None, Device("cpu"), "magnitude: the API on |inputs| in fp32",
                         "magnitude")
+
+
+def _npu_reference(api: str, bench_fn: Any) -> tuple[Any, str]:
+    """A fused NPU op's third run: its reference with the intermediate roundings a sound kernel in the
+    device dtype makes (api_specs/bench_functions.yaml `rounded`), or the reference itself."""
+    import bench_functions
+
+    rounded = bench_functions.get_rounded(api)
+    if rounded is None:
+        return bench_fn, "the reference on cpu, device dtype"
+    return rounded, "the reference with a sound kernel's roundings (bench_functions.yaml `rounded`), device dtype"
 
 
 def bench_product(api: str, side: Side, leaves: list[Any], specs: dict[str, Any]) -> Any:

@@ -46,6 +46,7 @@ def _spec_names(specs: Mapping[str, Any]) -> frozenset[str]:
     names.update(specs.get("forward_output_index", {}))
     precision = specs.get("precision", {})
     names.update(precision.get("raise_map_by_api", {}))
+    names.update(precision.get("strict_raise_map_by_api", {}))
     names.update(_strings(precision.get("not_raise")))
     names.update(_strings(precision.get("hf32")))
     for listed in (precision.get("tf32") or {}).values():

@@ -103,7 +103,8 @@ _FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.floa
 def _check_precision(precision: Mapping[str, Any], path: Path) -> None:
     """The bench's raise tables name float dtypes only (plan_precision turns them into torch dtypes)."""
     tables = {"raise_map": precision["raise_map"],
-              **{f"raise_map_by_api.{api}": t for api, t in precision.get("raise_map_by_api", {}).items()}}
+              **{f"{key}.{api}": t for key in ("raise_map_by_api", "strict_raise_map_by_api")
+                 for api, t in precision.get(key, {}).items()}}
     named = [("mixed_raise_to", precision["mixed_raise_to"])] + [
         (where, dtype) for where, table in tables.items() for pair in table.items() for dtype in pair]
     for where, dtype in named:
