@@ -396,17 +396,26 @@ class ResultCollector:
         self.removed: list[Path] = []
         self.journal = config.stash.get(journal.JOURNAL_KEY, None)  # controller only
         self.resumed = self.known = 0
+        self.fuzz_counts: dict[str, int] = {}  # status -> [fuzz] items
         self.nothing_checked: str | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, "msprobe", None)
+        resumed = getattr(report, "msprobe_resumed", False)
         if record is not None:  # on call reports, and on xdist's report of a crashed item
             self.records.append(record)
             self.known += hasattr(report, "wasxfail") and report.skipped
-            resumed = getattr(report, "msprobe_resumed", False)
             self.resumed += resumed
             if self.journal is not None and not resumed:
                 self.journal.write(record)
+        elif report.when == "call" and "fuzz" in report.keywords and "msprobe" in report.keywords:  # [fuzz] items
+            status = {"passed": "pass", "failed": "error"}.get(report.outcome, "SKIP")
+            self.fuzz_counts[status] = self.fuzz_counts.get(status, 0) + 1
+            self.resumed += resumed
+            fuzz = getattr(report, triage.FUZZ_REPORT_ATTR, None)
+            if self.journal is not None and not resumed and isinstance(fuzz, dict) and fuzz.get("entry_key"):
+                self.journal.write({k: fuzz.get(k) for k in ("nodeid", "item_id", "entry_key", "order", "dump")}
+                                   | {"fuzz": fuzz})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -439,7 +448,8 @@ class ResultCollector:
         if not self.written:
             return
         terminalreporter.section("msprobe")
-        for line in terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known):
+        for line in terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known,
+                                            self.fuzz_counts):
             terminalreporter.write_line(line)
         for line in summary.warned_lines(self.records, every="p" in terminalreporter.reportchars):
             terminalreporter.write_line(line)
