@@ -20,6 +20,7 @@ from .records import wire
 from .reports import summary
 from .session import (
     baseline,
+    collect,
     device_hooks,
     devices,
     guard,
@@ -244,6 +245,8 @@ def pytest_configure(config: pytest.Config) -> None:
     baseline.configure(config)
     triage.configure(config)
     config.pluginmanager.register(ResultCollector(config), "msprobe-results")
+    config.pluginmanager.register(collect, "msprobe-collect")  # collection errors, empty folder arguments
+    config.pluginmanager.register(collect.EmptyFolders(), "msprobe-empty-folders")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "msprobe-xdist")
 
@@ -311,13 +314,13 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile |
         return None
     session = parent.session
     if session.isinitpath(file_path):
-        return DumpFile.from_parent(parent, path=file_path)
+        return DumpFile.for_path(parent, file_path)
     # A directory given on the command line: collect the dump.json files below it, but never
     # the ones that happen to sit under testpaths or the current directory.
     config = parent.config
     explicit = config.args_source == pytest.Config.ArgsSource.ARGS or config.stash[SETTINGS_KEY].api_info
     if file_path.name == DUMP_BASENAME and explicit:
-        return DumpFile.from_parent(parent, path=file_path)
+        return DumpFile.for_path(parent, file_path)
     return None
 
 
