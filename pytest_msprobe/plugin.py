@@ -28,6 +28,7 @@ from .session import (
     kernel_selection,
     msprobe_config,
     npu_options,
+    result_files,
     shard,
     terminal,
     workers,
@@ -141,6 +142,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(run_ut) section")
     npu_options.addoption(group)  # --msprobe-jit-compile, --msprobe-allow-internal-format
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
+    result_files.addoption(group, parser)  # --msprobe-keep-runs
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
     parser.addini("msprobe_threads", "default for --msprobe-threads", default="")
@@ -244,7 +246,7 @@ def pytest_configure(config: pytest.Config) -> None:
     shard.configure(config)
     baseline.configure(config)
     triage.configure(config)
-    config.pluginmanager.register(ResultCollector(config), "msprobe-results")
+    config.pluginmanager.register(ResultCollector(config, result_files.keep_runs(config)), "msprobe-results")
     config.pluginmanager.register(collect, "msprobe-collect")  # collection errors, empty folder arguments
     config.pluginmanager.register(collect.EmptyFolders(), "msprobe-empty-folders")
     if config.pluginmanager.hasplugin("xdist"):
@@ -392,8 +394,9 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 class ResultCollector:
     """Gathers the records that arrive on reports; only the controller writes files."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
+    def __init__(self, config: pytest.Config, keep_runs: int) -> None:
+        self.config, self.keep_runs = config, keep_runs
+        self.sets: str | None = None  # what --msprobe-keep-runs kept and removed
         self.records: list[dict[str, Any]] = []
         self.written: dict[str, Path] = {}
         self.removed: list[Path] = []
@@ -445,6 +448,7 @@ class ResultCollector:
             self.records = journal.final_records(unreported, self.records)
             self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)
             self.removed = self.journal.supersede(self.written)
+            self.sets = result_files.prune(self.config.stash[SETTINGS_KEY].out_dir, self.keep_runs)
         self.journal.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -459,5 +463,7 @@ class ResultCollector:
         if self.removed:
             terminalreporter.write_line(f"removed {len(self.removed)} file(s) of an earlier run, superseded by "
                                         f"these: {', '.join(p.name for p in self.removed)}")
+        if self.sets:
+            terminalreporter.write_line(self.sets)
         if self.nothing_checked:
             terminalreporter.write_line(self.nothing_checked, red=True, bold=True)
