@@ -148,3 +148,21 @@ def test_a_fuzz_item_running_first_gets_the_run_thread_count(pytester: pytest.Py
                                            "--msprobe-threads", str(threads), *LEAN)
     result.assert_outcomes(passed=1)
     assert set((pytester.path / "threads.txt").read_text().split()) == {str(threads)}
+
+
+def test_the_rerun_line_of_an_api_failure_keeps_plugins_and_verdict_options(pytester: pytest.Pytester) -> None:
+    from tests.triage_helpers import gelu_bf16
+
+    pytester.makepyfile(bug=PLANTED)
+    specs = pytester.makefile(".yaml", specs="{}\n")
+    dump = make_dump(pytester, gelu_bf16())
+    result = pytester.runpytest_subprocess(f"{dump}::Functional.gelu.0.forward", "-p", "bug", "--msprobe-specs",
+                                           specs.name, "--msprobe-data-mode", "random", "--msprobe-seed", "77", *LEAN)
+    result.assert_outcomes(failed=1)
+    rerun = _rerun_args(result.stdout.str())
+    for flag, value in (("-p", "bug"), ("--msprobe-specs", str(specs)), ("--msprobe-data-mode", "random"),
+                        ("--msprobe-seed", "77"), ("--msprobe-standard", "strict")):
+        assert rerun[rerun.index(flag) + 1] == value, rerun
+    pytester.runpytest_subprocess(*rerun, *LEAN).assert_outcomes(failed=1)
+    without = [a for i, a in enumerate(rerun) if a != "-p" and (i == 0 or rerun[i - 1] != "-p")]
+    pytester.runpytest_subprocess(*without, *LEAN).assert_outcomes(passed=1)  # the plugin is what fails it
