@@ -16,6 +16,7 @@ LEAN = ("-p", "no:cacheprovider")
 # there (`except BaseException`) and reports it as the test's error, so the run used to go on.
 INTERRUPT_IN_FINAL_REPLAY = """
 import os
+import signal
 
 from hypothesis import core
 
@@ -29,6 +30,7 @@ def execute_once(self, data, *args, is_final=False, **kwargs):
 
 
 core.StateForActualGivenExecution.execute_once = execute_once
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (an xdist worker's children ignore it)
 """
 
 

@@ -149,8 +149,9 @@ def failure_text(record: dict[str, Any], rerun: str = "") -> str:
 
 def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
     """The `rerun:` command of an item: its node, and every option that changes its verdict (seed, device,
-    standard, modes, reference, specs, kernels, threads, NPU runtime, warning-as-error) and the `-p`
-    plugins (a plugin may wrap the device call), so that it fails alone as it failed in the run."""
+    standard, modes, reference, specs, kernels, threads, NPU runtime, warning-as-error) and the plugins
+    `-p` loaded (one may wrap the device call), so that it fails alone as it failed in the run. Like the
+    record it belongs to, it does not depend on -n."""
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
     args = ["pytest", target, "--msprobe-seed", str(opts.run_seed), "--msprobe-device", opts.device,
@@ -170,7 +171,8 @@ def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
     if settings.warning_as_error:
         args.append("--msprobe-warning-as-error")
     for plugin in dict.fromkeys(config.getoption("plugins", None) or ()):  # -p NAME, in the order given
-        args += ["-p", plugin]
+        if not plugin.startswith(("no:", "xdist")):  # not what -p no:... disables, nor -n's scheduler: same verdicts
+            args += ["-p", plugin]
     return shlex.join([*args, *extra])
 
 
