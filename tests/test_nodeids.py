@@ -46,10 +46,10 @@ def test_a_collection_error_says_what_failed_in_the_short_summary(pytester: pyte
     good = make_dump(pytester, _relu(), "good")
     bad = pytester.mkdir("bad") / "dump.json"
     bad.write_text('{"task": "statistics", "data": {')
-    result = pytester.runpytest(str(good), str(bad), *workers, *LEAN)
+    result = pytester.runpytest(str(good), str(bad), "-vv", *workers, *LEAN)  # -vv: the line is not cut
     result.assert_outcomes(passed=1, errors=1)
     line = next(x for x in result.outlines if x.startswith("ERROR "))
-    assert re.fullmatch(r"ERROR bad/dump\.json - not valid JSON at line 1 .*", line), line
+    assert re.fullmatch(r"ERROR bad/dump\.json - \S+/bad/dump\.json: not valid JSON at line 1 .*truncated.*", line), line
 
 
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["n0", "n2"])

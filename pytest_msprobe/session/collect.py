@@ -4,7 +4,7 @@ selection for large dumps, and the `[fuzz]` items of --msprobe-fuzz right after 
 Node ids: a dump under the rootdir is its path from there, as pytest does; a dump outside it gets its
 absolute path (pytest would give it an empty path, or one relative to the argument, which two such
 dumps share). `--lf` and the short summary (relative to the working directory) read it as a path.
-A collection error reads `ERROR <dump> - <reason>`, and a directory argument that yields nothing and
+A collection error reads `ERROR <dump> - <reason>` (also without xdist), and a directory argument that yields nothing and
 holds no dump.json and no Python test file is reported as a collection error (it was silently ignored).
 
 Collection only parses JSON (no torch), so every xdist worker collects quickly.
@@ -91,8 +91,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     """A broken dump's one-line reason as a plain string, so the short summary shows it as well."""
     report = yield
     if isinstance(collector, DumpFile) and report.failed and not hasattr(report.longrepr, "reprcrash"):
-        text = str(report.longrepr).strip()
-        report.longrepr = text.removeprefix(f"{collector.path}: ")  # the header and the summary name the dump
+        report.longrepr = str(report.longrepr).strip()
     return report
 
 
