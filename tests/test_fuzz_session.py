@@ -168,3 +168,42 @@ def test_the_rerun_line_of_an_api_failure_keeps_plugins_and_verdict_options(pyte
     pytester.runpytest_subprocess(*rerun, *LEAN).assert_outcomes(failed=1)
     without = [a for i, a in enumerate(rerun) if a != "-p" and (i == 0 or rerun[i - 1] != "-p")]
     pytester.runpytest_subprocess(*without, *LEAN).assert_outcomes(passed=1)  # the plugin is what fails it
+
+
+# A local module full of float constants in the recorded range: hypothesis mixes the constants of the
+# local modules loaded so far into its draws, so what a process had imported changed a seed's examples.
+CONSTANTS_MODULE = "VALUES = [" + ", ".join(repr(round(0.01 + 0.0087 * i, 4)) for i in range(340)) + "]\n"
+
+# Every example a [fuzz] item checks, as a digest of its drawn tensors, appended to examples.txt.
+EXAMPLES_SEEN = """
+import hashlib
+import os
+
+import pytest_msprobe.check as check
+
+_original = check.check_entry
+
+
+def check_entry(dump, name, options, specs):
+    digest = hashlib.md5()
+    for file in sorted(os.listdir(dump.tensor_dir)):
+        digest.update(open(os.path.join(dump.tensor_dir, file), "rb").read())
+    with open("examples.txt", "a") as f:
+        f.write(digest.hexdigest() + "\\n")
+    return _original(dump, name, options, specs)
+
+
+check.check_entry = check_entry
+"""
+
+
+def test_a_fuzz_seed_draws_the_same_examples_whatever_the_process_imported(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(EXAMPLES_SEEN)
+    dump = make_dump(pytester, relu_fp16())
+    args = (f"{dump}::Functional.relu.0.forward[fuzz]", "--msprobe-fuzz", "60", *LEAN)
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    plain = (pytester.path / "examples.txt").read_text().split()
+    (pytester.path / "examples.txt").unlink()
+    pytester.makepyfile(consts=CONSTANTS_MODULE)
+    pytester.runpytest_subprocess(*args, "-p", "consts").assert_outcomes(passed=1)  # imported before the item
+    assert len(plain) == 60 and (pytester.path / "examples.txt").read_text().split() == plain

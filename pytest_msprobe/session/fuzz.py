@@ -78,6 +78,28 @@ def _noting_interrupts() -> Iterator[list[bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def _global_constants_only() -> Iterator[None]:
+    """Hypothesis mixes into its draws the constants of the "local" modules loaded so far (this package's
+    too), and caches them per process: one seed drew other examples after a failure's triage had imported
+    more. Here its draws use only its own built-in constants (internal API; left alone if it moved)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+
+        cache, original, empty = providers.CONSTANTS_CACHE, providers._get_local_constants, Constants()
+    except (ImportError, AttributeError):
+        yield
+        return
+    cache.cache.clear()
+    providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        cache.cache.clear()
+
+
 def extra_items(parent: pytest.Collector, item: pytest.Item) -> Iterator[pytest.Item]:
     """The `[fuzz]` item of a forward API item, when --msprobe-fuzz N > 0 (called by DumpFile.collect)."""
     if not parent.config.getoption("msprobe_fuzz", 0) or not item.name.endswith(".forward"):
@@ -205,7 +227,8 @@ class FuzzItem(pytest.Item):
 
         started = time.perf_counter()
         try:
-            prop()
+            with _global_constants_only():
+                prop()
         except FuzzFound:
             pass
         result["seconds"] = round(time.perf_counter() - started, 3)
