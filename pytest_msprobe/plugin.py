@@ -20,6 +20,7 @@ from .records import wire
 from .reports import summary
 from .session import (
     baseline,
+    collect,
     device_hooks,
     devices,
     guard,
@@ -27,6 +28,7 @@ from .session import (
     kernel_selection,
     msprobe_config,
     npu_options,
+    result_files,
     shard,
     terminal,
     workers,
@@ -140,6 +142,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(run_ut) section")
     npu_options.addoption(group)  # --msprobe-jit-compile, --msprobe-allow-internal-format
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
+    result_files.addoption(group, parser)  # --msprobe-keep-runs
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
     parser.addini("msprobe_threads", "default for --msprobe-threads", default="")
@@ -243,7 +246,9 @@ def pytest_configure(config: pytest.Config) -> None:
     shard.configure(config)
     baseline.configure(config)
     triage.configure(config)
-    config.pluginmanager.register(ResultCollector(config), "msprobe-results")
+    config.pluginmanager.register(ResultCollector(config, result_files.keep_runs(config)), "msprobe-results")
+    config.pluginmanager.register(collect, "msprobe-collect")  # collection errors, empty folder arguments
+    config.pluginmanager.register(collect.EmptyFolders(), "msprobe-empty-folders")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "msprobe-xdist")
 
@@ -311,13 +316,13 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile |
         return None
     session = parent.session
     if session.isinitpath(file_path):
-        return DumpFile.from_parent(parent, path=file_path)
+        return DumpFile.for_path(parent, file_path)
     # A directory given on the command line: collect the dump.json files below it, but never
     # the ones that happen to sit under testpaths or the current directory.
     config = parent.config
     explicit = config.args_source == pytest.Config.ArgsSource.ARGS or config.stash[SETTINGS_KEY].api_info
     if file_path.name == DUMP_BASENAME and explicit:
-        return DumpFile.from_parent(parent, path=file_path)
+        return DumpFile.for_path(parent, file_path)
     return None
 
 
@@ -389,24 +394,34 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 class ResultCollector:
     """Gathers the records that arrive on reports; only the controller writes files."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
+    def __init__(self, config: pytest.Config, keep_runs: int) -> None:
+        self.config, self.keep_runs = config, keep_runs
+        self.sets: str | None = None  # what --msprobe-keep-runs kept and removed
         self.records: list[dict[str, Any]] = []
         self.written: dict[str, Path] = {}
         self.removed: list[Path] = []
         self.journal = config.stash.get(journal.JOURNAL_KEY, None)  # controller only
         self.resumed = self.known = 0
+        self.fuzz_counts: dict[str, int] = {}  # status -> [fuzz] items
         self.nothing_checked: str | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, "msprobe", None)
+        resumed = getattr(report, "msprobe_resumed", False)
         if record is not None:  # on call reports, and on xdist's report of a crashed item
             self.records.append(record)
             self.known += hasattr(report, "wasxfail") and report.skipped
-            resumed = getattr(report, "msprobe_resumed", False)
             self.resumed += resumed
             if self.journal is not None and not resumed:
                 self.journal.write(record)
+        elif report.when == "call" and "fuzz" in report.keywords and "msprobe" in report.keywords:  # [fuzz] items
+            status = {"passed": "pass", "failed": "error"}.get(report.outcome, "SKIP")
+            self.fuzz_counts[status] = self.fuzz_counts.get(status, 0) + 1
+            self.resumed += resumed
+            fuzz = getattr(report, triage.FUZZ_REPORT_ATTR, None)
+            if self.journal is not None and not resumed and isinstance(fuzz, dict) and fuzz.get("entry_key"):
+                self.journal.write({k: fuzz.get(k) for k in ("nodeid", "item_id", "entry_key", "order", "dump")}
+                                   | {"fuzz": fuzz})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
@@ -433,18 +448,22 @@ class ResultCollector:
             self.records = journal.final_records(unreported, self.records)
             self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)
             self.removed = self.journal.supersede(self.written)
+            self.sets = result_files.prune(self.config.stash[SETTINGS_KEY].out_dir, self.keep_runs)
         self.journal.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.written:
             return
         terminalreporter.section("msprobe")
-        for line in terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known):
+        for line in terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known,
+                                            self.fuzz_counts):
             terminalreporter.write_line(line)
         for line in summary.warned_lines(self.records, every="p" in terminalreporter.reportchars):
             terminalreporter.write_line(line)
         if self.removed:
             terminalreporter.write_line(f"removed {len(self.removed)} file(s) of an earlier run, superseded by "
                                         f"these: {', '.join(p.name for p in self.removed)}")
+        if self.sets:
+            terminalreporter.write_line(self.sets)
         if self.nothing_checked:
             terminalreporter.write_line(self.nothing_checked, red=True, bold=True)

@@ -2,6 +2,7 @@
 msprobe checks them (also in --msprobe-specs), and msprobe's NPU runtime settings as options."""
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import types
@@ -120,9 +121,11 @@ def test_npu_settings_use_torch_npus_documented_switches(monkeypatch: pytest.Mon
     config = types.SimpleNamespace(allow_internal_format=None)
     monkeypatch.setitem(sys.modules, "torch_npu", fake)
     monkeypatch.setattr(torch, "npu", types.SimpleNamespace(config=config), raising=False)
-    from pytest_msprobe.npu_import import npu_import_error as real_npu_import_error
-
-    monkeypatch.setattr("pytest_msprobe.npu_import.npu_import_error", lambda: None)
+    # the module the code imports (sys.modules), not the package attribute, which an in-process pytester
+    # run of an earlier test can leave pointing to another copy: the real check would see the fake
+    npu_import = importlib.import_module("pytest_msprobe.npu_import")
+    real_npu_import_error = npu_import.npu_import_error
+    monkeypatch.setattr(npu_import, "npu_import_error", lambda: None)
     npu_runtime.apply.cache_clear()
     try:
         runtime = npu_runtime.NpuRuntime(jit_compile=False, allow_internal_format=False)

@@ -1,12 +1,20 @@
 """The dump.json collector: one ApiItem per forward and backward entry, their markers, early -k/-m
 selection for large dumps, and the `[fuzz]` items of --msprobe-fuzz right after their API.
 
+Node ids: a dump under the rootdir is its path from there, as pytest does; a dump outside it gets its
+absolute path (pytest would give it an empty path, or one relative to the argument, which two such
+dumps share). `--lf` and the short summary (relative to the working directory) read it as a path.
+A collection error reads `ERROR <dump> - <reason>` (also without xdist), and a directory argument that yields nothing and
+holds no dump.json and no Python test file is reported as a collection error (it was silently ignored).
+
 Collection only parses JSON (no torch), so every xdist worker collects quickly.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Callable
+import fnmatch
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -16,8 +24,20 @@ from .items import KNOWN_DTYPES, ApiItem, _mark, _selection, _want_dtype_markers
 from .stash import SETTINGS_KEY
 
 
+def path_id(config: pytest.Config, path: Path) -> str:
+    """The node id path of a dump or folder: from the rootdir, or absolute when outside it."""
+    try:
+        return path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return Path(path).absolute().as_posix()
+
+
 class DumpFile(pytest.File):
     """A dump.json: one item per forward entry and one per backward entry."""
+
+    @classmethod
+    def for_path(cls, parent: pytest.Collector, path: Path) -> DumpFile:
+        return cls.from_parent(parent, path=path, nodeid=path_id(parent.config, path))
 
     def collect(self) -> Iterator[pytest.Item]:
         try:
@@ -64,3 +84,43 @@ class DumpFile(pytest.File):
     @property
     def dump(self) -> Dump:
         return load_dump(self.path)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
+    """A broken dump's one-line reason as a plain string, so the short summary shows it as well."""
+    report = yield
+    if isinstance(collector, DumpFile) and report.failed and not hasattr(report.longrepr, "reprcrash"):
+        report.longrepr = str(report.longrepr).strip()
+    return report
+
+
+def empty_folders(config: pytest.Config, items: list[pytest.Item]) -> list[Path]:
+    """Folder arguments of the command line that yielded no item and hold neither a dump.json nor a
+    Python test file (those keep pytest's own "no tests ran")."""
+    here = config.invocation_params.dir
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return []
+    found = {item.path for item in items}
+    patterns = config.getini("python_files")
+    empty = []
+    for arg in dict.fromkeys(config.args):
+        path = (here / arg.split("::", 1)[0]).resolve()
+        if not path.is_dir() or any(path in p.parents for p in found):
+            continue
+        if next(path.rglob("dump.json"), None) is None and not any(
+                fnmatch.fnmatch(f.name, pattern) for f in path.rglob("*.py") for pattern in patterns):
+            empty.append(path)
+    return empty
+
+
+class EmptyFolders:
+    """Each process that collects reports such folders as collection errors (xdist shows one of each)."""
+
+    @pytest.hookimpl(tryfirst=True)  # before -k/-m, resume and shards drop items
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        for path in empty_folders(config, items):
+            report = pytest.CollectReport(path_id(config, path), "failed", result=[], longrepr=(
+                "no dump.json in this folder argument (it collects the dump.json files below it) and no test file"))
+            config.hook.pytest_collectreport(report=report)

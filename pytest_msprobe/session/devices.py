@@ -174,8 +174,8 @@ class FirstItem:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
-        if self.done or not isinstance(item, ApiItem):
-            return
+        if self.done or not (isinstance(item, ApiItem) or item.get_closest_marker("msprobe")):
+            return  # dump items: API items and their [fuzz] items (which carry the API's markers)
         self.done = True
         # torch and the check's imports (numpy, bench_functions, ...) create ~10^6 long-lived objects:
         # no cyclic collection while they are made, and none of them in any later one (pytest collects

@@ -147,6 +147,49 @@ def failure_text(record: dict[str, Any], rerun: str = "") -> str:
     return text
 
 
+def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
+    """The `rerun:` command of an item: its node, and every option that changes its verdict (seed, device,
+    standard, modes, reference, specs, kernels, threads, NPU runtime, warning-as-error) and the plugins
+    `-p` loaded (one may wrap the device call), so that it fails alone as it failed in the run. Like the
+    record it belongs to, it does not depend on -n."""
+    settings = config.stash[SETTINGS_KEY]
+    opts = settings.check_options
+    args = ["pytest", target, "--msprobe-seed", str(opts.run_seed), "--msprobe-device", opts.device,
+            "--msprobe-standard", opts.standard]
+    for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
+                        ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
+                        ("--msprobe-reference", opts.reference_device),
+                        ("--msprobe-reference-results", opts.reference_results),
+                        ("--msprobe-specs", opts.specs_file),
+                        ("--msprobe-kernels", getattr(opts, "kernels", None)),
+                        ("--msprobe-threads", str(opts.threads) if opts.threads != 1 else None),
+                        ("--msprobe-bench-precision", None if opts.bench_precision == "auto" else opts.bench_precision),
+                        ("--msprobe-jit-compile", config.getoption("msprobe_jit_compile", None)),
+                        ("--msprobe-allow-internal-format", config.getoption("msprobe_allow_internal_format", None))):
+        if value:
+            args += [flag, value]
+    if settings.warning_as_error:
+        args.append("--msprobe-warning-as-error")
+    for plugin in dict.fromkeys(config.getoption("plugins", None) or ()):  # -p NAME, in the order given
+        if not plugin.startswith(("no:", "xdist")):  # not what -p no:... disables, nor -n's scheduler: same verdicts
+            args += ["-p", plugin]
+    return shlex.join([*args, *extra])
+
+
+def fuzz_failure_text(result: dict[str, Any]) -> str:
+    """What a failed `[fuzz]` item prints (fuzz.py), also when taken from the journal."""
+    from ..reports.results import format_failure
+
+    record = result["record"]
+    lines = [f"fuzzing {result['api']}: hypothesis found a failing input ({result['examples']} checks while "
+             f"searching and shrinking, seed {result['seed']}); shrunk to:"]
+    lines += ["  " + line for line in result["shrunk"].splitlines()]
+    lines += ["", format_failure(record, result["rerun"])]
+    if record.get("repro"):
+        lines.append(f"repro: python {record['repro']}")
+    return "\n".join(lines)
+
+
 class ApiItem(pytest.Item):
     """One recorded API call in one direction; runs device and bench and applies the standard."""
 
@@ -216,22 +259,7 @@ class ApiItem(pytest.Item):
         return self.nodeid.split("::", 1)[0]
 
     def rerun_command(self, entry_name: str | None = None) -> str:
-        settings = self.config.stash[SETTINGS_KEY]
-        args = ["pytest", f"{self.path}::{entry_name or self.name}", "--msprobe-seed", str(settings.check_options.run_seed),
-                "--msprobe-device", settings.check_options.device]
-        opts = settings.check_options
-        args += ["--msprobe-standard", opts.standard]
-        for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
-                            ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
-                            ("--msprobe-reference", opts.reference_device),
-                            ("--msprobe-reference-results", opts.reference_results),
-                            ("--msprobe-specs", opts.specs_file),
-                            ("--msprobe-kernels", getattr(opts, "kernels", None)),
-                            ("--msprobe-threads", str(opts.threads) if opts.threads != 1 else None),
-                            ("--msprobe-bench-precision", None if opts.bench_precision == "auto" else opts.bench_precision)):
-            if value:
-                args += [flag, value]
-        return shlex.join(args)
+        return rerun_command(self.config, f"{self.path}::{entry_name or self.name}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ApiCheckFailed):

@@ -15,6 +15,10 @@ each worker reports back what it left out, and after the run loop the controller
 items with their journaled results (pass, fail, skip, baseline xfail), as if they had run: the exit
 status, the short summary, JUnit XML and the files cover every item. A resumed run's result files
 replace the ones earlier runs of the same journal wrote (their names are journaled).
+
+An `<entry>[fuzz]` item (--msprobe-fuzz) is journaled as a `{"fuzz": result}` line under its own
+item id; its key adds the number of examples. It is resumed like an API item, and its result goes
+to the triage summary and the HTML page, never into msprobe's CSVs (no API call of the dump).
 """
 from __future__ import annotations
 
@@ -111,11 +115,12 @@ class Journal:
         self._file.write(json.dumps(self.header) + "\n")
         return self._file
 
-    def resumed_records(self) -> list[dict[str, Any]]:
-        """The journaled records of the items left out, with this session's node id and dump path."""
+    def resumed_records(self, fuzz: bool = False) -> list[dict[str, Any]]:
+        """The journaled records of the items left out (API items, or with `fuzz` the journal lines of
+        [fuzz] items), with this session's node id and dump path."""
         records = [{**self.finished[iid], "nodeid": nodeid, "dump": nodeid.rpartition("::")[0]}
                    for iid, nodeid in self.resumed.items() if iid in self.finished]
-        return sorted(records, key=_order)  # dump order, as they would have run
+        return sorted((r for r in records if ("fuzz" in r) == fuzz), key=_order)  # dump order, as they ran
 
     def keys(self) -> dict[str, dict[str, str]]:
         """{dump file: {entry name: entry_key}} of the finished items."""
@@ -127,7 +132,7 @@ class Journal:
 
     def write(self, record: dict[str, Any]) -> None:
         file = self._file or self._open()
-        file.write(json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n")
+        file.write(json.dumps(record, ensure_ascii=False, allow_nan=True, default=_plain) + "\n")
         file.flush()
         now = time.monotonic()
         if now - self._synced >= FSYNC_EVERY_S:
@@ -167,9 +172,9 @@ class Resume:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         keep, done = [], []
         for item in items:
-            if isinstance(item, ApiItem):
+            if isinstance(item, ApiItem) or _fuzz_target(item):
                 key = self.keys.get(dump_file(item.path), {}).get(item.name)
-                if key and key == entry_key(item.path, item.name, self.fingerprint):
+                if key and key == item_key(item, self.fingerprint):
                     done.append(item)
                     continue
             keep.append(item)
@@ -203,20 +208,25 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
     from ..reports.summary import junit_properties
     from . import baseline
 
-    records = journal.resumed_records()
+    records = sorted(journal.resumed_records() + journal.resumed_records(fuzz=True), key=_order)
     journal.reported = True
     session.testscollected += len(records)
     hook, warning_as_error = config.hook, config.stash[SETTINGS_KEY].warning_as_error
     for record in records:
-        nodeid = record["nodeid"]
-        location = (record["dump"], 0, f"msprobe: {nodeid.rpartition('::')[2]}")
-        outcome, longrepr, wasxfail = _outcome(record, warning_as_error, baseline.xfail_reason(config, nodeid))
+        nodeid, fuzz = record["nodeid"], record.get("fuzz")
+        location = (record["dump"], 0, f"msprobe{' fuzz' if fuzz else ''}: {nodeid.rpartition('::')[2]}")
+        outcome, longrepr, wasxfail = _fuzz_outcome(fuzz) if fuzz else \
+            _outcome(record, warning_as_error, baseline.xfail_reason(config, nodeid))
         hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
         for when in ("setup", "call", "teardown"):
-            report = pytest.TestReport(nodeid, location, {"msprobe": 1}, outcome if when == "call" else "passed",
-                                       longrepr if when == "call" else None, when,
-                                       user_properties=junit_properties(record) if when == "call" else ())
-            if when == "call":
+            report = pytest.TestReport(nodeid, location, {"msprobe": 1, **({"fuzz": 1} if fuzz else {})},
+                                       outcome if when == "call" else "passed", longrepr if when == "call" else None,
+                                       when, user_properties=junit_properties(record) if when == "call" and not fuzz
+                                       else ())
+            if when == "call" and fuzz:
+                report.msprobe_fuzz = {**fuzz, "nodeid": nodeid}  # type: ignore[attr-defined]  # triage_hooks
+                report.msprobe_resumed = True  # type: ignore[attr-defined]
+            elif when == "call":
                 report.msprobe = record  # type: ignore[attr-defined]
                 report.msprobe_resumed = True  # type: ignore[attr-defined]
                 if wasxfail is not None:
@@ -242,8 +252,31 @@ def _outcome(record: dict[str, Any], warning_as_error: bool, xfail: str | None) 
     return ("failed", failure_text(record), None) if failed else ("passed", None, None)
 
 
-def _order(record: dict[str, Any]) -> tuple[str, int, bool]:
-    return record.get("dump", ""), record.get("order", 0), record.get("direction") != "forward"
+def _fuzz_outcome(result: dict[str, Any]) -> tuple[Outcome, Any, None]:
+    """(outcome, longrepr, None) of a journaled [fuzz] item, as FuzzItem.runtest gives."""
+    from .items import fuzz_failure_text
+
+    if result.get("status") == "SKIP":
+        return "skipped", (result.get("dump", ""), 1, f"Skipped: {result.get('message', '')}"), None
+    if result.get("status") != "error":
+        return "passed", None, None
+    return "failed", fuzz_failure_text(result), None
+
+
+def _order(record: dict[str, Any]) -> tuple[str, int, bool, bool]:
+    return (record.get("dump", ""), record.get("order", 0), record.get("direction", "forward") != "forward",
+            "fuzz" in record)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and other stragglers of a fuzz result as JSON values."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def _fuzz_target(item: pytest.Item) -> str | None:
+    """The API entry of an `<entry>[fuzz]` item (fuzz.FuzzItem, which imports this module), else None."""
+    target = getattr(item, "target", None)
+    return target if isinstance(target, str) and item.name.endswith("[fuzz]") else None
 
 
 def final_records(*batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -283,8 +316,13 @@ def configure(config: pytest.Config, settings: Settings) -> None:
         config.pluginmanager.register(Resume(journal.keys(), item_fingerprint(config), journal), "msprobe-resume")
 
 
-def item_key(item: pytest.Item) -> str:
-    return entry_key(item.path, item.name, item_fingerprint(item.config))
+def item_key(item: pytest.Item, fingerprint: str | None = None) -> str:
+    """An API item's entry_key; a [fuzz] item's is its API's, with the number of examples."""
+    fingerprint = fingerprint or item_fingerprint(item.config)
+    target = _fuzz_target(item)
+    if target is not None:
+        return entry_key(item.path, target, f"{fingerprint} fuzz {item.config.getoption('msprobe_fuzz')}")
+    return entry_key(item.path, item.name, fingerprint)
 
 
 def item_fingerprint(config: pytest.Config) -> str:

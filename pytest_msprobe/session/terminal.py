@@ -31,7 +31,7 @@ def header_lines(config: pytest.Config) -> list[str]:
 
 
 def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written: Mapping[str, Any],
-                   resumed: int, known: int) -> list[str]:
+                   resumed: int, known: int, fuzz_counts: Mapping[str, int] | None = None) -> list[str]:
     """Counts by status, where results came from, devices, the worst failures, the files."""
     from ..reports.results import reference_only, summary_counts
     from .devices import DEVICES_KEY
@@ -42,6 +42,8 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
     ref_only = reference_only(records)
     counts = summary_counts(r for r in records if not r.get("reference_only"))
     lines = ["items: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
+    if fuzz_counts:  # <entry>[fuzz] items (--msprobe-fuzz) have no row in msprobe's files
+        lines[0] += "; [fuzz] items: " + ", ".join(f"{fuzz_counts[k]} {k}" for k in sorted(fuzz_counts))
     if ref_only:
         lines.append(f"{sum(ref_only.values())} items checked only the reference (" + ", ".join(
             f"{v} {k}" for k, v in sorted(ref_only.items())) + "): NPU ops without an NPU run their bench function "
