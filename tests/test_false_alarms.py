@@ -2,11 +2,17 @@
 recorded off an NPU."""
 from __future__ import annotations
 
+import io
+import json
 import shutil
+import struct
+import zipfile
+from pathlib import Path
 
 import pytest
+import torch
 
-from tests.helpers import EXAMPLES
+from tests.helpers import EXAMPLES, records, tensor
 
 LEAN = ("-p", "no:cacheprovider")
 
@@ -19,3 +25,73 @@ def test_fuzzing_the_bf16_linear_passes_flush_to_zero(pytester: pytest.Pytester)
     result = pytester.runpytest("llama", "--msprobe-fuzz", "10", "-k", "Functional.linear and forward", *LEAN)
     result.assert_outcomes(passed=18, deselected=455)
     result.stdout.fnmatch_lines(["*fuzz: 9 API(s), 10 examples each, 0 failing*"])
+
+
+def _save(tensor: torch.Tensor, path: Path, location: str) -> None:
+    """torch.save of `tensor` as if it had been saved from `location` ("npu:0", "cuda:0"): the storage's
+    location tag in the pickle, which is what msprobe's .pt files keep of the device."""
+    buffer = io.BytesIO()
+    torch.save(tensor.clone().contiguous(), buffer)
+    source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as target:
+        for info in source.infolist():
+            data = source.read(info.filename)
+            if info.filename.endswith("data.pkl") and location != "cpu":
+                tag = location.encode()
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X" + struct.pack("<I", len(tag)) + tag)
+            target.writestr(info, data)
+
+
+def conv_tensor_dump(root: Path, location: str, hf32: bool) -> Path:
+    """A PyTorch tensor dump of one fp32 conv2d, its output computed in full fp32 (a CPU or GPU) or from
+    HF32-rounded inputs (Ascend's cube), every tensor saved as if from `location`."""
+    from pytest_msprobe.runs.execution import HF32_BITS, round_mantissa
+
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 8, 10, 10, generator=gen), torch.randn(16, 8, 3, 3, generator=gen) * 0.2
+    read = (lambda t: round_mantissa(t, HF32_BITS)) if hf32 else (lambda t: t)
+    y = torch.nn.functional.conv2d(read(x), read(w))
+    folder = root / "dump_tensor_data"
+    folder.mkdir(parents=True)
+    entry: dict[str, object] = {"input_kwargs": {}}
+    for key, tensors in (("input_args", [x, w]), ("output", [y])):
+        leaves = []
+        for i, t in enumerate(tensors):
+            name = f"Functional.conv2d.0.forward.{key.split('_')[0]}.{i}.pt"
+            _save(t, folder / name, location)
+            leaves.append(tensor("torch.float32", list(t.shape), float(t.max()), float(t.min()), data_name=name))
+        entry[key] = leaves
+    path = root / "dump.json"
+    path.write_text(json.dumps({"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                                "data": {"Functional.conv2d.0.forward": entry}}))
+    return path
+
+
+@pytest.mark.parametrize("location, hf32", [("cpu", False), ("cuda:0", False), ("npu:0", True)])
+def test_replay_reads_what_recorded_the_dump_from_its_tensors(pytester: pytest.Pytester, location: str,
+                                                               hf32: bool) -> None:
+    """Replay rounds fp32 convolution inputs to HF32 only for a dump an Ascend NPU recorded: a CPU- or
+    GPU-recorded fp32 conv2d passes, told by its .pt files' device; --msprobe-recorded-on overrides."""
+    dump = conv_tensor_dump(pytester.path / "d", location, hf32)
+    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN)
+    result.assert_outcomes(passed=1)
+    (record,) = records(pytester)
+    device = location.split(":")[0]
+    noted = [n for n in record["notes"] if n.startswith("recorded on")]
+    assert noted == ([] if hf32 else [f"recorded on {device} (the device of its saved tensors): fp32 inputs not "
+                                     "rounded to HF32, which only Ascend's convolutions read"])
+    wrong = "cpu" if hf32 else "npu"  # the other assumption fails: thousands of ULPs at HF32's resolution
+    told = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "--msprobe-recorded-on", wrong,
+                              "--msprobe-out", "told", *LEAN)
+    told.assert_outcomes(failed=1)
+    told.stdout.fnmatch_lines(["*gross error*", f"rerun: *--msprobe-recorded-on {wrong}*"])
+
+
+def test_the_recorded_device_has_an_ini_key(pytester: pytest.Pytester) -> None:
+    dump = conv_tensor_dump(pytester.path / "d", "cpu", False)
+    pytester.makeini("[pytest]\nmsprobe_recorded_on = npu\n")
+    pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN).assert_outcomes(failed=1)
+    pytester.makeini("[pytest]\nmsprobe_recorded_on = tpu\n")
+    bad = pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN)
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*ini msprobe_recorded_on: 'tpu' is not one of auto, npu, cuda, cpu*"])

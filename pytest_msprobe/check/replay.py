@@ -66,6 +66,18 @@ def effective_mode(dump: Dump, options: CheckOptions) -> str:
     return "rerun"
 
 
+def recorded_device(options: CheckOptions, saved_on: set[str]) -> tuple[str, str]:
+    """The device type that recorded a replayed call's outputs, and how that is known: the option, else
+    the device its saved tensors were on (msprobe saves them where they were), else Ascend's npu,
+    which msprobe assumes (MindSpore's .npy files and statistics do not tell)."""
+    if options.recorded_on != "auto":
+        return options.recorded_on, "--msprobe-recorded-on"
+    devices = sorted(d for d in saved_on if d != "cpu") or sorted(saved_on)
+    if devices:
+        return devices[0], "the device of its saved tensors"
+    return "npu", "assumed: the dump does not tell"
+
+
 @dataclass(frozen=True)
 class Unsaved:
     """A recorded tensor the dump has no file for: reported as a SKIP row, never compared."""
@@ -136,8 +148,13 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
 
     plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
                           options.bench_precision, options.standard)
-    if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes)
-        bench_args = [check._round_input(a, ctx.requires_grad) for a in bench_args]
+    if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes) ...
+        recorded_on, told = recorded_device(options, ctx.devices)
+        if recorded_on == "npu":
+            bench_args = [check._round_input(a, ctx.requires_grad) for a in bench_args]
+        else:  # ... a CPU or GPU in full fp32
+            record["notes"].append(f"recorded on {recorded_on} ({told}): fp32 inputs not rounded to HF32, "
+                                   "which only Ascend's convolutions read")
 
     def bench_dtype(t: torch.Tensor) -> torch.dtype:
         if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
