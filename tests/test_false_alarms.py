@@ -95,3 +95,50 @@ def test_the_recorded_device_has_an_ini_key(pytester: pytest.Pytester) -> None:
     bad = pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN)
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*ini msprobe_recorded_on: 'tpu' is not one of auto, npu, cuda, cpu*"])
+
+
+def sdpa_tensor_dump(root: Path) -> Path:
+    """A PyTorch tensor dump of a causal bf16 scaled_dot_product_attention, forward and backward, recorded by
+    torch's own CPU kernel (as a Llama step's dump)."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 16, 16, generator=gen).bfloat16().requires_grad_() for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    grad = (torch.randn(1, 4, 16, 16, generator=gen) * 3e-3).bfloat16()
+    out.backward(grad)
+    folder = root / "dump_tensor_data"
+    folder.mkdir(parents=True)
+
+    def leaves(prefix: str, tensors: list[torch.Tensor], requires_grad: bool) -> list[dict[str, object]]:
+        found = []
+        for i, t in enumerate(t.detach() for t in tensors):
+            name = f"Functional.scaled_dot_product_attention.0.{prefix}.{i}.pt"
+            torch.save(t.clone(), folder / name)
+            found.append(tensor("torch.bfloat16", list(t.shape), float(t.max()), float(t.min()), data_name=name,
+                                requires_grad=requires_grad))
+        return found
+
+    data = {"Functional.scaled_dot_product_attention.0.forward": {
+                "input_args": leaves("forward.input", [q, k, v], True),
+                "input_kwargs": {"is_causal": {"type": "bool", "value": True}},
+                "output": leaves("forward.output", [out], True)},
+            "Functional.scaled_dot_product_attention.0.backward": {
+                "input": leaves("backward.input", [grad], False),
+                "output": leaves("backward.output", [q.grad, k.grad, v.grad], False)}}
+    path = root / "dump.json"
+    path.write_text(json.dumps({"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                                "data": data}))
+    return path
+
+
+def test_replayed_bf16_attention_gradients_are_judged_against_torchs_kernel(pytester: pytest.Pytester) -> None:
+    """Issue 26: replaying torch's own bf16 attention backward failed ('mean error 5.64 > limit 0.1') because
+    its sampled torch run, whose autograd node is not the attention's, was dropped ('reference gradients
+    not used: list index out of range'): the gradients were held to correct rounding near zero."""
+    dump = sdpa_tensor_dump(pytester.path / "d")
+    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN)
+    result.assert_outcomes(passed=2)
+    backward = next(r for r in records(pytester) if r["direction"] == "backward")
+    assert backward["reference"] == "torch's kernel on cpu, device dtype, on sampled heads"
+    assert not [n for n in backward["notes"] if "not used" in n], backward["notes"]
+    assert [o["verdict"] for o in backward["outputs"]] == ["pass"] * 3
+    assert all(o["reference"]["ref_mean_err"] > 0 for o in backward["outputs"])  # the torch run's own errors
