@@ -169,3 +169,21 @@ def test_the_bundled_examples_end_as_the_readme_says(pytester: pytest.Pytester) 
                                           "examples/baseline.yaml", *LEAN)
     based.assert_outcomes(passed=18, xfailed=2)
     assert "2 xfailed" in readme and based.ret == pytest.ExitCode.OK
+
+
+def test_the_false_alarm_benchmark_fuzzes_correct_kernels(tmp_path: Path) -> None:
+    """benchmarks/planted_bugs.py --fuzz: a [fuzz] item per forward call, armed like the planted runs; a
+    correct variant passes, a bug armed the same way is reported with its failure."""
+    from benchmarks.planted.arms import BY_NAME
+    from benchmarks.planted_bugs import fuzz
+
+    data = {"Functional.linear.0.forward": {
+        "input_args": [tensor("torch.bfloat16", [16, 256], 3.0, -3.0), tensor("torch.bfloat16", [64, 256], 1.0, -1.0)],
+        "input_kwargs": {}, "output": [tensor("torch.bfloat16", [16, 64])]}}
+    (tmp_path / "d").mkdir()
+    dump = tmp_path / "d" / "dump.json"
+    dump.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch", "data": data}))
+    assert fuzz(dump, BY_NAME["splitk-matmul"], "torch.bfloat16", 3, 0) == {"Functional.linear.0.forward[fuzz]": None}
+    found = fuzz(dump, BY_NAME["lowacc-matmul"], "torch.bfloat16", 10, 0)
+    assert list(found) == ["Functional.linear.0.forward[fuzz]"]
+    assert "hypothesis found a failing input" in (found["Functional.linear.0.forward[fuzz]"] or "")
