@@ -153,7 +153,8 @@ def test_the_bundled_examples_end_as_the_readme_says(pytester: pytest.Pytester) 
         if importlib.util.find_spec(module) is not None:
             pytest.skip(f"the README's counts are those of a machine without MindSpore and torch_npu ({module} is "
                         "installed here)")
-    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    root = EXAMPLES.parent  # the README, or the docs/ pages its sections move to
+    readme = "\n".join(p.read_text(encoding="utf-8") for p in [root / "README.md", *sorted(root.glob("docs/**/*.md"))])
     promised = re.search(r"`pytest examples/` then checks every bundled dump\. .*? ends with\s+`([^`]+)`",
                          readme, re.S)
     assert promised, "the README says what `pytest examples/` ends with"
