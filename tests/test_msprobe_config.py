@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pytest_msprobe.npu_import import npu_import_error
 from pytest_msprobe.runs import npu_runtime
 from pytest_msprobe.session.msprobe_config import ConfigError, read
 from pytest_msprobe.specs.loader import load_specs
@@ -131,3 +132,4 @@ def test_npu_settings_use_torch_npus_documented_switches(monkeypatch: pytest.Mon
         assert "torch_npu refused jit_compile=on" in npu_runtime.apply(npu_runtime.NpuRuntime(True, None))
     finally:
         npu_runtime.apply.cache_clear()
+        npu_import_error.cache_clear()  # a result cached while the fake torch_npu was importable
