@@ -1,6 +1,7 @@
 """Detection and false alarms of the standards on planted kernel bugs and correct variants, end to end.
 
     python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--out DIR]
+    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... --fuzz N [--arms ...] [--workers K]
 
 For every dump, one clean run (torch's own CPU kernels) and one run per arm of
 `benchmarks/planted/arms.py`, the arm armed inside the device-call boundary by
@@ -8,6 +9,11 @@ For every dump, one clean run (torch's own CPU kernels) and one run per arm of
 changed its output (its metrics differ from the clean run's: inputs are identical by seed). Printed:
 detection of effective bugs per dtype and kind, and false alarms on clean runs and on the correct
 variants' effective items. `original` (msprobe's Layer 1) is read from every run's records.
+
+`--fuzz N` hunts false alarms instead: every forward call of each dump is fuzzed (`--msprobe-fuzz N`,
+hypothesis draws at the edges of the recorded statistics) on torch's own kernels and on each correct
+variant among `--arms`, under `strict`, in a pytest subprocess (`-n K`); each failing `[fuzz]` item
+is a false alarm, printed with its shrunk example.
 """
 from __future__ import annotations
 
@@ -116,12 +122,59 @@ def _api_keyword(arm: Any) -> str | None:
     return " or ".join(sorted(names))
 
 
+def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int) -> dict[str, str | None]:
+    """The `[fuzz]` items of the dump's forward calls on correct kernels (torch's own, or the variant `arm`
+    inside the device-call boundary): {item: None if it passed, else its failure text}."""
+    import os
+    import subprocess
+    import tempfile
+    import xml.etree.ElementTree as ElementTree
+
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as out:
+        junit = Path(out) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", str(dump.resolve()), "-m", "fuzz", "--msprobe-fuzz", str(examples),
+               "--msprobe-standard", "strict", "--msprobe-device", "cpu", "--msprobe-out", out, "-q",
+               "-p", "no:cacheprovider", "-p", "benchmarks.planted.plugin", "--junitxml", str(junit),
+               "-n", str(workers), "--rootdir", out]
+        keyword = _api_keyword(arm) if arm is not None else None
+        if keyword:
+            cmd += ["-k", keyword]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               "PLANTED_ARM": arm.name if arm is not None else "", "PLANTED_DTYPE": dtype}
+        subprocess.run(cmd, env=env, cwd=out, capture_output=True, text=True, check=False)
+        if not junit.is_file():
+            raise SystemExit(f"fuzzing {dump} wrote no JUnit XML: {' '.join(cmd)}")
+        found: dict[str, str | None] = {}
+        for case in ElementTree.parse(junit).iter("testcase"):
+            problem = case.find("failure")
+            if problem is None:
+                problem = case.find("error")
+            if case.find("skipped") is None:
+                found[case.get("name", "")] = None if problem is None else (problem.text or problem.get("message", ""))
+        return found
+
+
+def fuzz_report(rows: list[dict]) -> None:
+    print("\n## False alarms found by fuzzing correct kernels (strict)\n")
+    print("| kernels | dtype | fuzz items failing |\n|---|---|---|")
+    for arm, dtype in sorted({(r["arm"], r["dtype"]) for r in rows}):
+        part = [r for r in rows if r["arm"] == arm and r["dtype"] == dtype]
+        print(f"| {arm} | {dtype[6:]} | {sum(r['flagged'] for r in part)}/{len(part)} |")
+    for r in rows:
+        if r["flagged"]:
+            print(f"- {r['arm']} {r['dump']} {r['item']}: {r['message'][:600]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dumps", nargs="+", help="dump.json files or folders holding them")
     parser.add_argument("--standards", default="strict")
     parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
     parser.add_argument("--json", help="write every per-item result to this file")
+    parser.add_argument("--fuzz", type=int, default=0, metavar="N",
+                        help="fuzz every forward call with N examples on torch's kernels and the correct variants "
+                             "among --arms (strict), instead of planting bugs")
+    parser.add_argument("--workers", type=int, default=2, help="xdist workers of the --fuzz runs")
     args = parser.parse_args()
     dumps = []
     for given in args.dumps:
@@ -137,6 +190,16 @@ def main() -> None:
         # an autocast step (make_dumps.py names it so) computes its kernels in the autocast dtype
         dtype = "torch.bfloat16" if "autocastbf16" in label else "torch.float16" if "autocastfp16" in label \
             else dump_dtype(dump)
+        if args.fuzz:
+            for arm in [None] + [a for a in arms if a.kind == "variant"
+                                 and getattr(__import__("torch"), dtype.split(".")[1]) in a.dtypes]:
+                for item, failure in fuzz(dump, arm, dtype, args.fuzz, args.workers).items():
+                    rows.append({"dump": label, "dtype": dtype, "arm": arm.name if arm else "torch's own",
+                                 "kind": "fuzz", "item": item, "standard": "strict", "flagged": failure is not None,
+                                 "message": " ".join((failure or "").split())})
+                print(f"# {label} fuzz {arm.name if arm else 'clean'} done at {time.time() - started:.0f} s",
+                      file=sys.stderr, flush=True)
+            continue
         clean = {s: run(dump, None, s, dtype, None) for s in standards}
         base = clean[standards[0]]
         spent = collections.Counter()
@@ -168,6 +231,9 @@ def main() -> None:
         print(f"# {label} ({dtype}) done at {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.fuzz:
+        fuzz_report(rows)
+        return
     report(rows, standards)
     print("\n## Cost of the third run (clean runs, first standard)\n")
     print("| dump | bench s | third run s | third / bench | device s |\n|---|---|---|---|---|")

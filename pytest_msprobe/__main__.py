@@ -84,6 +84,7 @@ def write_script(args: argparse.Namespace) -> int:
 
     options = CheckOptions(device=args.device, run_seed=args.seed, data_mode=args.data_mode, standard=args.standard,
                            mode=args.mode, bench_precision=args.bench_precision, threads=args.threads,
+                           recorded_on=args.recorded_on,
                            specs_file=str(Path(args.specs).resolve()) if args.specs else None)
     assert options.data_mode in DATA_MODES
     try:
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "output, its monitoring-level thresholds, blank metric cells read as 0)")
     c.add_argument("--specs", default=None, help="a --msprobe-specs YAML file with threshold/category overrides")
     c.set_defaults(run=compare)
-    from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, STANDARDS
+    from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, RECORDED_ON, STANDARDS
 
     w = commands.add_parser("script", help="a standalone script of one recorded call (msprobe's op_generate)")
     w.add_argument("target", help="DUMP_JSON::ENTRY, e.g. 'step0/rank0/dump.json::Functional.linear.0.forward'")
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--standard", choices=STANDARDS, default=STANDARDS[0], help="as --msprobe-standard")
     w.add_argument("--data-mode", choices=DATA_MODES, default="auto", help="as --msprobe-data-mode")
     w.add_argument("--mode", choices=MODES, default="auto", help="as --msprobe-mode")
+    w.add_argument("--recorded-on", choices=RECORDED_ON, default="auto", help="as --msprobe-recorded-on")
     w.add_argument("--bench-precision", choices=BENCH_PRECISIONS, default="auto", help="as --msprobe-bench-precision")
     w.add_argument("--threads", type=int, default=1, help="torch intra-op threads, as --msprobe-threads (default 1)")
     w.add_argument("--specs", default=None, help="a --msprobe-specs YAML file (embedded in the script)")

@@ -38,7 +38,7 @@ from .session.collect import DumpFile
 from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem
 from .session.shard import parse_shard
 from .session.stash import SETTINGS_KEY
-from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, STANDARDS, CheckOptions, Settings
+from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, RECORDED_ON, STANDARDS, CheckOptions, Settings
 
 DUMP_BASENAME = "dump.json"
 REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
@@ -85,6 +85,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="replay: the device result is the output saved in a tensor dump, only the bench runs "
                          "(no device, no MindSpore needed); rerun: run the API on the device; auto (default): "
                          "replay MindSpore tensor dumps, re-run everything else")
+    group.addoption("--msprobe-recorded-on", choices=RECORDED_ON, default=None,
+                    help="replay: the device that recorded the dump's outputs (npu: fp32 conv1d/conv2d inputs are "
+                         "read as HF32, as msprobe assumes; cuda, cpu: in full fp32); auto (default): the device "
+                         "the saved tensors were on, else npu")
     group.addoption("--msprobe-standard", choices=STANDARDS, default=None,
                     help="judgement: strict (default: what a correct kernel in the device dtype may lose, per kind "
                          "of op; see docs/explanation/error-model.md), msprobe (msprobe 8.x's new standard), "
@@ -159,6 +163,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_seed", "default for --msprobe-seed", default=str(DEFAULT_SEED))
     parser.addini("msprobe_out", "default for --msprobe-out", default="msprobe_results")
     parser.addini("msprobe_standard", "default for --msprobe-standard", default=STANDARDS[0])
+    parser.addini("msprobe_recorded_on", "default for --msprobe-recorded-on", default=RECORDED_ON[0])
     parser.addini("msprobe_dtype_markers", "auto (when -m/-k is given), always or never: dtype markers on items",
                   default="auto")
     parser.addini("msprobe_specs", "default for --msprobe-specs", default="")
@@ -184,6 +189,9 @@ def _settings(config: pytest.Config) -> Settings:
     standard = opt.msprobe_standard or config.getini("msprobe_standard")
     if standard not in STANDARDS:
         raise pytest.UsageError(f"ini msprobe_standard: {standard!r} is not one of {', '.join(STANDARDS)}")
+    recorded_on = opt.msprobe_recorded_on or config.getini("msprobe_recorded_on")
+    if recorded_on not in RECORDED_ON:
+        raise pytest.UsageError(f"ini msprobe_recorded_on: {recorded_on!r} is not one of {', '.join(RECORDED_ON)}")
     here = config.invocation_params.dir
     specs_file = opt.msprobe_specs or config.getini("msprobe_specs") or None
     if specs_file:
@@ -208,7 +216,7 @@ def _settings(config: pytest.Config) -> Settings:
                            standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
                            specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,
-                           bench_precision=opt.msprobe_bench_precision)
+                           bench_precision=opt.msprobe_bench_precision, recorded_on=recorded_on)
     if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
         raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "
                                 "inputs: it cannot use --msprobe-data-mode random")

@@ -14,6 +14,8 @@ STANDARDS = ("strict", "msprobe", "original", "msprobe26", "mindspore")  # first
 MODES = ("auto", "rerun", "replay")
 # auto: msprobe's raise rule (fp16/bf16 -> fp32, fp32 -> fp64) with api_specs' per-API tables; fp64: all fp64
 BENCH_PRECISIONS = ("auto", "fp64")
+# what computed a tensor dump's recorded outputs (replay): auto reads the saved tensors' device, else npu
+RECORDED_ON = ("auto", "npu", "cuda", "cpu")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class CheckOptions:
     # random tensors and runs a large output's msprobe metrics beside the strict checks and the torch run
     # (helper.py; the same values and verdicts as with 1)
     bench_precision: str = "auto"  # BENCH_PRECISIONS
+    recorded_on: str = "auto"  # RECORDED_ON: the device that recorded a replayed dump's outputs
 
 
 @dataclass

@@ -104,10 +104,11 @@ def _block(flat: dict[str, np.ndarray], s: slice, layout: tuple[np.ndarray, np.n
             acc.wrong_off_tie += int(np.count_nonzero(wrong & off_tie))
     if not bias:
         return
-    # signed errors in ULPs, each clipped to +-1 so that the few large errors of cancelled elements
-    # cannot mask (or fake) a systematic half-ULP shift such as truncation
-    signed_d = np.clip(diff / unit, -1.0, 1.0)
-    signed_t = np.clip((t - b) / unit, -1.0, 1.0)
+    # signed errors in ULPs from the correctly rounded result (which has none: its own rounding of repeated
+    # values is no bias), each clipped to +-1 so that the few large errors of cancelled elements cannot
+    # mask (or fake) a systematic half-ULP shift such as truncation
+    signed_d = np.clip((d - rounded) / unit, -1.0, 1.0)
+    signed_t = np.clip((t - rounded) / unit, -1.0, 1.0)
     towards_zero = -np.sign(b)
     acc.bias["bias"].append(np.add.reduceat(signed_d, starts, dtype=np.float64))
     acc.bias["ref_bias"].append(np.add.reduceat(signed_t, starts, dtype=np.float64))

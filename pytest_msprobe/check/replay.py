@@ -66,6 +66,18 @@ def effective_mode(dump: Dump, options: CheckOptions) -> str:
     return "rerun"
 
 
+def recorded_device(options: CheckOptions, saved_on: set[str]) -> tuple[str, str]:
+    """The device type that recorded a replayed call's outputs, and how that is known: the option, else
+    the device its saved tensors were on (msprobe saves them where they were), else Ascend's npu,
+    which msprobe assumes (MindSpore's .npy files and statistics do not tell)."""
+    if options.recorded_on != "auto":
+        return options.recorded_on, "--msprobe-recorded-on"
+    devices = sorted(d for d in saved_on if d != "cpu") or sorted(saved_on)
+    if devices:
+        return devices[0], "the device of its saved tensors"
+    return "npu", "assumed: the dump does not tell"
+
+
 @dataclass(frozen=True)
 class Unsaved:
     """A recorded tensor the dump has no file for: reported as a SKIP row, never compared."""
@@ -136,8 +148,13 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
 
     plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
                           options.bench_precision, options.standard)
-    if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes)
-        bench_args = [check._round_input(a, ctx.requires_grad) for a in bench_args]
+    if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes) ...
+        recorded_on, told = recorded_device(options, ctx.devices)
+        if recorded_on == "npu":
+            bench_args = [check._round_input(a, ctx.requires_grad) for a in bench_args]
+        else:  # ... a CPU or GPU in full fp32
+            record["notes"].append(f"recorded on {recorded_on} ({told}): fp32 inputs not rounded to HF32, "
+                                   "which only Ascend's convolutions read")
 
     def bench_dtype(t: torch.Tensor) -> torch.dtype:
         if plan.raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
@@ -214,24 +231,28 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
                        [grads_d[p] for p in positions], refs, role, positions, bare, specs, options, True,
                        gradients=True)
     else:
-        grads_b, roles, node = check._timed(timings, "bench_backward_s", "bench backward",
-                                            lambda: _node_grads(leaves_b, pairs_b, bench_side, "cpu"), None)
+        grads_b, roles, node, node_positions = check._timed(
+            timings, "bench_backward_s", "bench backward", lambda: _node_grads(leaves_b, pairs_b, bench_side, "cpu"),
+            None)
         recorded = _recorded(backward_entry.get("output"), dump, max_bytes, "backward.output")
         slots = _match_slots(full, recorded, grads_b, node, record["notes"])
         record["notes"] += [f"backward.output.{j}: {roles[j]} (input {j} of {node})" for j in slots]
-        refs = None
+        refs = estimated = None
         if ref_leaves is not None and reference is not None and reference.side is not None:
             try:
                 pairs_r = pair_cotangents(ref_leaves, [reference.cotangent(c) for c in cotangents], grad_index)
-                grads_r = _node_grads(ref_leaves, pairs_r, reference.side, reference.device.name)[0]
-                if [tuple(grads_r[j].shape) for j in slots] != [tuple(grads_b[j].shape) for j in slots]:
-                    raise NotCheckable("a different autograd layout")
-                refs = [grads_r[j] for j in slots]
+                if reference.sampled is not None:  # a sampled torch run: its own autograd node, rows to complete
+                    refs, estimated = _sampled_grads(reference, ref_leaves, pairs_r, grads_b, node_positions, slots)
+                else:
+                    grads_r = _node_grads(ref_leaves, pairs_r, reference.side, reference.device.name)[0]
+                    if [tuple(grads_r[j].shape) for j in slots] != [tuple(grads_b[j].shape) for j in slots]:
+                        raise NotCheckable("a different autograd layout")
+                    refs = [grads_r[j] for j in slots]
             except (NotCheckable, IndexError, AttributeError) as exc:
                 record["notes"].append(f"reference gradients not used: {exc}")
         _compare_pairs(record, f"{full}.backward.output", [grads_b[j] for j in slots],
                        [recorded[j] for j in slots], refs, role, slots, bare, specs, options, False,
-                       gradients=True)
+                       gradients=True, estimated=estimated)
     timings["compare_s"] = time.perf_counter() - started
     check.finish_record(record)
 
@@ -313,9 +334,10 @@ def _output_dtype(encoded: Any) -> torch.dtype | None:
 
 
 def _node_grads(outputs: list[Any], pairs: list[tuple[int, Any]], side: Any,
-                device: str) -> tuple[list[Any], list[str], str]:
+                device: str) -> tuple[list[Any], list[str], str, list[int | None]]:
     """Backpropagate and return what flows out of the outputs' autograd node, slot by slot, as msprobe
-    records it for PyTorch (with each slot's role), and the node's name."""
+    records it for PyTorch (with each slot's role), the node's name, and per slot the position of the
+    tensor argument whose gradient it is as such (None: transposed, an intermediate, a leaf of no argument)."""
     nodes = {id(outputs[i].grad_fn): outputs[i].grad_fn for i, _ in pairs if outputs[i].grad_fn is not None}
     if len(nodes) != 1:
         raise NotCheckable(f"the differentiated outputs come from {len(nodes)} autograd nodes; msprobe's recorded "
@@ -335,24 +357,41 @@ def _node_grads(outputs: list[Any], pairs: list[tuple[int, Any]], side: Any,
         raise NotCheckable(f"{node.name()} produced no gradients")
     leaves = {id(leaf): pos for pos, leaf in side.grad_leaves}
     roles = [_role(fn, leaves, clones) for fn, _ in node.next_functions]
-    return list(captured[0]), roles, node.name()
+    return list(captured[0]), [r for r, _ in roles], node.name(), [p for _, p in roles]
 
 
-def _role(fn: Any, leaves: dict[int, int], clones: set[int]) -> str:
+def _role(fn: Any, leaves: dict[int, int], clones: set[int]) -> tuple[str, int | None]:
     transposed = False
     while fn is not None:
         kind = fn.name().rsplit("::", 1)[-1]  # torch::autograd::AccumulateGrad
         if kind == "AccumulateGrad":
             pos = leaves.get(id(fn.variable))
-            return "a leaf tensor" if pos is None else \
-                f"the gradient of tensor argument {pos}{', transposed' if transposed else ''}"
+            if pos is None:
+                return "a leaf tensor", None
+            return f"the gradient of tensor argument {pos}{', transposed' if transposed else ''}", \
+                None if transposed else pos
         if id(fn) in clones:
             fn = fn.next_functions[0][0]
         elif kind in _TRANSPOSES and not transposed:
             transposed, fn = True, fn.next_functions[0][0]
         else:
-            return f"the gradient of an intermediate result ({kind})"
-    return "no gradient"
+            return f"the gradient of an intermediate result ({kind})", None
+    return "no gradient", None
+
+
+def _sampled_grads(reference: Any, ref_leaves: list[Any], pairs_r: list[Any], grads_b: list[Any],
+                   positions: list[int | None], slots: list[int]) -> tuple[list[Any], list[Any]]:
+    """A sampled torch run's gradients of the slots' tensor arguments, its unsampled rows completed from
+    the bench's (ReferenceRun.complete, as a re-run item does), and the masks of the estimated elements."""
+    wanted = [positions[j] for j in slots]
+    if any(p is None for p in wanted):
+        raise NotCheckable("a recorded gradient is not an argument's own")
+    backward(ref_leaves, pairs_r, reference.device.name)
+    by_pos = {pos: leaf.grad for pos, leaf in reference.side.grad_leaves}
+    if any(by_pos.get(p) is None for p in wanted):
+        raise NotCheckable("the sampled run has no gradient for every argument")
+    grads, estimated = reference.complete([by_pos[p] for p in wanted], [grads_b[j] for j in slots], wanted)
+    return list(grads), list(estimated)
 
 
 def _match_slots(full: str, recorded: list[Any], grads: list[Any], node: str, notes: list[str]) -> list[int]:
@@ -436,7 +475,7 @@ def _reference_grads_by_position(reference: Any, ref_leaves: list[Any] | None, c
 def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
                    third: list[Any] | None, role: str, positions: list[int], api: str, specs: dict[str, Any],
                    options: CheckOptions, ms_format: bool, *, scalar_operand: bool = False,
-                   gradients: bool = False) -> None:
+                   gradients: bool = False, estimated: list[Any] | None = None) -> None:
     """compare.compare_outputs on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
     checker's metrics on each row of a MindSpore dump (its CSV columns)."""
     keep = [i for i, d in enumerate(device) if not isinstance(d, Unsaved)]
@@ -444,7 +483,8 @@ def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device
     if keep:
         compare.compare_outputs(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
                        None if third is None else [third[i] for i in keep], role, api, specs, options,
-                       [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients)
+                       [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients,
+                       estimated=None if estimated is None else [estimated[i] for i in keep])
     rows = record["outputs"][start:]
     if ms_format and len(rows) == len(keep):
         epsilon = specs["thresholds"]["mindspore"]["epsilon"]

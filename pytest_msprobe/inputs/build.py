@@ -55,6 +55,7 @@ class BuildContext:
     requires_grad: set[int] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     loaded_files: int = 0
+    devices: set[str] = field(default_factory=set)  # device types of the loaded .pt files' storages ("npu", "cpu")
     rng: np.random.Generator | None = None  # float draws (_uniform), seeded from `generator`
     threads: int = 1  # threads that draw a large tensor (CheckOptions.work_threads: this one and the helper);
     # the values do not depend on it
@@ -203,7 +204,8 @@ def _load_saved(
         raise InputError(f"{where}: tensor file {path} is larger than the {ctx.max_bytes} byte limit")
     try:
         if path.suffix == ".pt":
-            loaded = torch.load(path, map_location="cpu", weights_only=True)
+            loaded = torch.load(path, map_location=lambda storage, where: _to_cpu(storage, where, ctx),
+                                weights_only=True)
         elif path.suffix == ".npy":
             loaded = torch.from_numpy(np.load(path, allow_pickle=False))
         else:
@@ -219,6 +221,13 @@ def _load_saved(
     ctx.loaded_files += 1
     # MindSpore saves bf16 as float32 .npy; the json dtype is the truth.
     return loaded.to(dtype) if loaded.dtype != dtype else loaded
+
+
+def _to_cpu(storage: Any, location: str, ctx: BuildContext) -> Any:
+    """torch.load's map_location: every storage stays on the CPU, and the device it was saved from (its
+    location tag, "npu:0", "cuda:0" or "cpu": msprobe saves the tensors on their device) is noted."""
+    ctx.devices.add(str(location).split(":", 1)[0])
+    return storage
 
 
 def _random(

@@ -149,7 +149,7 @@ def failure_text(record: dict[str, Any], rerun: str = "") -> str:
 
 def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
     """The `rerun:` command of an item: its node, and every option that changes its verdict (seed, device,
-    standard, modes, reference, specs, kernels, threads, NPU runtime, warning-as-error) and the plugins
+    standard, modes, recording device, reference, specs, kernels, threads, NPU runtime, warning-as-error) and the plugins
     `-p` loaded (one may wrap the device call), so that it fails alone as it failed in the run. Like the
     record it belongs to, it does not depend on -n."""
     settings = config.stash[SETTINGS_KEY]
@@ -158,6 +158,7 @@ def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
             "--msprobe-standard", opts.standard]
     for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
                         ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
+                        ("--msprobe-recorded-on", None if opts.recorded_on == "auto" else opts.recorded_on),
                         ("--msprobe-reference", opts.reference_device),
                         ("--msprobe-reference-results", opts.reference_results),
                         ("--msprobe-specs", opts.specs_file),

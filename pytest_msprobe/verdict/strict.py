@@ -26,7 +26,8 @@ Then four checks, all numbers in api_specs/thresholds.yaml (`strict:`):
 2. No element is grossly wrong: normalised error <= gross.
 3. The typical error is not larger than the torch run's: mean <= mean_ref_factor * its mean + slack.
 4. The errors are not biased (in one direction, or towards zero as truncation is): a t-test over rows
-   of the signed errors (in ULPs, clipped to +-1), significant and larger than the torch run's bias.
+   of the signed errors (in ULPs from the correctly rounded result, clipped to +-1), significant and
+   larger than the torch run's bias.
 """
 from __future__ import annotations
 

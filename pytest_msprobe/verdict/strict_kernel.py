@@ -341,8 +341,8 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
             for j in range(nb):
                 x = bw[j]
                 tz = -(one if x > zero else (-one if x < zero else (zero if x == zero else x)))
-                a = _clip1((dw[j] - bw[j]) / uw[j], one)
-                c = _clip1((tw[j] - bw[j]) / uw[j], one)
+                a = _clip1((dw[j] - rw[j]) / uw[j], one)  # from the correctly rounded result, which has no error
+                c = _clip1((tw[j] - rw[j]) / uw[j], one)
                 sd[j], st[j], sdz[j], stz[j] = a, c, a * tz, c * tz
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
