@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_msprobe.npu_import import npu_import_error
 from pytest_msprobe.runs import npu_runtime
 from pytest_msprobe.session.msprobe_config import ConfigError, read
 from pytest_msprobe.specs.loader import load_specs
