@@ -40,7 +40,7 @@ _FunctionMode: Any = TorchFunctionMode
 _DispatchMode: Any = TorchDispatchMode
 
 
-class _Pickler(_PyPickler):
+class _Pickler(_PyPickler):  # type: ignore[misc]
     def save_global(self, obj: Any, name: str | None = None) -> None:
         if obj is ApiData:
             module, qualname = MSPROBE_API_DATA
@@ -108,7 +108,7 @@ def _names() -> dict[Any, tuple[str, str]]:
     return table
 
 
-class _Forward(_FunctionMode):
+class _Forward(_FunctionMode):  # type: ignore[misc]
     def __init__(self, sender: Sender) -> None:
         super().__init__()
         self.sender, self.depth = sender, 0
@@ -131,7 +131,7 @@ class _Forward(_FunctionMode):
         return out
 
 
-class _Backward(_DispatchMode):
+class _Backward(_DispatchMode):  # type: ignore[misc]
     def __init__(self, sender: Sender) -> None:
         super().__init__()
         self.sender = sender
