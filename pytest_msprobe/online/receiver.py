@@ -140,7 +140,8 @@ class Receiver:
                 sock = self.tls.wrap_socket(raw, server_side=True)
                 sock.settimeout(None)
             except (OSError, ssl.SSLError) as exc:
-                self.log(f"msprobe online: {peer}: TLS handshake refused: {_reason(exc)}")
+                if "EOF" not in _reason(exc):  # a port probe that connected and left says nothing
+                    self.log(f"msprobe online: {peer}: TLS handshake refused: {_reason(exc)}")
                 _shutdown(raw)
                 return
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -284,4 +285,5 @@ def _shutdown(sock: socket.socket) -> None:
 
 def _reason(exc: BaseException) -> str:
     text = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return str(text)
+    detail = getattr(exc, "verify_message", None)  # e.g. "certificate revoked", "unable to get local issuer"
+    return f"{text} ({detail})" if detail else str(text)

@@ -110,10 +110,12 @@ def validate(obj: Any) -> ApiData:
     return obj
 
 
+_BOILERPLATE = ("Weights only load failed", "Check the documentation", "(1)", "(2)", "\t(")
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    for marker in ("WeightsUnpickler error: ", ):
-        if marker in text:
-            text = text.split(marker, 1)[1]
-    line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    """The line of torch's weights_only message that names what was refused, without its advice."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith(_BOILERPLATE)]
+    line = lines[0] if lines else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    line = line.removeprefix("WeightsUnpickler error: ").split(" was not an allowed global", 1)[0]
     return f"{type(exc).__name__}: {line}"[:300]

@@ -221,7 +221,10 @@ class Sender:
     def record(self, api: str, args: Any, kwargs: Any, out: Any) -> None:
         index = self.counters[api]
         self.counters[api] += 1
-        kwargs = {k: v for k, v in kwargs.items() if k != "device"}  # as msprobe's client
+        # device: dropped as msprobe's client does; the defaults layout=torch.strided and
+        # memory_format=torch.preserve_format cannot be pickled by name
+        kwargs = {k: v for k, v in kwargs.items() if k != "device" and v is not torch.strided
+                  and v is not torch.preserve_format}
         call = ApiData(f"{api}.{index}", tuple(_snapshot(list(args))), _snapshot(kwargs), _snapshot(out),
                        self.current_step, self.rank)
         try:

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import queue
 import shutil
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,9 @@ def addoption(group: Any, parser: pytest.Parser) -> None:
                          "that connected)")
     group.addoption("--msprobe-online-listen-any", action="store_true", default=False,
                     help="allow a plain-TCP address other than loopback (calls then cross the network unencrypted)")
+    group.addoption("--msprobe-online-idle", type=float, default=None, metavar="SECONDS",
+                    help="end the session when no call has arrived for SECONDS before every client stopped (a "
+                         "client that died); such a session fails")
     group.addoption("--msprobe-online-keep", action="store_true", default=False,
                     help="keep every received call as a one-call tensor dump (by default only failing ones)")
     parser.addini("msprobe_online_spool", "folder of the received calls' one-call dumps (default "
@@ -152,6 +156,9 @@ class OnlineSession:
         self.failed: set[str] = set()
         self.order = 0
         self.interrupted = False
+        self.idle: float | None = config.getoption("msprobe_online_idle")
+        self.idle_ended = False
+        self.closed = False
         self.specs = online_specs(config.stash[SETTINGS_KEY].check_options.specs_file)
 
     def rank(self, rank: int | None) -> RankCounts:
@@ -178,6 +185,9 @@ class OnlineSession:
         except KeyboardInterrupt:
             self.interrupted = True
             raise
+        refused = sum(sum(c.refused.values()) for c in self.counts.values())
+        if refused or self.idle_ended:
+            session.testsfailed += 1  # refused calls or a client that never stopped: the gate is not green
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -192,6 +202,7 @@ class OnlineSession:
                 terminalreporter.write_line(line)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.closed = True
         self.receiver.close()
 
     # ---------------------------------------------------------------- the loop
@@ -199,13 +210,20 @@ class OnlineSession:
         from ..online import safeload
 
         receiver = self.receiver
+        last = time.monotonic()
         while True:
             try:
                 call = receiver.calls.get(timeout=0.1)
             except queue.Empty:
                 if receiver.finished.is_set() and receiver.calls.empty():
                     return
+                if self.idle is not None and time.monotonic() - last > self.idle:
+                    self.idle_ended = True
+                    receiver.log(f"msprobe online: no call for {self.idle:g} s (--msprobe-online-idle): the session "
+                                 "ends before every client stopped")
+                    return
                 continue
+            last = time.monotonic()
             counts = self.rank(call.rank)
             try:
                 data = safeload.load_nfs(bytes(call.body)) if call.nfs else safeload.load_tcp(call.body)
@@ -286,13 +304,16 @@ class OnlineSession:
                     lines.append(f"  {label} {sum(reasons.values()) - sum(n for _, n in reasons.most_common(8))}: "
                                  f"{len(reasons) - 8} other reason(s), in the JSON lines records")
         stats = self.receiver.stats
+        lines += stats.lines[-20:]  # bad peers and refused frames, as logged while they happened
         extra = [f"{k} {v}" for k, v in (("connections", stats.connections), ("CRC errors resent", stats.crc_errors),
                                           ("duplicates dropped", stats.duplicates),
                                           ("frames refused unread", stats.refused_frames),
                                           ("connections ended on bad input", stats.dropped)) if v]
         if extra:
             lines.append("msprobe online: " + ", ".join(extra))
-        if self.interrupted or not self.receiver.finished.is_set():
+        if self.idle_ended:
+            lines.append(f"msprobe online: ended after {self.idle:g} s without a call, before every client stopped")
+        elif self.interrupted or not self.receiver.finished.is_set():
             lines.append("msprobe online: interrupted before every client stopped; the results so far are written")
         if self.failed:
             lines.append(f"msprobe online: the failing calls are kept as one-call tensor dumps under {self.spool}")
@@ -347,11 +368,13 @@ def configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--msprobe-online-queue, --msprobe-online-max-frame and --msprobe-online-clients "
                                 "must be positive")
     here = config.invocation_params.dir
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-
     def log(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(line, yellow=True)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")  # registered after this hook runs
+        if reporter is not None and ONLINE_KEY in config.stash and not config.stash[ONLINE_KEY].closed:
+            try:
+                reporter.write_line(line, yellow=True)
+            except (ValueError, OSError):  # the terminal is gone (the session is ending)
+                pass
 
     receiver: Any
     if endpoint.kind == "nfs":
