@@ -14,6 +14,7 @@ Torch-free: the bodies stay bytes here; loading them is safeload.py's job, in th
 from __future__ import annotations
 
 import queue
+import select
 import socket
 import ssl
 import threading
@@ -25,6 +26,7 @@ from . import protocol
 from .protocol import BUSY, ERROR, KILL, OK, OVER, STOP
 
 _RECENT = 4096  # (sequence, rank, step) keys remembered per connection to drop resent duplicates
+KEEPALIVE_S = 0.2  # a quiet client's last ack is repeated this often (Receiver._wait_for_frame)
 _LIMIT = 1 << 31  # ranks and steps at or above this are garbage, not a training job
 
 
@@ -68,10 +70,13 @@ class _Conn:
         self.data = False  # sent at least one good frame
         self.stopped = False
         self.recent: OrderedDict[tuple[int, int, int], None] = OrderedDict()
+        self.last_ack: tuple[bytes, int, int, int] | None = None  # the last OK___, repeated while idle
 
     def send(self, word: bytes, sequence: int, rank: int, step: int) -> None:
         with self.lock:
             self.sock.sendall(protocol.ack(word, sequence, rank, step))
+        if word == OK:
+            self.last_ack = (word, sequence, rank, step)
 
 
 class Receiver:
@@ -161,6 +166,8 @@ class Receiver:
             ended = str(exc)
         except (OSError, ssl.SSLError) as exc:
             ended = f"connection error: {_reason(exc)}"
+        except Exception as exc:  # never let a peer's bytes kill the thread silently
+            ended = f"unexpected {type(exc).__name__}: {exc}"
         if ended and not self._closing:
             with self._lock:
                 self.stats.dropped += 1
@@ -179,6 +186,8 @@ class Receiver:
         """Read and answer one frame; False when the peer closed cleanly between frames."""
         sock = conn.sock
         head = bytearray(protocol.HEADER.size)
+        if not self._wait_for_frame(conn):
+            return False
         if not _read_into(sock, memoryview(head), at_start=True):
             return False
         h = protocol.parse_header(head)
@@ -230,6 +239,22 @@ class Receiver:
                         return False
         conn.send(OK, h.sequence, h.rank, h.step)
         return True
+
+    def _wait_for_frame(self, conn: _Conn) -> bool:
+        """Wait for the next frame's first byte. While a client that has sent data is quiet, its last ack is
+        repeated every KEEPALIVE_S: msprobe 8.1.2's client starts its twisted transfers from a thread that
+        does not wake its reactor, and a transfer then finishes only when something arrives (a repeated ack
+        of a frame it already dropped from its resend table is ignored by it). False: closed cleanly."""
+        sock = conn.sock
+        while not self._closing:
+            if isinstance(sock, ssl.SSLSocket) and sock.pending():
+                return True
+            readable, _, _ = select.select([sock], [], [], KEEPALIVE_S)
+            if readable:
+                return True
+            if conn.data and not conn.stopped and conn.last_ack is not None:
+                conn.send(*conn.last_ack)
+        return False
 
     def _stop(self, conn: _Conn, h: protocol.Header) -> None:
         conn.send(OVER, h.sequence, h.rank, h.step)

@@ -139,8 +139,8 @@ def skip_reason(data: Any, api: str, specs: dict[str, Any]) -> str | None:
         results = data.result if isinstance(data.result, (tuple, list)) else [data.result]
         stores = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
         if any(isinstance(r, torch.Tensor) and r.numel() and r.untyped_storage().data_ptr() in stores for r in results):
-            return (f"{data.name}: in-place call whose input was sent after the call changed it (it shares its "
-                    "storage with the output): the input before the call is unknown, nothing to compare")
+            return (f"{data.name}: in-place call sent after it changed its input (input and output share "
+                    "storage): the input before the call is unknown, nothing to compare")
     return None
 
 
