@@ -77,8 +77,12 @@ class _NfsUnpickler(pickle.Unpickler):
         found = _NFS_ALLOWED.get((module, name))
         if found is not None:
             return found
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.memory_format)):
             return getattr(torch, name)
+        short = name.removeprefix("torch.")  # memory formats pickle as (<a torch module>, "torch.<name>")
+        if module.startswith("torch") and name.startswith("torch.") and \
+                isinstance(getattr(torch, short, None), (torch.dtype, torch.memory_format)):
+            return getattr(torch, short)
         raise pickle.UnpicklingError(f"global {module}.{name} is not allowed (only msprobe's ApiData and tensors)")
 
 
