@@ -203,3 +203,45 @@ def test_bad_online_settings_are_usage_errors(pytester: pytest.Pytester) -> None
         port = sock.getsockname()[1]
         result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider", *SAFETY)
         result.stderr.fnmatch_lines(["*cannot listen*"])
+
+
+_HALF_CLIENT = f'''
+import socket, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+import torch
+from pytest_msprobe.online import protocol, safeload
+from pytest_msprobe.online.sender import encode
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
+    for i in range(3):
+        x = torch.linspace(-1, 1, 16)
+        s.sendall(protocol.frame(encode(safeload.ApiData(f"Functional.relu.{{i}}", (x,), {{}}, torch.relu(x), 0, 0)), i))
+        with open("acks.txt", "a") as fh:
+            fh.write(protocol.parse_ack(s.recv(29))[0].decode() + " ")
+    time.sleep(120)  # a training job that goes on: no STOP_
+'''
+
+
+def test_ctrl_c_writes_the_results_so_far(pytester: pytest.Pytester) -> None:
+    import signal
+    import subprocess
+    import time
+
+    port = free_port()
+    session = subprocess.Popen([sys.executable, "-m", "pytest", "--msprobe-online", f"tcp://127.0.0.1:{port}",
+                                "-p", "no:cacheprovider"], cwd=pytester.path, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    client = Client([sys.executable, "-c", _HALF_CLIENT, str(port)], port, pytester.path, _env(), timeout=150)
+    client.start()
+    deadline = time.monotonic() + 120
+    acks = pytester.path / "acks.txt"
+    while time.monotonic() < deadline and (not acks.exists() or acks.read_text().count("OK___") < 3):
+        time.sleep(0.2)
+    assert acks.read_text().count("OK___") == 3, client.output()
+    time.sleep(4)  # the three calls are checked (an ack only says received)
+    session.send_signal(signal.SIGINT)
+    out, _ = session.communicate(timeout=60)
+    assert session.returncode == 2, out  # pytest's "interrupted"
+    assert "msprobe online: rank0: received 3 = checked 3 + skipped 0 + refused 0" in out, out
+    assert "interrupted before every client stopped" in out
+    records = next((pytester.path / "msprobe_results").glob("msprobe_records_*.jsonl")).read_text().splitlines()
+    assert len(records) == 3
