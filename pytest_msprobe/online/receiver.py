@@ -26,7 +26,9 @@ from . import protocol
 from .protocol import BUSY, ERROR, KILL, OK, OVER, STOP
 
 _RECENT = 4096  # (sequence, rank, step) keys remembered per connection to drop resent duplicates
-KEEPALIVE_S = 0.2  # a quiet client's last ack is repeated this often (Receiver._wait_for_frame)
+KEEPALIVE_S = 0.2  # a quiet TLS client's last ack is repeated this often (Receiver._wait_for_frame) ...
+KEEPALIVE_REPEATS = 50  # ... at most this many times per quiet spell: msprobe 8.1.2's client drops stale acks
+# only while it has frames in flight, and breaks its connection when its queue of 100 acks overflows
 _LIMIT = 1 << 31  # ranks and steps at or above this are garbage, not a training job
 
 
@@ -71,6 +73,7 @@ class _Conn:
         self.stopped = False
         self.recent: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self.last_ack: tuple[bytes, int, int, int] | None = None  # the last OK___, repeated while idle
+        self.repeats = 0  # keepalive repeats since the last frame
 
     def send(self, word: bytes, sequence: int, rank: int, step: int) -> None:
         with self.lock:
@@ -188,6 +191,7 @@ class Receiver:
         head = bytearray(protocol.HEADER.size)
         if not self._wait_for_frame(conn):
             return False
+        conn.repeats = 0
         if not _read_into(sock, memoryview(head), at_start=True):
             return False
         h = protocol.parse_header(head)
@@ -241,10 +245,11 @@ class Receiver:
         return True
 
     def _wait_for_frame(self, conn: _Conn) -> bool:
-        """Wait for the next frame's first byte. While a client that has sent data is quiet, its last ack is
-        repeated every KEEPALIVE_S: msprobe 8.1.2's client starts its twisted transfers from a thread that
-        does not wake its reactor, and a transfer then finishes only when something arrives (a repeated ack
-        of a frame it already dropped from its resend table is ignored by it). False: closed cleanly."""
+        """Wait for the next frame's first byte. While a TLS client that has sent data is quiet, its last ack
+        is repeated every KEEPALIVE_S, KEEPALIVE_REPEATS times: msprobe 8.1.2's TLS client starts its batched
+        twisted transfers from a thread that does not wake its reactor, and a transfer then finishes only
+        when something arrives (a repeated ack of a frame it already dropped from its resend table is
+        ignored by it). False: closed cleanly."""
         sock = conn.sock
         while not self._closing:
             if isinstance(sock, ssl.SSLSocket) and sock.pending():
@@ -252,7 +257,9 @@ class Receiver:
             readable, _, _ = select.select([sock], [], [], KEEPALIVE_S)
             if readable:
                 return True
-            if conn.data and not conn.stopped and conn.last_ack is not None:
+            if self.tls is not None and conn.data and not conn.stopped and conn.last_ack is not None \
+                    and conn.repeats < KEEPALIVE_REPEATS:
+                conn.repeats += 1
                 conn.send(*conn.last_ack)
         return False
 
