@@ -228,8 +228,10 @@ class Sender:
         call = ApiData(f"{api}.{index}", tuple(_snapshot(list(args))), _snapshot(kwargs), _snapshot(out),
                        self.current_step, self.rank)
         try:
-            if self.endpoint.kind == "nfs":
-                self._write_file(f"{call.name}.pt", encode_nfs(call))
+            if self.endpoint.kind == "nfs":  # msprobe names the file <call>.pt: step 1 overwrote step 0's
+                self._write_file(f"rank{self.rank}.step{self.current_step}.{self._sequence:09d}.{call.name}.pt",
+                                 encode_nfs(call))
+                self._sequence += 1
             else:
                 self._send(encode(call))
         except (pickle.PicklingError, RuntimeError, TypeError, AttributeError) as exc:
