@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_msprobe.check",),     # one entry through every stage into a record
     ("pytest_msprobe.reports",),   # records -> CSV, JSON lines, terminal lines, compare
     ("pytest_msprobe.triage",),    # red item -> saved data, repro scripts, HTML page
+    ("pytest_msprobe.online",),    # online pre-check: wire format, receivers, safe loading, one-call dumps
     ("pytest_msprobe.session",),   # the pytest layer: items, devices, scheduling, journal, summary
     ("pytest_msprobe.plugin", "pytest_msprobe.hookspecs", "pytest_msprobe.__main__",
      "pytest_msprobe.backends"),   # entry points; backends is the documented public path of runs.backends

@@ -105,6 +105,9 @@ def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
             elif api_name == "__eq__":
                 fn = _eq
             return Resolved(fn, fn, f"torch.Tensor.{api_name}")
+        if api_type == "Aten":  # online calls name the overload packet (Aten.mm.1); dumps skip by type above
+            fn = getattr(torch.ops.aten, api_name)
+            return Resolved(fn, fn, f"torch.ops.aten.{api_name}")
     except AttributeError:
         raise NotCheckable(
             f"{api_type}.{api_name}: no such API in torch {torch.__version__} (dumped with another version?)"

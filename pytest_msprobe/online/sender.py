@@ -1,0 +1,334 @@
+"""Our own online client, for msprobe 8.2 and later (which dropped the online mode): the same wire format and
+bodies as msprobe 8.1's client, so the same session checks either.
+
+    with pytest_msprobe.online.send("tcp://127.0.0.1:59208"):
+        train_step()
+
+A `TorchFunctionMode` sees every `torch.*`, `torch.nn.functional.*` and Tensor method call of the forward
+(only the outermost: what an API does inside is not sent) and names it as msprobe does (`Functional.linear.0`,
+`Torch.matmul.3`, `Tensor.add_.1`). `backward()` run inside the block is watched by a `TorchDispatchMode`
+and its aten ops are sent as `Aten.<op>.<n>`, as msprobe 8.1's client does. An in-place call's input is
+copied before the call, so its check knows the input (msprobe's client sends it after the change).
+
+Each call is serialised in the calling thread (its tensors may change right after) and sent by a thread that
+keeps at most `window` calls unacknowledged: the training step waits when the receiver falls behind. On exit
+every call is acknowledged, then `STOP_` is sent and the session's `OVER_`/`KILL_` awaited.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import socket
+import ssl
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import protocol
+from .endpoint import parse
+from .safeload import MSPROBE_API_DATA, ApiData
+
+_PyPickler: Any = pickle._Pickler  # the pure-Python pickler: its save_global can name msprobe's ApiData
+_FunctionMode: Any = TorchFunctionMode
+_DispatchMode: Any = TorchDispatchMode
+
+
+class _Pickler(_PyPickler):  # type: ignore[misc]
+    def save_global(self, obj: Any, name: str | None = None) -> None:
+        if obj is ApiData:
+            module, qualname = MSPROBE_API_DATA
+            if self.proto >= 4:
+                self.save(module)
+                self.save(qualname)
+                self.write(pickle.STACK_GLOBAL)
+            else:  # torch.save's protocol 2
+                self.write(pickle.GLOBAL + f"{module}\n{qualname}\n".encode())
+            self.memoize(obj)
+            return
+        super().save_global(obj, name)
+
+
+class _PickleModule:
+    Pickler = _Pickler
+    Unpickler = pickle.Unpickler
+
+
+def encode(call: ApiData) -> bytes:
+    """A TCP body: torch.save(ApiData) with the class named as msprobe's, as its client sends."""
+    buffer = io.BytesIO()
+    torch.save(call, buffer, pickle_module=_PickleModule)
+    return buffer.getvalue()
+
+
+def encode_nfs(call: ApiData | str) -> bytes:
+    """An nfs_path file: a plain pickle of the ApiData (or the marker strings), as msprobe's client writes."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=4).dump(call)
+    return buffer.getvalue()
+
+
+def _snapshot(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        items = [_snapshot(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    return value
+
+
+_NOT_SENT = ("backward", "register_hook", "retain_grad", "requires_grad_", "data_ptr")
+_ATEN_NOT_SENT = ("detach", "alias")  # autograd's bookkeeping, not the model's arithmetic
+
+
+def _names() -> dict[Any, tuple[str, str]]:
+    """func -> (msprobe API type, name) for the public functions of torch.nn.functional, torch and Tensor."""
+    table: dict[Any, tuple[str, str]] = {}
+    for prefix, owner in (("Tensor", torch.Tensor), ("Torch", torch), ("Functional", torch.nn.functional)):
+        for name in dir(owner):
+            if name.startswith("_") and name not in ("__getitem__", "__add__", "__mul__", "__sub__", "__truediv__",
+                                                     "__matmul__", "__radd__", "__rmul__", "__rsub__"):
+                continue
+            fn = getattr(owner, name, None)
+            if name in _NOT_SENT:
+                continue
+            if callable(fn) and not isinstance(fn, type):
+                try:
+                    table[fn] = (prefix, name)
+                except TypeError:  # unhashable
+                    pass
+    return table
+
+
+class _Forward(_FunctionMode):  # type: ignore[misc]
+    def __init__(self, sender: Sender) -> None:
+        super().__init__()
+        self.sender, self.depth = sender, 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        named = self.sender.names.get(func) if self.depth == 0 else None
+        if named is None:
+            return func(*args, **kwargs)
+        self.depth += 1  # nothing the call (or the recording) runs is sent on its own
+        try:
+            if named[1].endswith("_") and not named[1].startswith("_"):  # in-place: send the input before the call
+                sent = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+            else:
+                sent = tuple(args)
+            out = func(*args, **kwargs)
+            self.sender.record(f"{named[0]}.{named[1]}", sent, kwargs, out)
+        finally:
+            self.depth -= 1
+        return out
+
+
+class _Backward(_DispatchMode):  # type: ignore[misc]
+    def __init__(self, sender: Sender) -> None:
+        super().__init__()
+        self.sender = sender
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name not in _ATEN_NOT_SENT:
+            self.sender.record(f"Aten.{name}", args, kwargs, out)
+        return out
+
+
+class Sender:
+    """The context manager `send()` returns; `step()` starts the next training step's numbering."""
+
+    def __init__(self, address: str, *, rank: int | None = None, step: int = 0, window: int = 20,
+                 check_sum: bool = True, tls_path: str | None = None, backward: bool = True,
+                 timeout: float = 600.0) -> None:
+        self.endpoint = parse(address, tls_path)
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+        self.current_step, self.window, self.check_sum = step, max(1, window), check_sum
+        self.backward, self.timeout = backward, timeout
+        self.names = _names()
+        self.counters: defaultdict[str, int] = defaultdict(int)
+        self.sent = 0
+        self._sequence = 0
+        self._pending: dict[int, bytes] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._sock: socket.socket | None = None
+        self._modes: list[Any] = []
+        self._patched: Any = None
+        self._stopped = False
+        self._wlock = threading.Lock()
+        self.error: str | None = None  # the last call that could not be sent, or unacknowledged calls
+
+    # ---------------------------------------------------------------- context
+    def __enter__(self) -> Sender:
+        if self.endpoint.kind == "nfs":
+            assert self.endpoint.path is not None
+            self.endpoint.path.mkdir(parents=True, exist_ok=True)
+            self._write_file(f"start_{int(time.time())}", encode_nfs("start"))
+        else:
+            self._connect()
+        forward = _Forward(self)
+        forward.__enter__()
+        self._modes.append(forward)
+        if self.backward:
+            self._patch_backward()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._patched is not None:
+            torch.autograd.backward = self._patched
+            self._patched = None
+        while self._modes:
+            self._modes.pop().__exit__(None, None, None)
+        if self.endpoint.kind == "nfs":
+            self._write_file(f"end_{int(time.time())}", encode_nfs("end"))
+        else:
+            self._finish()
+
+    def step(self) -> None:
+        self.current_step += 1
+        self.counters.clear()
+
+    # ---------------------------------------------------------------- capture
+    def _patch_backward(self) -> None:
+        original = torch.autograd.backward
+        sender = self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            forward = sender._modes[-1] if sender._modes else None
+            if forward is not None:
+                forward.depth += 1  # the function mode stays out of the backward
+            try:
+                with _Backward(sender):
+                    return original(*args, **kwargs)
+            finally:
+                if forward is not None:
+                    forward.depth -= 1
+
+        self._patched = original
+        torch.autograd.backward = backward  # Tensor.backward calls torch.autograd.backward
+
+    def record(self, api: str, args: Any, kwargs: Any, out: Any) -> None:
+        index = self.counters[api]
+        self.counters[api] += 1
+        # device: dropped as msprobe's client does; the defaults layout=torch.strided and
+        # memory_format=torch.preserve_format cannot be pickled by name
+        kwargs = {k: v for k, v in kwargs.items() if k != "device" and v is not torch.strided
+                  and v is not torch.preserve_format}
+        call = ApiData(f"{api}.{index}", tuple(_snapshot(list(args))), _snapshot(kwargs), _snapshot(out),
+                       self.current_step, self.rank)
+        try:
+            if self.endpoint.kind == "nfs":  # msprobe names the file <call>.pt: step 1 overwrote step 0's
+                self._write_file(f"rank{self.rank}.step{self.current_step}.{self._sequence:09d}.{call.name}.pt",
+                                 encode_nfs(call))
+                self._sequence += 1
+            else:
+                self._send(encode(call))
+        except (pickle.PicklingError, RuntimeError, TypeError, AttributeError) as exc:
+            self.error = f"{call.name} not sent: {exc}"
+            return
+        self.sent += 1
+
+    # ---------------------------------------------------------------- transports
+    def _write_file(self, name: str, data: bytes) -> None:
+        assert self.endpoint.path is not None
+        tmp = self.endpoint.path / f".{name}.{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, self.endpoint.path / name)  # the receiver never sees half a file
+
+    def _connect(self) -> None:
+        sock = socket.create_connection((self.endpoint.host, self.endpoint.port), timeout=self.timeout)
+        if self.endpoint.kind == "tls":
+            folder = Path(self.endpoint.path or ".")
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            ctx.load_cert_chain(folder / "client.crt", folder / "client.key",
+                                password=lambda: os.environ.get("MSPROBE_TLS_PASSPHRASE", ""))
+            ctx.load_verify_locations(cafile=folder / "ca.crt")
+            ctx.check_hostname = False  # msprobe's certificates name no host; the chain is verified
+            sock = ctx.wrap_socket(sock)
+        sock.settimeout(None)
+        self._sock = sock
+        threading.Thread(target=self._acks, name="msprobe-online-acks", daemon=True).start()
+
+    def _send(self, body: bytes) -> None:
+        with self._cond:
+            deadline = time.monotonic() + self.timeout
+            while len(self._pending) >= self.window and not self._closed:
+                if not self._cond.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    raise RuntimeError(f"no acknowledgement from {self.endpoint} for {self.timeout:.0f} s")
+            if self._closed:
+                raise RuntimeError(f"the connection to {self.endpoint} is closed")
+            sequence = self._sequence
+            self._sequence += 1
+            self._pending[sequence] = body
+        self._write(body, sequence)
+
+    def _write(self, body: bytes, sequence: int) -> None:
+        assert self._sock is not None
+        head = protocol.HEADER.pack(len(body), sequence, self.rank, self.current_step)
+        crc = protocol.crc_text(body) if self.check_sum else b""
+        with self._wlock:
+            self._sock.sendall(head + crc)
+            self._sock.sendall(body)
+
+    def _acks(self) -> None:
+        assert self._sock is not None
+        buffer = b""
+        while True:
+            try:
+                chunk = self._sock.recv(4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                with self._cond:
+                    self._closed = True
+                    self._cond.notify_all()
+                return
+            buffer += chunk
+            while len(buffer) >= protocol.ACK.size:
+                word, sequence, _, _ = protocol.parse_ack(buffer[:protocol.ACK.size])
+                buffer = buffer[protocol.ACK.size:]
+                self._ack(word, sequence)
+
+    def _ack(self, word: bytes, sequence: int) -> None:
+        with self._cond:
+            if word == protocol.OK:
+                self._pending.pop(sequence, None)
+            elif word == protocol.ERROR and sequence in self._pending:
+                body = self._pending[sequence]
+                threading.Thread(target=self._write, args=(body, sequence), daemon=True).start()
+            elif word in (protocol.OVER, protocol.KILL):
+                self._closed = word == protocol.KILL or self._closed
+                self._stopped = True
+            self._cond.notify_all()
+
+    def _finish(self) -> None:
+        with self._cond:
+            deadline = time.monotonic() + self.timeout
+            while self._pending and not self._closed:
+                if not self._cond.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    break
+            self._stopped = False
+            unacked = len(self._pending)
+        if not self._closed:
+            self._write(protocol.STOP, self._sequence)
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopped or self._closed, timeout=60)
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        if unacked:
+            self.error = f"{unacked} call(s) were not acknowledged by {self.endpoint}"

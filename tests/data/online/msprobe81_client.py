@@ -1,0 +1,150 @@
+"""A training step under mindstudio-probe 8.1.2's NPU-side client, run on CPU in that version's own virtualenv
+(tests/test_online_msprobe.py, benchmarks/bench_online.py). Not imported by the test-suite itself.
+
+    python msprobe81_client.py --mode tcp --port 59208 [--bug] [--model llama] [--steps 1]
+    python msprobe81_client.py --mode tls --port 59208 --tls DIR      (client.key/.crt, ca.crt; key passphrase in
+                                                                      $CLIENT_KEY_PASSPHRASE, msprobe asks for it)
+    python msprobe81_client.py --mode nfs --nfs DIR
+    python msprobe81_client.py --mode dump --dump DIR                 (the same step as an L1 tensor dump)
+    python msprobe81_client.py --mode off                             (no msprobe: the step's own time)
+
+--bug plants a wrong gelu (1 % too large) in the model before msprobe wraps torch.nn.functional, as a broken
+device kernel would be. Prints "STEP_SECONDS <s>" for the timed steps.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--mode", choices=["tcp", "tls", "nfs", "dump", "off"], default="tcp")
+parser.add_argument("--port", type=int, default=0)
+parser.add_argument("--tls", default="")
+parser.add_argument("--nfs", default="")
+parser.add_argument("--dump", default="./dump_path")
+parser.add_argument("--bug", action="store_true")
+parser.add_argument("--model", choices=["mlp", "llama"], default="mlp")
+parser.add_argument("--steps", type=int, default=1)
+parser.add_argument("--hidden", type=int, default=64)
+parser.add_argument("--rank", type=int, default=-1, help="with --world 2: this process's rank (gloo on CPU)")
+parser.add_argument("--world", type=int, default=1)
+parser.add_argument("--init", default="")
+args = parser.parse_args()
+
+if args.bug:
+    _gelu = torch.nn.functional.gelu
+
+    def gelu(input, approximate="none"):  # noqa: A002 - torch's own parameter name
+        return _gelu(input, approximate=approximate) * 1.01
+
+    torch.nn.functional.gelu = gelu
+
+if args.mode == "tls":
+    import pwinput  # msprobe 8.1.2 asks for the key's passphrase on the terminal
+
+    pwinput.pwinput = lambda *a, **k: os.environ.get("CLIENT_KEY_PASSPHRASE", "")
+
+if args.world > 1:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world)
+
+from msprobe.pytorch import PrecisionDebugger  # noqa: E402 - after the planted bug, as a model's own code
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.out = torch.nn.Linear(dim, dim, bias=False)
+        self.gate = torch.nn.Linear(dim, 2 * dim, bias=False)
+        self.up = torch.nn.Linear(dim, 2 * dim, bias=False)
+        self.down = torch.nn.Linear(2 * dim, dim, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        q, k, v = (t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / (d // self.heads) ** 0.5
+        mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+        attn = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        x = x + self.out(torch.matmul(attn, v).transpose(1, 2).reshape(b, s, d))
+        h = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, vocab=128, dim=64, layers=2, heads=4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.blocks = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+torch.manual_seed(0)
+if args.model == "llama":
+    model = Llama(dim=args.hidden)
+    tokens = torch.randint(0, 128, (2, 16))
+    inputs, target = tokens[:, :-1], tokens[:, 1:]
+
+    def loss_fn(out):
+        return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+else:
+    model = torch.nn.Sequential(torch.nn.Linear(16, args.hidden), torch.nn.GELU(), torch.nn.Linear(args.hidden, 8))
+    inputs, target = torch.randn(4, 16), torch.randn(4, 8)
+
+    def loss_fn(out):
+        return torch.nn.functional.mse_loss(out, target)
+
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+debugger = None
+if args.mode != "off":
+    online = args.mode in ("tcp", "tls", "nfs")
+    tensor = {"scope": [], "list": [], "online_run_ut": online, "nfs_path": args.nfs if args.mode == "nfs" else "",
+              "host": "127.0.0.1", "port": args.port, "tls_path": args.tls if args.mode == "tls" else ""}
+    config = {"task": "tensor", "dump_path": args.dump, "rank": [], "step": list(range(args.steps)), "level": "L1",
+              "tensor": tensor}
+    config_path = f"client_config_{os.getpid()}.json"
+    with open(config_path, "w") as fh:
+        json.dump(config, fh)
+    debugger = PrecisionDebugger(config_path=config_path)
+
+step_seconds = []
+for step in range(args.steps + 1):  # the extra start() sees step > max(step) and sends STOP_ (or the end marker)
+    if debugger is not None:
+        debugger.start(model)
+    if step < args.steps:
+        started = time.perf_counter()
+        loss = loss_fn(model(inputs))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        step_seconds.append(time.perf_counter() - started)
+    if debugger is not None:
+        debugger.stop()
+        debugger.step()
+print("STEP_SECONDS", " ".join(f"{s:.4f}" for s in step_seconds))
+print("CLIENT DONE", flush=True)
+sys.stdout.flush()

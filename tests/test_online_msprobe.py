@@ -1,0 +1,124 @@
+"""The online session with mindstudio-probe 8.1.2's own NPU-side client, which runs on CPU in a virtualenv of its
+own (it needs twisted, pyOpenSSL==24.2.1, cryptography<44, service_identity==24.1.0; .ci/run builds it):
+
+    MSPROBE81_PYTHON=.ci/venv-msprobe81/bin/python pytest tests/test_online_msprobe.py
+
+Over TCP, TLS and nfs_path: every call the client sent is accounted for (its log names each call it sends or
+could not save); a gelu bug planted in the client's model fails exactly the gelu call; the online verdicts equal
+those of an offline replay of the same step recorded by the same client as an L1 tensor dump.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.online_helpers import Client, free_port, make_certs
+
+PYTHON = os.environ.get("MSPROBE81_PYTHON", "")
+pytestmark = pytest.mark.skipif(not PYTHON or not Path(PYTHON).is_file(),
+                                reason="set MSPROBE81_PYTHON to the python of a virtualenv with mindstudio-probe==8.1.2 "
+                                       "and its online client's packages (.ci/run builds .ci/venv-msprobe81)")
+SCRIPT = Path(__file__).parent / "data" / "online" / "msprobe81_client.py"
+ROOT = Path(__file__).resolve().parent.parent
+SAFETY = ("--msprobe-online-idle", "150", "-p", "no:cacheprovider")
+
+
+def _client(pytester: pytest.Pytester, *args: str, port: int | None = None,
+            env: dict[str, str] | None = None) -> Client:
+    client = Client([PYTHON, str(SCRIPT), *args], port, pytester.path, {**os.environ, **(env or {})}, timeout=400)
+    client.start()
+    return client
+
+
+def _sent(client: Client) -> list[str]:
+    """The calls the client put on the wire: each one it logged as dumped, less those it could not save."""
+    client.join(450)
+    out = client.output()
+    assert "CLIENT DONE" in out, out[-3000:]
+    dumped = re.findall(r"tools is dumping api: (\S+), rank", out)
+    unsaved = set(re.findall(r"\] (\S+) can not be saved, skip", out))
+    return [name for name in dumped if name not in unsaved]
+
+
+def _records(folder: Path) -> dict[str, dict[str, Any]]:
+    path = next(folder.glob("msprobe_records_*.jsonl"))
+    return {r["api"]: r for r in map(json.loads, path.read_text().splitlines()) if r.get("direction") == "forward"}
+
+
+def test_tcp_planted_bug_fails_exactly_gelu_and_matches_offline_replay(pytester: pytest.Pytester) -> None:
+    port = free_port()
+    client = _client(pytester, "--mode", "tcp", "--port", str(port), "--bug", port=port)
+    online = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-out", "online",
+                                          *SAFETY)
+    sent = _sent(client)
+    assert len(sent) > 80  # forward, aten backward, Tensor.to/stride, the optimizer's add_
+    online.stdout.fnmatch_lines([f"msprobe online: rank0: received {len(sent)} = checked * + skipped * + refused 0"])
+    failed = [r.nodeid for r in online.reprec.getreports("pytest_runtest_logreport")  # type: ignore[attr-defined]
+              if r.when == "call" and r.failed]
+    assert failed == ["online/rank0/step0::Functional.gelu.0.forward"]
+    assert online.ret == 1
+    checked = _records(pytester.path / "online")
+    assert {n for n in checked if n.startswith("Aten.")} >= {"Aten.mm.0", "Aten.gelu_backward.0", "Aten.mse_loss_backward.0"}
+    assert all(checked[n]["status"] == "pass" for n in checked if n.startswith("Aten."))
+
+    # the same step recorded by the same client as an L1 tensor dump, replayed offline
+    dump = _client(pytester, "--mode", "dump", "--dump", "dump_path", "--bug")
+    dump.join(300)
+    assert "CLIENT DONE" in dump.output(), dump.output()[-3000:]
+    offline = pytester.runpytest_inprocess(str(pytester.path / "dump_path" / "step0" / "rank" / "dump.json"),
+                                           "--msprobe-mode", "replay", "--msprobe-out", "offline", "-p",
+                                           "no:cacheprovider")
+    replayed = _records(pytester.path / "offline")
+    common = [n for n in replayed if n in checked and checked[n]["status"] != "SKIP"]
+    assert {"Functional.linear.0", "Functional.gelu.0", "Functional.linear.1", "Functional.mse_loss.0"} <= set(common)
+    for name in common:
+        a, b = checked[name], replayed[name]
+        assert (a["status"], a["message"]) == (b["status"], b["message"]), name
+        assert [(o["verdict"], o["metrics"]) for o in a["outputs"]] == \
+            [(o["verdict"], o["metrics"]) for o in b["outputs"]], name
+    assert offline.ret == 1
+
+
+def test_nfs_path_every_call_accounted(pytester: pytest.Pytester) -> None:
+    folder = pytester.path / "shared"
+    folder.mkdir()
+    client = _client(pytester, "--mode", "nfs", "--nfs", str(folder))
+    result = pytester.runpytest_inprocess("--msprobe-online", f"nfs://{folder}", *SAFETY)
+    sent = _sent(client)
+    result.stdout.fnmatch_lines([f"msprobe online: rank0: received {len(sent)} = *+ refused 0"])
+    assert result.ret == 0 and not any(folder.iterdir())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command line makes the test certificates")
+def test_tls_every_call_accounted(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    certs = pytester.path / "tls"
+    make_certs(certs, server_passphrase="server-pass")
+    monkeypatch.setenv("MSPROBE_TLS_PASSPHRASE", "server-pass")
+    port = free_port()
+    client = _client(pytester, "--mode", "tls", "--port", str(port), "--tls", str(certs), port=port)
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tls://127.0.0.1:{port}", "--msprobe-online-tls",
+                                          str(certs), *SAFETY)
+    sent = _sent(client)
+    result.stdout.fnmatch_lines([f"msprobe online: rank0: received {len(sent)} = *+ refused 0"])
+    assert result.ret == 0
+
+
+def test_gpu_side_config_as_it_is(pytester: pytest.Pytester) -> None:
+    """msprobe's GPU-side run_ut config with is_online, unchanged: host/port, rank_list, white_list."""
+    port = free_port()
+    (pytester.path / "config.json").write_text(json.dumps({"task": "run_ut", "run_ut": {
+        "white_list": ["linear", "gelu"], "black_list": [], "error_data_path": "./", "is_online": True,
+        "nfs_path": "", "host": "127.0.0.1", "port": port, "rank_list": [0], "tls_path": ""}}))
+    client = _client(pytester, "--mode", "tcp", "--port", str(port), port=port)
+    result = pytester.runpytest_inprocess("--msprobe-config", "config.json", *SAFETY)
+    sent = _sent(client)
+    kept = [n for n in sent if n.split(".")[1] in ("linear", "gelu")]
+    result.assert_outcomes(passed=len(kept))
+    result.stdout.fnmatch_lines([f"msprobe online: rank0: received {len(sent)} = checked {len(kept)} + skipped "
+                                 f"{len(sent) - len(kept)} + refused 0"])

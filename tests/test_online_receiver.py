@@ -1,0 +1,256 @@
+"""The online receiver against raw sockets: msprobe's framing and acks, bad CRC and the resend, BUSY_ when the
+queue is full, frames over the limit, garbage, half frames and dropped connections ending only their own
+connection, the STOP_/OVER_/KILL_ handshake; and the restricted unpickler refusing a payload that would run
+`os.system` (TCP body and nfs file) without running it."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pytest_msprobe.online import protocol, safeload  # noqa: E402
+from pytest_msprobe.online.nfs import NfsReceiver  # noqa: E402
+from pytest_msprobe.online.receiver import Receiver  # noqa: E402
+from pytest_msprobe.online.sender import encode, encode_nfs  # noqa: E402
+
+
+def _call(name: str = "Functional.relu.0", rank: int = 0, step: int = 0) -> safeload.ApiData:
+    x = torch.linspace(-1, 1, 8)
+    return safeload.ApiData(name, (x,), {}, torch.relu(x), step, rank)
+
+
+def _start(**kwargs: Any) -> Receiver:
+    receiver = Receiver("127.0.0.1", 0, **kwargs)
+    receiver.start()
+    return receiver
+
+
+def _connect(receiver: Receiver) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", receiver.port), timeout=10)
+    _LAST_OK.pop(id(sock), None)  # ids of closed sockets are reused
+    return sock
+
+
+_LAST_OK: dict[int, tuple[bytes, int, int, int]] = {}
+
+
+def _ack(sock: socket.socket) -> tuple[bytes, int, int, int]:
+    """The next ack, past the repeats of the last OK___ the receiver sends while a client is quiet."""
+    while True:
+        data = b""
+        while len(data) < protocol.ACK.size:
+            chunk = sock.recv(protocol.ACK.size - len(data))
+            assert chunk, "connection closed before the ack"
+            data += chunk
+        ack = protocol.parse_ack(data)
+        if ack[0] == protocol.OK and _LAST_OK.get(id(sock)) == ack:
+            continue  # a keepalive repeat
+        if ack[0] == protocol.OK:
+            _LAST_OK[id(sock)] = ack
+        return ack
+
+
+def _until(condition: Any, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.02)
+    return bool(condition())
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_frame_acked_ok_and_body_loads_as_apidata() -> None:
+    receiver = _start()
+    body = encode(_call(rank=3, step=2))
+    with _connect(receiver) as sock:
+        sock.sendall(protocol.frame(body, 7, rank=3, step=2))
+        assert _ack(sock) == (protocol.OK, 7, 3, 2)
+    call = receiver.calls.get(timeout=5)
+    assert (call.rank, call.step, call.sequence) == (3, 2, 7)
+    data = safeload.load_tcp(call.body)
+    assert data.name == "Functional.relu.0" and torch.equal(data.result, torch.relu(data.args[0]))
+    receiver.close()
+
+
+def test_bad_crc_gets_error_and_the_resend_is_taken() -> None:
+    receiver = _start()
+    body = encode(_call())
+    good = protocol.frame(body, 0)
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # one flipped bit of the body: the CRC no longer matches
+    with _connect(receiver) as sock:
+        sock.sendall(bytes(bad))
+        assert _ack(sock)[0] == protocol.ERROR
+        assert receiver.calls.empty()
+        sock.sendall(good)
+        assert _ack(sock)[0] == protocol.OK
+        sock.sendall(good)  # a duplicate resend: acked (the same OK___ again), not taken twice
+        assert _until(lambda: receiver.stats.duplicates == 1)
+    assert receiver.calls.qsize() == 1 and receiver.stats.crc_errors == 1
+    receiver.close()
+
+
+def test_full_queue_answers_busy_then_ok_when_there_is_room() -> None:
+    receiver = _start(queue_size=1)
+    body = encode(_call())
+    with _connect(receiver) as sock:
+        sock.sendall(protocol.frame(body, 0))
+        assert _ack(sock)[0] == protocol.OK
+        sock.sendall(protocol.frame(body, 1))
+        assert _ack(sock) == (protocol.BUSY, 1, 0, 0)
+        receiver.calls.get(timeout=5)  # room again
+        assert _ack(sock) == (protocol.OK, 1, 0, 0)
+    assert receiver.calls.get(timeout=5).sequence == 1
+    receiver.close()
+
+
+def test_oversized_frame_refused_unread_and_other_connections_go_on() -> None:
+    receiver = _start(max_frame=1000)
+    with _connect(receiver) as other, _connect(receiver) as sock:
+        sock.sendall(protocol.HEADER.pack(10**6, 0, 0, 0) + b"0" * 8)  # announces 1 MB, sends nothing of it
+        assert _closed(sock)
+        body = b"x" * 100
+        other.sendall(protocol.frame(body, 5))
+        assert _ack(other)[0] == protocol.OK
+    assert receiver.stats.refused_frames == 1
+    assert any("refused unread" in line for line in receiver.stats.lines)
+    receiver.close()
+
+
+@pytest.mark.parametrize("garbage", [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 8,  # a CRC field that is not hex
+                                     protocol.HEADER.pack(50, 0, 0, 0) + b"0000000",  # half a frame, then closed
+                                     protocol.HEADER.pack(50, 0, 1 << 40, 0) + b"0" * 8])  # absurd rank
+def test_garbage_and_half_frames_end_only_that_connection(garbage: bytes) -> None:
+    receiver = _start()
+    with _connect(receiver) as good:
+        with _connect(receiver) as bad:
+            bad.sendall(garbage)
+            bad.shutdown(socket.SHUT_WR)
+            assert _closed(bad)
+        good.sendall(protocol.frame(encode(_call()), 1))
+        assert _ack(good)[0] == protocol.OK
+        assert receiver.calls.qsize() == 1 and not receiver.finished.is_set()
+    assert receiver.stats.dropped == 1 and receiver.stats.lines
+    receiver.close()
+
+
+def test_stop_gets_over_then_kill_when_every_client_stopped() -> None:
+    receiver = _start(clients=2)
+    with _connect(receiver) as a, _connect(receiver) as b:
+        a.sendall(protocol.frame(encode(_call(rank=0)), 0, rank=0))
+        b.sendall(protocol.frame(encode(_call(rank=1)), 0, rank=1))
+        assert _ack(a)[0] == _ack(b)[0] == protocol.OK
+        a.sendall(protocol.frame(protocol.STOP, 1, rank=0))
+        assert _ack(a)[0] == protocol.OVER
+        time.sleep(0.2)
+        assert not receiver.finished.is_set()  # rank 1 still sending
+        b.sendall(protocol.frame(protocol.STOP, 1, rank=1))
+        assert _ack(b)[0] == protocol.OVER
+        assert _ack(a)[0] == _ack(b)[0] == protocol.KILL  # no repeats after OVER_: a stopped client is quiet
+    assert receiver.finished.wait(5) and receiver.stats.stopped_ranks == {0, 1}
+    receiver.close()
+
+
+def test_a_probe_connection_without_data_does_not_end_the_session() -> None:
+    receiver = _start()
+    _connect(receiver).close()
+    time.sleep(0.2)
+    assert not receiver.finished.is_set()
+    receiver.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(min_size=1, max_size=200))
+def test_random_bytes_never_reach_the_queue_or_stop_the_receiver(garbage: bytes) -> None:
+    receiver = _RECEIVER
+    with _connect(receiver) as sock:
+        sock.sendall(garbage)
+        sock.shutdown(socket.SHUT_WR)
+        _closed(sock)
+    with _connect(receiver) as sock:  # still serving
+        sock.sendall(protocol.frame(b"y", 0))
+        assert _ack(sock)[0] in (protocol.OK, protocol.BUSY)
+    while not receiver.calls.empty():
+        call = receiver.calls.get()
+        assert call.body == b"y"
+
+
+_RECEIVER = Receiver("127.0.0.1", 0, max_frame=1 << 20)
+_RECEIVER.start()
+
+
+class _Evil:
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return os.system, (f"touch {_MARKER}",)
+
+
+_MARKER = Path(os.environ.get("TMPDIR", "/tmp")) / f"msprobe-online-evil-{os.getpid()}"
+
+
+def test_tcp_body_calling_os_system_is_refused_and_not_run() -> None:
+    body = encode(safeload.ApiData("Functional.relu.0", (_Evil(),), {}, None, 0, 0))  # msprobe's ApiData, evil arg
+    with pytest.raises(safeload.Refused, match=r"^UnpicklingError: .*GLOBAL posix.system"):
+        safeload.load_tcp(body)
+    assert not _MARKER.exists()
+
+
+class _EvilStorage:
+    """A tensor storage's bytes that are themselves a pickle calling os.system (the nested torch.load)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return torch.storage._load_from_bytes, (pickle.dumps(_Evil(), protocol=2),)
+
+
+def test_nfs_file_calling_os_system_is_refused_and_not_run() -> None:
+    with pytest.raises(safeload.Refused, match="system"):
+        safeload.load_nfs(pickle.dumps(_Evil()))
+    with pytest.raises(safeload.Refused):  # allowed outer global, hostile nested storage bytes
+        safeload.load_nfs(pickle.dumps(_EvilStorage()))
+    assert not _MARKER.exists()
+
+
+def test_nfs_file_round_trip_and_bad_bodies() -> None:
+    data = safeload.load_nfs(encode_nfs(_call("Tensor.add.3", rank=1, step=4)))
+    assert isinstance(data, safeload.ApiData) and (data.name, data.rank, data.step) == ("Tensor.add.3", 1, 4)
+    assert safeload.load_nfs(encode_nfs("end")) == "end"
+    with pytest.raises(safeload.Refused, match="not Type.api.index"):
+        safeload.load_nfs(encode_nfs(safeload.ApiData("../../etc/passwd", (), {}, None, 0, 0)))
+    with pytest.raises(safeload.Refused, match="not msprobe's ApiData"):
+        safeload.load_tcp(_torch_bytes({"a": torch.zeros(1)}))
+
+
+def _torch_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def test_nfs_receiver_takes_files_and_markers(tmp_path: Path) -> None:
+    receiver = NfsReceiver(tmp_path, max_frame=1 << 20)
+    receiver.start()
+    (tmp_path / "start_1").write_bytes(encode_nfs("start"))
+    (tmp_path / "Functional.relu.0.pt").write_bytes(encode_nfs(_call()))
+    (tmp_path / "huge.pt").write_bytes(b"\0" * (2 << 20))
+    call = receiver.calls.get(timeout=5)
+    assert call.nfs and safeload.load_nfs(bytes(call.body)).name == "Functional.relu.0"  # type: ignore[union-attr]
+    (tmp_path / "end_2").write_bytes(encode_nfs("end"))
+    assert receiver.finished.wait(5)
+    assert receiver.stats.refused_frames == 1 and not list(tmp_path.iterdir())
+    receiver.close()
