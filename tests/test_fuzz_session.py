@@ -98,7 +98,10 @@ def _rerun_args(text: str) -> list[str]:
     return args[1:]
 
 
-def test_the_rerun_line_of_a_fuzz_failure_reproduces_it_with_its_plugin(pytester: pytest.Pytester) -> None:
+def test_the_rerun_line_of_a_fuzz_failure_reproduces_it_with_its_plugin(pytester: pytest.Pytester,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CI", "BUILD_NUMBER"):  # with either set, pytest repeats whole messages in the short summary
+        monkeypatch.delenv(name, raising=False)
     pytester.makepyfile(bug=PLANTED)  # loaded with -p bug, not as a conftest
     dump = make_dump(pytester, _two_relus())
     sub = pytester.mkdir("elsewhere")  # another working directory and rootdir: the node id differs
