@@ -20,7 +20,8 @@ import pytest
 
 from tests.online_helpers import Client, free_port, make_certs
 
-PYTHON = os.environ.get("MSPROBE81_PYTHON", "")
+# relative to where pytest starts (the repository root), as the docstring runs it; the client runs elsewhere
+PYTHON = os.path.abspath(os.environ["MSPROBE81_PYTHON"]) if os.environ.get("MSPROBE81_PYTHON") else ""
 pytestmark = pytest.mark.skipif(not PYTHON or not Path(PYTHON).is_file(),
                                 reason="set MSPROBE81_PYTHON to the python of a virtualenv with mindstudio-probe==8.1.2 "
                                        "and its online client's packages (.ci/run builds .ci/venv-msprobe81)")
