@@ -268,12 +268,16 @@ def report(rows: list[dict], standards: list[str]) -> None:
         if sel:
             cells = [rate(sel, "flagged", s) for s in standards] + [rate(sel, "layer1", standards[0])]
             print("| **all** | all | " + " | ".join(cells) + " |")
-    misses = [r for r in rows if r["standard"] == standards[0] and
-              ((r["kind"] == "bug" and not r["flagged"]) or (r["kind"] != "bug" and r["flagged"]))]
+    print_misses(rows, standards[0], 200)
+
+
+def print_misses(rows: list[dict], standard: str, width: int) -> None:
+    """Every missed bug and false alarm under `standard`, a line each (its message cut to `width`)."""
+    misses = [r for r in rows if r["standard"] == standard and (r["kind"] == "bug") != bool(r["flagged"])]
     if misses:
-        print(f"\n## {standards[0]}: missed bugs and false alarms\n")
+        print(f"\n## {standard}: missed bugs and false alarms\n")
         for r in misses:
-            print(f"- {r['kind']} {r['arm']} {r['dump']} {r['item']}: {r['message'][:200]}")
+            print(f"- {r['kind']} {r['arm']} {r['dump']} {r['item']}: {r['message'][:width]}")
 
 
 if __name__ == "__main__":

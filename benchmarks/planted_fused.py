@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.planted.fused import ARMS, BY_NAME  # noqa: E402
-from benchmarks.planted_bugs import _fingerprint, _flagged, _message, dump_dtype  # noqa: E402
+from benchmarks.planted_bugs import _fingerprint, _flagged, _message, dump_dtype, print_misses  # noqa: E402
 
 SPEC = "benchmarks.planted.fused:TABLES"
 
@@ -132,11 +132,7 @@ def report(rows: list[dict[str, Any]], standards: list[str]) -> None:
             part = [r for r in sel if r["arm"] == arm and r["dtype"] == dtype]
             cells = [rate(part, "flagged", s) for s in standards] + [rate(part, "layer1", standards[0])]
             print(f"| {arm} | {dtype[6:]} | " + " | ".join(cells) + " |")
-    misses = [r for r in rows if r["standard"] == standards[0] and (r["kind"] == "bug") != r["flagged"]]
-    if misses:
-        print(f"\n## {standards[0]}: missed bugs and false alarms\n")
-        for r in misses:
-            print(f"- {r['kind']} {r['arm']} {r['dump']} {r['item']}: {r['message'][:220]}")
+    print_misses(rows, standards[0], 220)
 
 
 if __name__ == "__main__":
