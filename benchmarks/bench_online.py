@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CLIENT = ROOT / "tests" / "data" / "online" / "msprobe81_client.py"
 
+from tests.online_helpers import free_port, wait_for_port  # noqa: E402  (the tests' own port helpers)
 
 SENDER = r'''
 import os, socket, sys, threading, time, zlib, struct
@@ -81,21 +81,9 @@ print("RECEIVED", n, nbytes, flush=True)
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
+def wait_port(port: int) -> None:
+    if not wait_for_port(port):
+        raise RuntimeError(f"nothing listens on {port}")
 
 
 def receive_ours(size: int, count: int) -> tuple[float, float]:
