@@ -44,6 +44,16 @@ def test_white_and_black_lists_select_items_as_msprobe_does(pytester: pytest.Pyt
                                  "msprobe: 2 item(s) deselected by the white_list/black_list of *config.json"])
 
 
+def test_the_lists_also_drop_the_fuzz_items_of_excluded_apis(pytester: pytest.Pytester) -> None:
+    """An API the lists exclude is not fuzzed either (its [fuzz] item used to run)."""
+    dump = make_dump(pytester, DATA)
+    config_json(pytester.path, white_list=["exp"])
+    result = pytester.runpytest(str(dump), "--msprobe-config", "config.json", "--msprobe-fuzz", "2", "-v", *LEAN)
+    result.assert_outcomes(passed=4, deselected=4)  # exp.0, exp.1 and their [fuzz] items
+    assert "relu.0.forward[fuzz]" not in result.stdout.str() and "gelu.0.forward[fuzz]" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*Torch.exp.0.forward[[]fuzz[]] PASSED*"])
+
+
 @pytest.mark.parametrize("body, message", [
     ({"white_list": ["relu", "gleu"]}, "run_ut.white_list: unknown API name(s) gleu (did you mean glu or gelu or lu?)"),
     ({"black_list": "relu"}, "run_ut.black_list must be a list of API names"),

@@ -109,13 +109,16 @@ class ConfigFilter:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         from ..dump.reader import parse_entry_name
+        from .fuzz import FuzzItem
         from .items import ApiItem
 
         keep: list[pytest.Item] = []
         drop: list[pytest.Item] = []
         for item in items:
+            # an API's [fuzz] item goes with it
+            entry = item.name if isinstance(item, ApiItem) else item.target if isinstance(item, FuzzItem) else None
             try:
-                excluded = isinstance(item, ApiItem) and self.cfg.excluded(parse_entry_name(item.name).api_name)
+                excluded = entry is not None and self.cfg.excluded(parse_entry_name(entry).api_name)
             except ValueError:
                 excluded = False
             (drop if excluded else keep).append(item)
