@@ -179,8 +179,8 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     """
     arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product,
               "est": estimated if torch_run is not None else None}
-    flat = {k: np.asarray(v).reshape(-1) for k, v in arrays.items() if v is not None}
-    n = flat["d"].size
+    flat = {k: _flat(v) for k, v in arrays.items() if v is not None}
+    n = _size(flat["d"])
     stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
     if not n:
         return StrictResult("pass", "empty output", stats)
@@ -190,6 +190,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
         # the totals are finite when every element is (a huge finite one only sends the output down this
         # careful path too): then drop the non-finite positions, which must match the bench's
         if not (np.isfinite(acc.sum_w) and np.isfinite(acc.sum_t)):
+            flat = {k: _host(v) for k, v in flat.items()}  # rare: tensors on a device come back for this
             b = flat["b"].astype(np.float64)
             d = flat["d"].astype(np.float64)
             rounded = round_to(b, device_dtype)
@@ -209,7 +210,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
                 if not flat["d"].size:
                     return StrictResult("pass", "no finite elements; non-finite positions match", stats)
                 acc = _judge_blocks(flat, 1, device_dtype, rules, kind)  # rows lose their meaning here
-    m = flat["d"].size
+    m = _size(flat["d"])
     reference = "torch run" if "t" in flat else "correctly rounded"  # what the device is held against
     stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
@@ -244,15 +245,21 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     return StrictResult("pass", "", stats)
 
 
-def plan(flat: Mapping[str, np.ndarray], row: int, rules: Mapping[str, Any], kind: str) -> tuple[int, int, int, float]:
-    """(elements per group, per block, every how many blocks the bias test samples, scale floor)."""
-    m = flat["d"].size
+def plan(flat: Mapping[str, Any], row: int, rules: Mapping[str, Any], kind: str) -> tuple[int, int, int, float]:
+    """(elements per group, per block, every how many blocks the bias test samples, scale floor); numpy
+    arrays or torch tensors."""
+    m = _size(flat["d"])
     # groups of whole rows; a small output is cut into bias_min_groups blocks so the bias test can run
     size = min(_groups(m, row, int(rules["row_min"])), max(1, m // int(rules["bias_min_groups"])))
     floor = 0.0
     if kind in ("reduction", "contraction"):  # below the bench's own resolution nothing is judged
         bench_roundoff = 2.0 ** -24 if flat["b"].dtype.itemsize <= 4 else 2.0 ** -53
-        mean_square = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64)) / m
+        if isinstance(flat["b"], np.ndarray):
+            mean_square = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64)) / m
+        else:
+            from .strict_torch import sum_of_squares
+
+            mean_square = sum_of_squares(flat["b"]) / m
         floor = rules["bench_factor"] * bench_roundoff * float(np.sqrt(mean_square))
     block = size * max(1, BLOCK // size)
     # the bias test samples every `every`-th block: about bias_max_samples elements, and at least
@@ -262,20 +269,30 @@ def plan(flat: Mapping[str, np.ndarray], row: int, rules: Mapping[str, Any], kin
     return size, block, every, floor
 
 
-def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Mapping[str, Any],
+def kernel_params(floor: float, rules: Mapping[str, Any], device_dtype: str, leaf_start: float) -> np.ndarray:
+    """The pass's float parameters, in strict_kernel's P_* order (the torch pass reads the same)."""
+    mantissa, emin = _FORMATS[device_dtype]
+    factor = {k: float(rules.get(k, 0.0)) for k in ("torch_factor", "row_factor", "estimated_row_factor",
+                                                    "accumulation_factor", "exact_tie_factor")}
+    return np.array([floor, factor["torch_factor"], factor["row_factor"], factor["estimated_row_factor"],
+                     factor["accumulation_factor"] * accumulation_roundoff(device_dtype), rules["gross"],
+                     2.0 ** emin, 2.0 ** -mantissa, factor["exact_tie_factor"] * 2.0 ** (mantissa - 24),
+                     leaf_start])
+
+
+def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapping[str, Any],
                   kind: str) -> _Totals:
-    """The totals of every block of whole rows, from the compiled pass (strict_kernel)."""
+    """The totals of every block of whole rows: from the compiled pass (strict_kernel) on numpy arrays, from
+    the torch pass (strict_torch) on tensors, on the device that holds them."""
+    if not isinstance(flat["d"], np.ndarray):
+        from .strict_torch import judge_blocks
+
+        return judge_blocks(flat, row, device_dtype, rules, kind)
     from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
 
     size, block, every, floor = plan(flat, row, rules, kind)
     work = work_dtype(device_dtype)
-    mantissa, emin = _FORMATS[device_dtype]
-    factor = {k: float(rules.get(k, 0.0)) for k in ("torch_factor", "row_factor", "estimated_row_factor",
-                                                    "accumulation_factor", "exact_tie_factor")}
-    params = np.array([floor, factor["torch_factor"], factor["row_factor"], factor["estimated_row_factor"],
-                       factor["accumulation_factor"] * accumulation_roundoff(device_dtype), rules["gross"],
-                       2.0 ** emin, 2.0 ** -mantissa, factor["exact_tie_factor"] * 2.0 ** (mantissa - 24),
-                       K.LEAF_START])
+    params = kernel_params(floor, rules, device_dtype, K.LEAF_START)
     m = flat["d"].size
     blocks = -(-m // block)
     groups = (-(-blocks // every)) * -(-block // size)
@@ -333,6 +350,25 @@ def _kernel_array(values: np.ndarray | None, dtype: type[np.floating[Any]] | np.
     if values is None:
         return np.empty(0, dtype=dtype)
     return np.ascontiguousarray(values, dtype=dtype)
+
+
+def _flat(values: Any) -> Any:
+    """A flat view of a numpy array (or anything numpy takes) or of a torch tensor, which stays where it is."""
+    return np.asarray(values).reshape(-1) if isinstance(values, (np.ndarray, np.generic, float, int, list)) \
+        else values.reshape(-1)
+
+
+def _size(values: Any) -> int:
+    return int(values.size) if isinstance(values, np.ndarray) else int(values.numel())
+
+
+def _host(values: Any) -> np.ndarray:
+    """A tensor's values as a numpy array on the host (16-bit floats widened to float32, exactly)."""
+    if isinstance(values, np.ndarray):
+        return values
+    if values.dtype.is_floating_point and values.dtype.itemsize < 4:
+        values = values.float()
+    return np.asarray(values.detach().cpu().numpy())
 
 
 def _bias(acc: _Totals, rules: Mapping[str, Any], stats: dict[str, float], reference: str) -> list[str]:
