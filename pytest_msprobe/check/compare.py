@@ -134,7 +134,7 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         rows = early.rows.result()
     else:
         pending = {i: helper().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
-                   for i, a in strict_pairs if options.work_threads > 1 and a.device.size >= OVERLAP_MIN_ELEMENTS}
+                   for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}
         rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
                                            standard=metric_standard)
         strict_results = {i: future.result() for i, future in pending.items()}

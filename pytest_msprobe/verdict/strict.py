@@ -180,7 +180,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product,
               "est": estimated if torch_run is not None else None}
     flat = {k: _flat(v) for k, v in arrays.items() if v is not None}
-    n = _size(flat["d"])
+    n = size_of(flat["d"])
     stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
     if not n:
         return StrictResult("pass", "empty output", stats)
@@ -210,7 +210,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
                 if not flat["d"].size:
                     return StrictResult("pass", "no finite elements; non-finite positions match", stats)
                 acc = _judge_blocks(flat, 1, device_dtype, rules, kind)  # rows lose their meaning here
-    m = _size(flat["d"])
+    m = size_of(flat["d"])
     reference = "torch run" if "t" in flat else "correctly rounded"  # what the device is held against
     stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
@@ -248,7 +248,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
 def plan(flat: Mapping[str, Any], row: int, rules: Mapping[str, Any], kind: str) -> tuple[int, int, int, float]:
     """(elements per group, per block, every how many blocks the bias test samples, scale floor); numpy
     arrays or torch tensors."""
-    m = _size(flat["d"])
+    m = size_of(flat["d"])
     # groups of whole rows; a small output is cut into bias_min_groups blocks so the bias test can run
     size = min(_groups(m, row, int(rules["row_min"])), max(1, m // int(rules["bias_min_groups"])))
     floor = 0.0
@@ -358,7 +358,8 @@ def _flat(values: Any) -> Any:
         else values.reshape(-1)
 
 
-def _size(values: Any) -> int:
+def size_of(values: Any) -> int:
+    """Elements of a numpy array or of a torch tensor."""
     return int(values.size) if isinstance(values, np.ndarray) else int(values.numel())
 
 
