@@ -284,14 +284,16 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
                   kind: str) -> _Totals:
     """The totals of every block of whole rows: from the compiled pass (strict_kernel) on numpy arrays, from
     the torch pass (strict_torch) on tensors, on the device that holds them."""
-    if not isinstance(flat["d"], np.ndarray):
-        from .strict_torch import judge_blocks
-
-        return judge_blocks(flat, row, device_dtype, rules, kind)
-    from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
-
     size, block, every, floor = plan(flat, row, rules, kind)
     work = work_dtype(device_dtype)
+    if not isinstance(flat["d"], np.ndarray):
+        from .strict_torch import strict_pass
+
+        got, sums, sizes = strict_pass(flat, device_dtype, kind, size, block, every,
+                                       kernel_params(floor, rules, device_dtype, 0.0), work)
+        return _totals_of(got, sums, sizes)
+    from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
+
     params = kernel_params(floor, rules, device_dtype, K.LEAF_START)
     m = flat["d"].size
     blocks = -(-m // block)
@@ -306,14 +308,21 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
                   np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
                   *_scratch(work, min(block, m)), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
                   K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params, bias, counts, out)
-    acc = _Totals()
-    acc.sum_w, acc.sum_t, acc.max_t, acc.max_w = (float(out[k]) for k in (K.O_SUM_W, K.O_SUM_T, K.O_MAX_T, K.O_MAX_W))
-    acc.worst, acc.gross, acc.wrong, acc.first_wrong, acc.wrong_zero, acc.wrong_up, acc.wrong_off_tie = (
-        int(out[k]) for k in (K.O_WORST, K.O_GROSS, K.O_WRONG, K.O_FIRST_WRONG, K.O_WRONG_ZERO, K.O_WRONG_UP,
-                              K.O_OFF_TIE))
     n = int(out[K.O_GROUPS])
-    acc.bias = {k: [bias[i, :n]] for i, k in enumerate(("bias", "ref_bias", "bias_zero", "ref_bias_zero"))}
-    acc.counts = [counts[:n]]
+    slots = {"sum_w": K.O_SUM_W, "sum_t": K.O_SUM_T, "max_t": K.O_MAX_T, "max_w": K.O_MAX_W, "worst": K.O_WORST,
+             "gross": K.O_GROSS, "wrong": K.O_WRONG, "first_wrong": K.O_FIRST_WRONG, "wrong_zero": K.O_WRONG_ZERO,
+             "wrong_up": K.O_WRONG_UP, "off_tie": K.O_OFF_TIE}
+    return _totals_of({k: float(out[slot]) for k, slot in slots.items()}, bias[:, :n], counts[:n])
+
+
+def _totals_of(got: Mapping[str, float], sums: np.ndarray, counts: np.ndarray) -> _Totals:
+    """A pass's totals (by name) and the bias test's group sums and sizes as a _Totals."""
+    acc = _Totals()
+    acc.sum_w, acc.sum_t, acc.max_t, acc.max_w = got["sum_w"], got["sum_t"], got["max_t"], got["max_w"]
+    acc.worst, acc.gross, acc.wrong, acc.first_wrong, acc.wrong_zero, acc.wrong_up, acc.wrong_off_tie = (
+        int(got[k]) for k in ("worst", "gross", "wrong", "first_wrong", "wrong_zero", "wrong_up", "off_tie"))
+    acc.bias = {k: [sums[i]] for i, k in enumerate(("bias", "ref_bias", "bias_zero", "ref_bias_zero"))}
+    acc.counts = [counts]
     return acc
 
 

@@ -13,17 +13,15 @@ numpy's pairwise one): sums, means and the bias test's group sums agree to about
 positions and counts exactly where no summed value enters them (the scale of reductions and
 contractions holds a row's RMS and the floor from the bench's mean square, both sums).
 
-Imported on the first check that runs on the device (torch is loaded by then), never at collection.
+Imported on the first check that runs on the device (torch is loaded by then), never at collection;
+strict.py calls it, as it calls strict_kernel, with the plan and the parameters.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
-
-from . import strict
 
 # elements per chunk: a few MB of temporaries per buffer on a CPU, tens of MB on an accelerator
 CHUNK = {"cpu": 1 << 18}
@@ -36,7 +34,8 @@ _ROUND = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "tor
 
 
 def sum_of_squares(values: torch.Tensor) -> float:
-    """sum(values**2) in float64, a chunk at a time (strict.plan's floor of reductions and contractions)."""
+    """sum(values**2) in float64, a chunk at a time (strict.plan's floor of reductions and contractions); no
+    copy of the whole output."""
     step = CHUNK.get(values.device.type, CHUNK_ACCELERATOR)
     total = torch.zeros((), dtype=torch.float64, device=values.device)
     for start in range(0, values.numel(), step):
@@ -45,14 +44,13 @@ def sum_of_squares(values: torch.Tensor) -> float:
     return float(total)
 
 
-def judge_blocks(flat: dict[str, torch.Tensor], row: int, device_dtype: str, rules: Mapping[str, Any],
-                 kind: str) -> strict._Totals:
-    """strict._judge_blocks of tensors that live on one device: the totals of every block of whole rows."""
-    size, block, every, floor = strict.plan(flat, row, rules, kind)
-    work = _WORK[strict.work_dtype(device_dtype)]
+def strict_pass(flat: dict[str, torch.Tensor], device_dtype: str, kind: str, size: int, block: int, every: int,
+                params: np.ndarray, work: type[np.floating[Any]]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """The totals of strict_kernel.strict_pass over tensors that live on one device, in the same blocks
+    (strict.plan's `size`, `block`, `every`) with the same parameters (strict.kernel_params) in the same
+    work dtype: ({total: value}, the bias test's group sums (4 x groups), the groups' sizes), on the host."""
     dev = flat["d"].device
-    params = strict.kernel_params(floor, rules, device_dtype, 0.0)
-    pass_ = _Pass(flat, device_dtype, kind, size, block, every, params, work, dev)
+    pass_ = _Pass(flat, device_dtype, kind, size, block, every, params, _WORK[work], dev)
     m = flat["d"].numel()
     step = block * max(1, CHUNK.get(dev.type, CHUNK_ACCELERATOR) // block)
     for start in range(0, m, step):
@@ -225,18 +223,10 @@ class _Pass:
                                                                        signed_t * towards_zero)]))
         self.counts.append(self._group_counts(n).to(torch.int64))  # blocks hold whole groups
 
-    def totals(self) -> strict._Totals:
+    def totals(self) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
         """The totals on the host: one copy of the scalars and one of the group sums."""
         keys = list(self.acc)
         scalars = torch.stack([self.acc[k].to(torch.float64) for k in keys]).cpu().tolist()
-        got = dict(zip(keys, scalars))
-        acc = strict._Totals()
-        acc.sum_w, acc.sum_t, acc.max_t, acc.max_w = got["sum_w"], got["sum_t"], got["max_t"], got["max_w"]
-        acc.worst, acc.gross, acc.wrong, acc.first_wrong = (int(got[k]) for k in ("worst", "gross", "wrong",
-                                                                                  "first_wrong"))
-        acc.wrong_zero, acc.wrong_up, acc.wrong_off_tie = (int(got[k]) for k in ("wrong_zero", "wrong_up", "off_tie"))
         sums = torch.cat(self.bias, 1).cpu().numpy() if self.bias else np.empty((4, 0))
         counts = torch.cat(self.counts).cpu().numpy() if self.counts else np.empty(0, dtype=np.int64)
-        acc.bias = {k: [sums[i]] for i, k in enumerate(("bias", "ref_bias", "bias_zero", "ref_bias_zero"))}
-        acc.counts = [counts]
-        return acc
+        return dict(zip(keys, scalars)), sums, counts
