@@ -145,7 +145,7 @@ def test_the_parameters_are_read_in_the_compiled_pass_order() -> None:
         (K.P_FLOOR, K.P_TORCH, K.P_ROW, K.P_EST, K.P_ACC, K.P_GROSS, K.P_EMIN, K.P_ULP, K.P_WINDOW)
 
 
-def test_where_the_checks_run() -> None:
+def test_where_the_checks_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """auto: the host for CPU outputs; device: where the device output lives; host: always the host; only the
     strict standard has a torch pass."""
     outputs, meta = [torch.zeros(3), 1.0], [torch.zeros(3, device="meta")]
@@ -155,7 +155,14 @@ def test_where_the_checks_run() -> None:
     assert checks_device(CheckOptions(checks_on="device", standard="msprobe"), outputs, None) is None
     # a reference run's device counts where the device output has none
     assert checks_device(CheckOptions(checks_on="device"), [1.0], meta) == torch.device("meta")
-    if torch.cuda.is_available():  # an accelerator output: auto runs the checks there
+    # an accelerator's output, or its reference run beside a CPU device output (--msprobe-reference cuda): auto
+    # runs the checks there; `meta` stands in for cuda here
+    monkeypatch.setattr("pytest_msprobe.check.compare.ACCELERATORS", ("meta",))
+    assert checks_device(CheckOptions(), meta, None) == torch.device("meta")
+    assert checks_device(CheckOptions(), outputs, meta) == torch.device("meta")
+    assert checks_device(CheckOptions(checks_on="host"), outputs, meta) is None
+    monkeypatch.undo()
+    if torch.cuda.is_available():
         on = [torch.zeros(3, device="cuda")]
         assert checks_device(CheckOptions(checks_on="auto"), on, None) == on[0].device
         assert checks_device(CheckOptions(checks_on="auto"), outputs, on) == on[0].device

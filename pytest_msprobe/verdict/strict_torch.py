@@ -67,14 +67,14 @@ class _Pass:
         self.device_dtype, self.kind = device_dtype, kind
 
         def const(value: float) -> torch.Tensor:  # a parameter rounded to the work dtype, as the host pass does
-            return torch.tensor(value, dtype=work, device=dev)
+            return torch.full((), value, dtype=work, device=dev)  # a fill there, not a copy from the host
 
         p = [float(x) for x in params]
         self.floor, self.c_torch, self.c_acc = const(p[P_FLOOR]), const(p[P_TORCH]), const(p[P_ACC])
         self.c_gross, self.emin, self.step = const(p[P_GROSS]), const(p[P_EMIN]), const(p[P_ULP])
         self.c_window, self.row_factor, self.est_factor = const(p[P_WINDOW]), p[P_ROW], p[P_EST]
         self.zero, self.one, self.half = const(0.0), const(1.0), const(0.5)
-        self.has_floor = float(self.floor) != 0.0
+        self.has_floor = p[P_FLOOR] != 0.0
         zero64 = torch.zeros((), dtype=torch.float64, device=dev)
         zero_i = torch.zeros((), dtype=torch.int64, device=dev)
         # the totals of strict._Totals; further statistics slot in as further entries
