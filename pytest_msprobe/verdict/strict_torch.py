@@ -67,7 +67,9 @@ class _Pass:
         self.device_dtype, self.kind = device_dtype, kind
 
         def const(value: float) -> torch.Tensor:  # a parameter rounded to the work dtype, as the host pass does
-            return torch.full((), value, dtype=work, device=dev)  # a fill there, not a copy from the host
+            with np.errstate(over="ignore"):  # rounded on the host (beyond float32: inf), filled there
+                rounded = float(np.float32(value) if work == torch.float32 else np.float64(value))
+            return torch.full((), rounded, dtype=work, device=dev)
 
         p = [float(x) for x in params]
         self.floor, self.c_torch, self.c_acc = const(p[P_FLOOR]), const(p[P_TORCH]), const(p[P_ACC])
