@@ -211,3 +211,36 @@ def test_a_run_with_the_checks_on_the_device_writes_the_records_of_the_host_run(
             assert x.keys() == y.keys() and all(_close(x[k], y[k]) for k in x), (name, x, y)
             judged += bool(x)
     assert judged >= 15  # the strict statistics of every float output were compared
+
+
+def test_an_accelerator_that_lacks_an_op_hands_its_checks_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that fails on an accelerator (an op it lacks, memory) is noted once, with a warning, the output is
+    judged by the host pass, and later outputs there go to the host; on the CPU the failure is raised."""
+    rng = np.random.default_rng(2)
+    bench = rng.standard_normal(5000).astype(np.float32)
+    device = _device_side(rng, bench, "torch.bfloat16", 3)
+    rules = _rules(THRESHOLDS, "torch.bfloat16", "elementwise")
+    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, row=50)
+
+    def lacking(*args: Any) -> Any:
+        raise RuntimeError("no float64 sum here\nmore")
+
+    monkeypatch.setattr(strict_torch, "strict_pass", lacking)
+    with pytest.raises(RuntimeError, match="no float64"):  # on the CPU: a bug, not a fallback
+        strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, row=50)
+    noted: list[Any] = []
+    monkeypatch.setattr(strict_torch, "unsupported", lambda where, exc: noted.append((where, str(exc))))
+    result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, row=50)
+    assert same_result(result, host) and noted == [(torch.device("cpu"), "no float64 sum here\nmore")]
+    monkeypatch.undo()
+    monkeypatch.setattr(strict_torch, "UNSUPPORTED", {})
+    monkeypatch.setattr("pytest_msprobe.check.compare.ACCELERATORS", ("meta",))
+    meta = [torch.zeros(3, device="meta")]
+    assert checks_device(CheckOptions(), meta, None) == torch.device("meta")
+    with pytest.warns(RuntimeWarning, match="strict checks on meta failed .no float64 sum here.: they run on the"):
+        strict_torch.unsupported(torch.device("meta"), RuntimeError("no float64 sum here\nmore"))
+    assert checks_device(CheckOptions(), meta, None) is None
+
+
+def same_result(a: strict.StrictResult, b: strict.StrictResult) -> bool:
+    return (a.status, a.message, a.stats) == (b.status, b.message, b.stats)

@@ -169,6 +169,10 @@ def checks_device(options: CheckOptions, device: list[Any], third: list[Any] | N
     on = next((where for where in held if where.type in ACCELERATORS), None)
     if on is None and options.checks_on == "device" and held:
         on = held[0]
+    if on is not None and on.type != "cpu":
+        from ..verdict.strict_torch import UNSUPPORTED
+
+        return None if on.type in UNSUPPORTED else on  # the pass failed there once: the host's
     return on
 
 

@@ -284,14 +284,19 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
                   kind: str) -> _Totals:
     """The totals of every block of whole rows: from the compiled pass (strict_kernel) on numpy arrays, from
     the torch pass (strict_torch) on tensors, on the device that holds them."""
-    size, block, every, floor = plan(flat, row, rules, kind)
     work = work_dtype(device_dtype)
     if not isinstance(flat["d"], np.ndarray):
-        from .strict_torch import strict_pass
+        from . import strict_torch
 
-        got, sums, sizes = strict_pass(flat, device_dtype, kind, size, block, every,
-                                       kernel_params(floor, rules, device_dtype, 0.0), work)
-        return _totals_of(got, sums, sizes)
+        try:
+            size, block, every, floor = plan(flat, row, rules, kind)
+            got, sums, sizes = strict_torch.strict_pass(flat, device_dtype, kind, size, block, every,
+                                                        kernel_params(floor, rules, device_dtype, 0.0), work)
+            return _totals_of(got, sums, sizes)
+        except RuntimeError as exc:  # an accelerator without an op the pass needs: the host pass judges
+            strict_torch.unsupported(flat["d"].device, exc)
+            return _judge_blocks({k: _host(v) for k, v in flat.items()}, row, device_dtype, rules, kind)
+    size, block, every, floor = plan(flat, row, rules, kind)
     from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
 
     params = kernel_params(floor, rules, device_dtype, K.LEAF_START)

@@ -18,6 +18,7 @@ strict.py calls it, as it calls strict_kernel, with the plan and the parameters.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,22 @@ _WORK = {np.float32: torch.float32, np.float64: torch.float64}
 P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW = range(9)
 _ROUND = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32,
           "torch.float64": torch.float64}
+
+
+# accelerator types the pass failed on in this process ({type: why}): their checks run on the host from then on
+UNSUPPORTED: dict[str, str] = {}
+
+
+def unsupported(device: torch.device, exc: BaseException) -> None:
+    """Note that the pass failed on `device` (an op it lacks, such as float64 sums on some NPUs, or memory),
+    warn once, and re-raise on the CPU, where every op exists and a failure is a bug."""
+    if device.type == "cpu":
+        raise exc
+    if device.type not in UNSUPPORTED:
+        lines = str(exc).strip().splitlines()
+        UNSUPPORTED[device.type] = lines[0] if lines else type(exc).__name__
+        warnings.warn(f"strict checks on {device.type} failed ({UNSUPPORTED[device.type]}): they run on the host "
+                      "for the rest of this process (the same verdicts)", RuntimeWarning, stacklevel=2)
 
 
 def sum_of_squares(values: torch.Tensor) -> float:
