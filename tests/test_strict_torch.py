@@ -97,7 +97,7 @@ def test_many_blocks_and_chunks_agree(dtype: str, kind: str, monkeypatch: pytest
     the bias test sampling every few blocks, planted errors: the same verdicts, messages and statistics."""
     monkeypatch.setitem(strict_torch.CHUNK, "cpu", 1 << 17)  # several chunks, each of whole blocks
     rng = np.random.default_rng(11)
-    n = 600_000
+    n = 300_000
     bench = (rng.standard_normal(n) * np.exp(rng.uniform(-20, 20, n))).astype(
         np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32)
     device, torch_run = _device_side(rng, bench, dtype, 2), _device_side(rng, bench, dtype, 1)
