@@ -1,6 +1,7 @@
 """Detection and false alarms of the standards on planted kernel bugs and correct variants, end to end.
 
     python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--out DIR]
+           [--checks-on auto|device|host]
     python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... --fuzz N [--arms ...] [--workers K]
 
 For every dump, one clean run (torch's own CPU kernels) and one run per arm of
@@ -55,7 +56,7 @@ def dump_dtype(path: Path) -> str:
     return counts.most_common(1)[0][0] if counts else "torch.float32"
 
 
-def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None) -> dict[str, dict]:
+def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, checks_on: str = "auto") -> dict[str, dict]:
     """Check every item of the dump (those matching `keyword` when given) with `arm` armed inside the
     device-call boundary; the records by item. In-process: the same check_entry the plugin's items run."""
     import torch
@@ -69,7 +70,7 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None) ->
 
     torch.set_num_threads(1)
     loaded = load_dump(dump)
-    options = CheckOptions(device="cpu", standard=standard)
+    options = CheckOptions(device="cpu", standard=standard, checks_on=checks_on)
     specs = load_specs()
     plain = backends.device_call
     torch_dtype = getattr(torch, dtype.split(".")[1])
@@ -175,6 +176,8 @@ def main() -> None:
                         help="fuzz every forward call with N examples on torch's kernels and the correct variants "
                              "among --arms (strict), instead of planting bugs")
     parser.add_argument("--workers", type=int, default=2, help="xdist workers of the --fuzz runs")
+    parser.add_argument("--checks-on", default="auto", choices=("auto", "device", "host"),
+                        help="as --msprobe-checks-on: device runs strict's checks in torch ops on the CPU")
     args = parser.parse_args()
     dumps = []
     for given in args.dumps:
@@ -200,7 +203,7 @@ def main() -> None:
                 print(f"# {label} fuzz {arm.name if arm else 'clean'} done at {time.time() - started:.0f} s",
                       file=sys.stderr, flush=True)
             continue
-        clean = {s: run(dump, None, s, dtype, None) for s in standards}
+        clean = {s: run(dump, None, s, dtype, None, args.checks_on) for s in standards}
         base = clean[standards[0]]
         spent = collections.Counter()
         for rec in base.values():
@@ -218,7 +221,7 @@ def main() -> None:
             if getattr(__import__("torch"), dtype.split(".")[1]) not in arm.dtypes:
                 continue
             for s in standards:
-                armed = run(dump, arm, s, dtype, _api_keyword(arm))
+                armed = run(dump, arm, s, dtype, _api_keyword(arm), args.checks_on)
                 for item, rec in armed.items():
                     ref = clean[s].get(item)  # the same standard: benches differ by standard
                     if rec.get("status") == "SKIP" or ref is None or ref.get("status") == "SKIP":

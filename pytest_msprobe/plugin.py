@@ -39,7 +39,17 @@ from .session.collect import DumpFile
 from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem
 from .session.shard import parse_shard
 from .session.stash import SETTINGS_KEY
-from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, RECORDED_ON, STANDARDS, CheckOptions, Settings
+from .settings import (
+    BENCH_PRECISIONS,
+    CHECKS_ON,
+    DATA_MODES,
+    DEFAULT_SEED,
+    MODES,
+    RECORDED_ON,
+    STANDARDS,
+    CheckOptions,
+    Settings,
+)
 
 DUMP_BASENAME = "dump.json"
 REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
@@ -98,6 +108,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="auto (default): the bench raises fp16/bf16 to fp32 and fp32 to fp64 (msprobe's rule), "
                          "with per-API choices from api_specs (precision.raise_map_by_api); fp64: every float "
                          "input of the bench in fp64")
+    group.addoption("--msprobe-checks-on", choices=CHECKS_ON, default=None,
+                    help="strict checks in torch ops where the outputs live (device, even cpu), or on the host; "
+                         "auto (default): device on cuda/npu outputs (or reference run), else host. Same verdicts")
     group.addoption("--msprobe-reference", default=None, metavar="DEVICE",
                     help="run each API on this second device too (cuda, cpu, npu) as the reference of the "
                          "benchmark/ULP/strict comparisons: the three-way check in one run")
@@ -166,6 +179,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_out", "default for --msprobe-out", default="msprobe_results")
     parser.addini("msprobe_standard", "default for --msprobe-standard", default=STANDARDS[0])
     parser.addini("msprobe_recorded_on", "default for --msprobe-recorded-on", default=RECORDED_ON[0])
+    parser.addini("msprobe_checks_on", "default for --msprobe-checks-on", default=CHECKS_ON[0])
     parser.addini("msprobe_dtype_markers", "auto (when -m/-k is given), always or never: dtype markers on items",
                   default="auto")
     parser.addini("msprobe_specs", "default for --msprobe-specs", default="")
@@ -194,6 +208,9 @@ def _settings(config: pytest.Config) -> Settings:
     recorded_on = opt.msprobe_recorded_on or config.getini("msprobe_recorded_on")
     if recorded_on not in RECORDED_ON:
         raise pytest.UsageError(f"ini msprobe_recorded_on: {recorded_on!r} is not one of {', '.join(RECORDED_ON)}")
+    checks_on = opt.msprobe_checks_on or config.getini("msprobe_checks_on")
+    if checks_on not in CHECKS_ON:
+        raise pytest.UsageError(f"ini msprobe_checks_on: {checks_on!r} is not one of {', '.join(CHECKS_ON)}")
     here = config.invocation_params.dir
     specs_file = opt.msprobe_specs or config.getini("msprobe_specs") or None
     if specs_file:
@@ -218,7 +235,8 @@ def _settings(config: pytest.Config) -> Settings:
                            standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
                            specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,
-                           bench_precision=opt.msprobe_bench_precision, recorded_on=recorded_on)
+                           bench_precision=opt.msprobe_bench_precision, recorded_on=recorded_on,
+                           checks_on=checks_on)
     if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
         raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "
                                 "inputs: it cannot use --msprobe-data-mode random")

@@ -16,6 +16,10 @@ MODES = ("auto", "rerun", "replay")
 BENCH_PRECISIONS = ("auto", "fp64")
 # what computed a tensor dump's recorded outputs (replay): auto reads the saved tensors' device, else npu
 RECORDED_ON = ("auto", "npu", "cuda", "cpu")
+# where the strict checks run: auto: on the accelerator that holds the device output (or the reference run's),
+# else on the host (the compiled pass); device: in torch ops where those outputs live, the CPU included; host:
+# the compiled pass on the host
+CHECKS_ON = ("auto", "device", "host")
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class CheckOptions:
     # (helper.py; the same values and verdicts as with 1)
     bench_precision: str = "auto"  # BENCH_PRECISIONS
     recorded_on: str = "auto"  # RECORDED_ON: the device that recorded a replayed dump's outputs
+    checks_on: str = "auto"  # CHECKS_ON: where the strict checks run (the same verdicts either way)
 
 
 @dataclass

@@ -114,9 +114,10 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
         else None
     pairs: list[judge.StrictArrays | None] = []
+    on = checks_device(options, device, third)
     for i, (b, d) in enumerate(zip(bench, device)):
         arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i), kind, product if i == 0 else None,
-                               narrow, _nth(estimated, i), convert)
+                               narrow, _nth(estimated, i), convert, on)
         if arrays is not None and gradients and in_list(specs, api, "error_model", "gradient_rounding"):
             arrays.rules = "gradient_rounding"
         elif arrays is not None and kind == "exact" and scalar_operand:
@@ -133,7 +134,7 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         rows = early.rows.result()
     else:
         pending = {i: helper().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
-                   for i, a in strict_pairs if options.work_threads > 1 and a.device.size >= OVERLAP_MIN_ELEMENTS}
+                   for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}
         rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
                                            standard=metric_standard)
         strict_results = {i: future.result() for i, future in pending.items()}
@@ -153,6 +154,26 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
             row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
         record["outputs"].append(row.to_dict())
+
+
+ACCELERATORS = ("cuda", "npu")
+
+
+def checks_device(options: CheckOptions, device: list[Any], third: list[Any] | None) -> torch.device | None:
+    """Where the strict checks of these outputs run in torch ops (strict_torch), or None for the host's
+    compiled pass: with --msprobe-checks-on auto, the accelerator that holds the device output (or else the
+    reference run); with `device`, that one or wherever the device output lives, the CPU included."""
+    if options.checks_on == "host" or options.standard != "strict":
+        return None
+    held = [x.device for x in (*device, *(third or ())) if isinstance(x, torch.Tensor)]
+    on = next((where for where in held if where.type in ACCELERATORS), None)
+    if on is None and options.checks_on == "device" and held:
+        on = held[0]
+    if on is not None and on.type != "cpu":
+        from ..verdict.strict_torch import UNSUPPORTED
+
+        return None if on.type in UNSUPPORTED else on  # the pass failed there once: the host's
+    return on
 
 
 def _exactly(bench: Any, device: Any) -> tuple[str, str] | None:
@@ -183,8 +204,10 @@ def _round_like(ref: Any, device: Any) -> Any:
 
 def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
                   product: Any = None, narrow: torch.dtype | None = None, estimated: Any = None,
-                  convert: standards.Converter = to_numpy) -> judge.StrictArrays | None:
-    """numpy arrays of a float output for the strict standard, or None.
+                  convert: standards.Converter = to_numpy, on: torch.device | None = None) -> judge.StrictArrays | None:
+    """numpy arrays of a float output for the strict standard, or None; with `on` (checks_device), tensors on
+    that device instead: the device output and a reference run already there stay, the bench and the other
+    arrays are copied there once.
 
     Kept in their own dtypes (bf16 widened to fp32, exactly); a third run of another shape is left out.
     """
@@ -192,6 +215,9 @@ def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind:
         return None
     if bench.shape != device.shape:
         return None
+
+    if on is not None:
+        convert = _on_device(on)
 
     def same(x: Any) -> Any:
         ok = isinstance(x, torch.Tensor) and x.shape == device.shape and x.is_floating_point()
@@ -201,4 +227,14 @@ def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind:
     return judge.StrictArrays(convert(bench)[1], convert(device)[1], run, same(magnitude), kind,
                               int(device.shape[-1]) if device.dim() else 1, same(product),
                               str(narrow) if narrow is not None and narrow.itemsize < device.dtype.itemsize else None,
-                              estimated=None if estimated is None or run is None else estimated.numpy())
+                              estimated=None if estimated is None or run is None else
+                              estimated.to(on) if on is not None else estimated.numpy())
+
+
+def _on_device(on: torch.device) -> standards.Converter:
+    """A converter that leaves tensors as tensors, on `on` (no copy of one already there)."""
+    def convert(x: Any) -> tuple[str, Any, str | None]:
+        t = x.detach().to(on)
+        return ("tensor", t, str(t.dtype))
+
+    return convert

@@ -48,7 +48,8 @@ _NOT_RESULTS = ("out_dir", "api_info", "warning_as_error")  # settings that do n
 def run_fingerprint(settings: Settings) -> str:
     """The settings a record depends on; options added to Settings/CheckOptions join automatically."""
     fields = {k: v for k, v in dataclasses.asdict(settings).items() if k not in _NOT_RESULTS}
-    for per_process in ("device_index", "work_threads"):  # differ per worker, same results
+    # differ per worker, or say where the strict checks run (the same verdicts): same results
+    for per_process in ("device_index", "work_threads", "checks_on"):
         fields["check_options"].pop(per_process, None)
     return json.dumps(fields, sort_keys=True, default=str)
 

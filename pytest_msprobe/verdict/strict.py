@@ -179,8 +179,8 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     """
     arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product,
               "est": estimated if torch_run is not None else None}
-    flat = {k: np.asarray(v).reshape(-1) for k, v in arrays.items() if v is not None}
-    n = flat["d"].size
+    flat = {k: _flat(v) for k, v in arrays.items() if v is not None}
+    n = size_of(flat["d"])
     stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
     if not n:
         return StrictResult("pass", "empty output", stats)
@@ -190,6 +190,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
         # the totals are finite when every element is (a huge finite one only sends the output down this
         # careful path too): then drop the non-finite positions, which must match the bench's
         if not (np.isfinite(acc.sum_w) and np.isfinite(acc.sum_t)):
+            flat = {k: _host(v) for k, v in flat.items()}  # rare: tensors on a device come back for this
             b = flat["b"].astype(np.float64)
             d = flat["d"].astype(np.float64)
             rounded = round_to(b, device_dtype)
@@ -209,7 +210,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
                 if not flat["d"].size:
                     return StrictResult("pass", "no finite elements; non-finite positions match", stats)
                 acc = _judge_blocks(flat, 1, device_dtype, rules, kind)  # rows lose their meaning here
-    m = flat["d"].size
+    m = size_of(flat["d"])
     reference = "torch run" if "t" in flat else "correctly rounded"  # what the device is held against
     stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
@@ -244,15 +245,21 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     return StrictResult("pass", "", stats)
 
 
-def plan(flat: Mapping[str, np.ndarray], row: int, rules: Mapping[str, Any], kind: str) -> tuple[int, int, int, float]:
-    """(elements per group, per block, every how many blocks the bias test samples, scale floor)."""
-    m = flat["d"].size
+def plan(flat: Mapping[str, Any], row: int, rules: Mapping[str, Any], kind: str) -> tuple[int, int, int, float]:
+    """(elements per group, per block, every how many blocks the bias test samples, scale floor); numpy
+    arrays or torch tensors."""
+    m = size_of(flat["d"])
     # groups of whole rows; a small output is cut into bias_min_groups blocks so the bias test can run
     size = min(_groups(m, row, int(rules["row_min"])), max(1, m // int(rules["bias_min_groups"])))
     floor = 0.0
     if kind in ("reduction", "contraction"):  # below the bench's own resolution nothing is judged
         bench_roundoff = 2.0 ** -24 if flat["b"].dtype.itemsize <= 4 else 2.0 ** -53
-        mean_square = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64)) / m
+        if isinstance(flat["b"], np.ndarray):
+            mean_square = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64)) / m
+        else:
+            from .strict_torch import sum_of_squares
+
+            mean_square = sum_of_squares(flat["b"]) / m
         floor = rules["bench_factor"] * bench_roundoff * float(np.sqrt(mean_square))
     block = size * max(1, BLOCK // size)
     # the bias test samples every `every`-th block: about bias_max_samples elements, and at least
@@ -262,20 +269,37 @@ def plan(flat: Mapping[str, np.ndarray], row: int, rules: Mapping[str, Any], kin
     return size, block, every, floor
 
 
-def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Mapping[str, Any],
-                  kind: str) -> _Totals:
-    """The totals of every block of whole rows, from the compiled pass (strict_kernel)."""
-    from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
-
-    size, block, every, floor = plan(flat, row, rules, kind)
-    work = work_dtype(device_dtype)
+def kernel_params(floor: float, rules: Mapping[str, Any], device_dtype: str, leaf_start: float) -> np.ndarray:
+    """The pass's float parameters, in strict_kernel's P_* order (the torch pass reads the same)."""
     mantissa, emin = _FORMATS[device_dtype]
     factor = {k: float(rules.get(k, 0.0)) for k in ("torch_factor", "row_factor", "estimated_row_factor",
                                                     "accumulation_factor", "exact_tie_factor")}
-    params = np.array([floor, factor["torch_factor"], factor["row_factor"], factor["estimated_row_factor"],
-                       factor["accumulation_factor"] * accumulation_roundoff(device_dtype), rules["gross"],
-                       2.0 ** emin, 2.0 ** -mantissa, factor["exact_tie_factor"] * 2.0 ** (mantissa - 24),
-                       K.LEAF_START])
+    return np.array([floor, factor["torch_factor"], factor["row_factor"], factor["estimated_row_factor"],
+                     factor["accumulation_factor"] * accumulation_roundoff(device_dtype), rules["gross"],
+                     2.0 ** emin, 2.0 ** -mantissa, factor["exact_tie_factor"] * 2.0 ** (mantissa - 24),
+                     leaf_start])
+
+
+def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapping[str, Any],
+                  kind: str) -> _Totals:
+    """The totals of every block of whole rows: from the compiled pass (strict_kernel) on numpy arrays, from
+    the torch pass (strict_torch) on tensors, on the device that holds them."""
+    work = work_dtype(device_dtype)
+    if not isinstance(flat["d"], np.ndarray):
+        from . import strict_torch
+
+        try:
+            size, block, every, floor = plan(flat, row, rules, kind)
+            got, sums, sizes = strict_torch.strict_pass(flat, device_dtype, kind, size, block, every,
+                                                        kernel_params(floor, rules, device_dtype, 0.0), work)
+            return _totals_of(got, sums, sizes)
+        except RuntimeError as exc:  # an accelerator without an op the pass needs: the host pass judges
+            strict_torch.unsupported(flat["d"].device, exc)
+            return _judge_blocks({k: _host(v) for k, v in flat.items()}, row, device_dtype, rules, kind)
+    size, block, every, floor = plan(flat, row, rules, kind)
+    from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
+
+    params = kernel_params(floor, rules, device_dtype, K.LEAF_START)
     m = flat["d"].size
     blocks = -(-m // block)
     groups = (-(-blocks // every)) * -(-block // size)
@@ -289,14 +313,21 @@ def _judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rule
                   np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
                   *_scratch(work, min(block, m)), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
                   K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params, bias, counts, out)
-    acc = _Totals()
-    acc.sum_w, acc.sum_t, acc.max_t, acc.max_w = (float(out[k]) for k in (K.O_SUM_W, K.O_SUM_T, K.O_MAX_T, K.O_MAX_W))
-    acc.worst, acc.gross, acc.wrong, acc.first_wrong, acc.wrong_zero, acc.wrong_up, acc.wrong_off_tie = (
-        int(out[k]) for k in (K.O_WORST, K.O_GROSS, K.O_WRONG, K.O_FIRST_WRONG, K.O_WRONG_ZERO, K.O_WRONG_UP,
-                              K.O_OFF_TIE))
     n = int(out[K.O_GROUPS])
-    acc.bias = {k: [bias[i, :n]] for i, k in enumerate(("bias", "ref_bias", "bias_zero", "ref_bias_zero"))}
-    acc.counts = [counts[:n]]
+    slots = {"sum_w": K.O_SUM_W, "sum_t": K.O_SUM_T, "max_t": K.O_MAX_T, "max_w": K.O_MAX_W, "worst": K.O_WORST,
+             "gross": K.O_GROSS, "wrong": K.O_WRONG, "first_wrong": K.O_FIRST_WRONG, "wrong_zero": K.O_WRONG_ZERO,
+             "wrong_up": K.O_WRONG_UP, "off_tie": K.O_OFF_TIE}
+    return _totals_of({k: float(out[slot]) for k, slot in slots.items()}, bias[:, :n], counts[:n])
+
+
+def _totals_of(got: Mapping[str, float], sums: np.ndarray, counts: np.ndarray) -> _Totals:
+    """A pass's totals (by name) and the bias test's group sums and sizes as a _Totals."""
+    acc = _Totals()
+    acc.sum_w, acc.sum_t, acc.max_t, acc.max_w = got["sum_w"], got["sum_t"], got["max_t"], got["max_w"]
+    acc.worst, acc.gross, acc.wrong, acc.first_wrong, acc.wrong_zero, acc.wrong_up, acc.wrong_off_tie = (
+        int(got[k]) for k in ("worst", "gross", "wrong", "first_wrong", "wrong_zero", "wrong_up", "off_tie"))
+    acc.bias = {k: [sums[i]] for i, k in enumerate(("bias", "ref_bias", "bias_zero", "ref_bias_zero"))}
+    acc.counts = [counts]
     return acc
 
 
@@ -333,6 +364,26 @@ def _kernel_array(values: np.ndarray | None, dtype: type[np.floating[Any]] | np.
     if values is None:
         return np.empty(0, dtype=dtype)
     return np.ascontiguousarray(values, dtype=dtype)
+
+
+def _flat(values: Any) -> Any:
+    """A flat view of a numpy array (or anything numpy takes) or of a torch tensor, which stays where it is."""
+    return np.asarray(values).reshape(-1) if isinstance(values, (np.ndarray, np.generic, float, int, list)) \
+        else values.reshape(-1)
+
+
+def size_of(values: Any) -> int:
+    """Elements of a numpy array or of a torch tensor."""
+    return int(values.size) if isinstance(values, np.ndarray) else int(values.numel())
+
+
+def _host(values: Any) -> np.ndarray:
+    """A tensor's values as a numpy array on the host (16-bit floats widened to float32, exactly)."""
+    if isinstance(values, np.ndarray):
+        return values
+    if values.dtype.is_floating_point and values.dtype.itemsize < 4:
+        values = values.float()
+    return np.asarray(values.detach().cpu().numpy())
 
 
 def _bias(acc: _Totals, rules: Mapping[str, Any], stats: dict[str, float], reference: str) -> list[str]:

@@ -1,0 +1,99 @@
+"""Cost per element of the strict checks of one large output: the compiled host pass, and the torch pass on
+the CPU and on each accelerator torch sees (cuda, npu), interleaved round by round.
+
+    python benchmarks/bench_strict_device.py [--elements 16777216] [--row 4096] [--repeat 5]
+           [--dtype torch.bfloat16] [--kinds elementwise,reduction,contraction]
+
+The output is a bf16 (or --dtype) device result 1-2 ULPs off an fp32 bench, with a torch run (elementwise,
+reduction) or a magnitude run (contraction). The host pass and the torch pass on the CPU are timed in CPU
+time of one thread (torch's intra-op threads set to 1); an accelerator in wall time with the device
+synchronised, its arrays already there (the device output lives there; the bench's one copy is timed apart).
+Each line gives the minimum over the rounds, and whether the verdicts and messages agree.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
+from benchmarks.verify_strict_torch import _agree, _sync  # noqa: E402
+from pytest_msprobe.specs.loader import load_specs  # noqa: E402
+from pytest_msprobe.verdict import strict  # noqa: E402
+from pytest_msprobe.verdict.judge import _rules  # noqa: E402
+
+
+def arrays(n: int, dtype: str, kind: str) -> tuple[np.ndarray, torch.Tensor, dict[str, Any]]:
+    """(fp32 bench, device output in the dtype, third run) of n elements."""
+    gen = torch.Generator().manual_seed(0)
+    bench = torch.randn(n, generator=gen)
+    low = getattr(torch, dtype.split(".")[1])
+    device = (bench * (1 + 2 ** -8 * torch.randint(-1, 2, (n,), generator=gen))).to(low)
+    if kind == "contraction":
+        return bench.numpy(), device, {"magnitude": bench.abs() * 4}
+    return bench.numpy(), device, {"torch_run": (bench * (1 + 2 ** -9)).to(low)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--elements", type=int, default=1 << 24)
+    parser.add_argument("--row", type=int, default=4096)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--dtype", default="torch.bfloat16")
+    parser.add_argument("--kinds", default="elementwise,reduction,contraction")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    accelerators = [torch.device(k) for k in ("cuda", "npu")
+                    if getattr(torch, k, None) is not None and getattr(torch, k).is_available()]
+    print(f"# {args.elements:,} elements, row {args.row}, {args.dtype}; CPU: {_cpu()}; accelerators: "
+          f"{', '.join(torch.cuda.get_device_name() if a.type == 'cuda' else a.type for a in accelerators) or 'none'}")
+    columns = ["kind", "host pass ns/el", "torch on cpu ns/el"] + [
+        f"torch on {a.type} ns/el | bench copy to {a.type} ns/el" for a in accelerators] + ["same verdicts"]
+    print("| " + " | ".join(columns) + " |")
+    print("|---" * (4 + 2 * len(accelerators)) + "|")
+    th = load_specs()["thresholds"]["strict"]
+    for kind in args.kinds.split(","):
+        rules = _rules(th, args.dtype, kind)
+        bench, device, third = arrays(args.elements, args.dtype, kind)
+        host_third = {k: strict._host(v) for k, v in third.items()}
+        host_device = strict._host(device)
+        placed = {a: (device.to(a), {k: v.to(a) for k, v in third.items()}) for a in accelerators}
+        best: dict[str, float] = {}
+        agree = True
+        for _ in range(args.repeat):
+            t0 = time.thread_time()
+            ref = strict.strict_compare(bench, host_device, args.dtype, rules, kind=kind, row=args.row, **host_third)
+            t1 = time.thread_time()
+            got = strict.strict_compare(torch.from_numpy(bench), device, args.dtype, rules, kind=kind, row=args.row,
+                                        **third)
+            t2 = time.thread_time()
+            agree &= _agree(got, ref)
+            times = {"host": t1 - t0, "cpu": t2 - t1}
+            for a, (d, extra) in placed.items():
+                _sync(a)
+                t3 = time.perf_counter()
+                b = torch.from_numpy(bench).to(a)
+                _sync(a)
+                t4 = time.perf_counter()
+                got = strict.strict_compare(b, d, args.dtype, rules, kind=kind, row=args.row, **extra)
+                _sync(a)
+                times[a.type], times[f"copy {a.type}"] = time.perf_counter() - t4, t4 - t3
+                agree &= _agree(got, ref)
+            for key, value in times.items():
+                best[key] = min(best.get(key, value), value)
+        per = {k: v / args.elements * 1e9 for k, v in best.items()}
+        cells = [f"{per['host']:.2f}", f"{per['cpu']:.2f}"] + [
+            f"{per[a.type]:.3f} | {per[f'copy {a.type}']:.3f}" for a in accelerators]
+        print(f"| {kind} | " + " | ".join(cells) + f" | {'yes' if agree else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
