@@ -1,0 +1,148 @@
+"""`--msprobe-online-workers N`: the online session checks in N worker processes and reports in arrival order.
+
+End to end with our own sender (tests/test_online_session.py's client, a bug planted in its gelu) and with a
+raw-socket client: the records of 2 workers equal those of one process; the per-rank summary still adds up
+(checked, skipped with reasons, refused); a worker that segfaults fails only its call and the session goes
+on; the options are checked.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.online_helpers import Client, free_port
+from tests.test_online_session import ROOT, SAFETY, _client, _env, _sent
+
+pytest.importorskip("torch")
+
+VOLATILE = ("timings", "rerun", "item_id")  # when it ran, and the paths of each run's own --msprobe-out
+
+
+def _records(folder: Path) -> dict[str, dict[str, Any]]:
+    lines = next(folder.glob("msprobe_records_*.jsonl")).read_text().splitlines()
+    out = {}
+    for line in lines:
+        record = json.loads(line)
+        out[record["nodeid"]] = {k: v for k, v in record.items() if k not in VOLATILE}
+    return out
+
+
+def _failed(result: pytest.RunResult) -> list[str]:
+    return sorted(r.nodeid for r in result.reprec.getreports("pytest_runtest_logreport")  # type: ignore[attr-defined]
+                  if r.when == "call" and r.failed)
+
+
+def test_two_workers_give_the_records_of_one_process(pytester: pytest.Pytester) -> None:
+    runs = {}
+    for workers in ("1", "2"):
+        folder = pytester.path / f"shared{workers}"
+        client = _client(pytester, f"nfs://{folder}", "--bug")
+        result = pytester.runpytest_inprocess("--msprobe-online", f"nfs://{folder}", "-p", "no:cacheprovider",
+                                              *SAFETY, "--msprobe-online-workers", workers,
+                                              "--msprobe-out", f"out{workers}")
+        sent = _sent(client)
+        assert _failed(result) == ["online/rank0/step0::Functional.gelu.0.forward",
+                                   "online/rank0/step1::Functional.gelu.0.forward"]
+        result.assert_outcomes(passed=sent - 2, failed=2)
+        result.stdout.fnmatch_lines([f"msprobe online: rank0: received {sent} = checked {sent} + skipped 0 + "
+                                     "refused 0"])
+        runs[workers] = _records(pytester.path / f"out{workers}")
+        order = [r.nodeid for r in result.reprec.getreports("pytest_runtest_logreport")  # type: ignore[attr-defined]
+                 if r.when == "call"]
+        assert order == sorted(order, key=lambda n: (n.split("::")[0], runs[workers][n]["order"]))  # arrival order
+    result.stdout.fnmatch_lines(["*checked in 2 worker processes*"])
+    assert len(runs["1"]) == sent and runs["1"] == runs["2"]
+    assert runs["2"]["online/rank0/step1::Functional.gelu.0.forward"]["status"] == "error"
+
+
+_RAW_CLIENT = '''
+import os, socket, sys
+sys.path.insert(0, {root!r})
+import torch
+from pytest_msprobe.online import protocol, safeload
+from pytest_msprobe.online.sender import encode
+class Evil:
+    def __reduce__(self):
+        return os.system, ("touch pwned",)
+x = torch.linspace(-2, 2, 64)
+calls = [safeload.ApiData("Functional.relu.0", (x,), {}, torch.relu(x), 0, 0),
+         safeload.ApiData("Tensor.stride.0", (x,), {}, (1,), 0, 0),
+         safeload.ApiData("Functional.relu.1", (Evil(),), {}, None, 0, 0),
+         safeload.ApiData("Functional.gelu.0", (x,), {}, torch.nn.functional.gelu(x), 0, 1),
+         safeload.ApiData("Functional.gelu.1", (x,), {}, torch.nn.functional.gelu(x) * 1.01, 0, 1)]
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
+    for i, call in enumerate(calls):
+        s.sendall(protocol.frame(encode(call), i, call.rank))
+        print("ACK", protocol.parse_ack(s.recv(29))[0].decode())
+    s.sendall(protocol.frame(protocol.STOP, len(calls)))
+    print("ACK", protocol.parse_ack(s.recv(29))[0].decode())
+'''.replace("{root!r}", repr(str(ROOT)))
+
+
+def test_summary_adds_up_per_rank_with_workers(pytester: pytest.Pytester) -> None:
+    port = free_port()
+    client = Client([sys.executable, "-c", _RAW_CLIENT, str(port)], port, pytester.path, _env())
+    client.start()
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider",
+                                          *SAFETY, "--msprobe-online-workers", "2")
+    client.join(120)
+    assert client.output().count("ACK OK___") == 5, client.output()
+    result.stdout.fnmatch_lines([
+        "msprobe online: rank0: received 3 = checked 1 + skipped 1 + refused 1",
+        "*skipped 1: Tensor.stride: a metadata call*",
+        "*refused 1: UnpicklingError:*posix.system*",
+        "msprobe online: rank1: received 2 = checked 2 + skipped 0 + refused 0"])
+    assert _failed(result) == ["online/rank1/step0::Functional.gelu.1.forward"]
+    assert result.ret == 1
+    assert not (pytester.path / "pwned").exists()
+
+
+_CRASH = '''
+import multiprocessing, faulthandler
+import torch
+
+_gelu = torch.nn.functional.gelu
+
+def gelu(*args, **kwargs):
+    """A kernel that segfaults, in the online session's worker processes only."""
+    if multiprocessing.current_process().name.startswith("msprobe-online-worker"):
+        faulthandler._sigsegv()
+    return _gelu(*args, **kwargs)
+
+torch.nn.functional.gelu = gelu
+'''
+
+
+def test_a_crashing_worker_fails_its_call_and_the_session_goes_on(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    plant = pytester.path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text(_CRASH)
+    folder = pytester.path / "shared"
+    client = _client(pytester, f"nfs://{folder}")  # no bug, and no plant: the client's own gelu is fine
+    monkeypatch.setenv("PYTHONPATH", f"{plant}:{ROOT}")
+    result = pytester.runpytest_subprocess("--msprobe-online", f"nfs://{folder}", "-p", "no:cacheprovider",
+                                           *SAFETY, "--msprobe-online-workers", "2")
+    sent = _sent(client)
+    result.assert_outcomes(passed=sent - 2, failed=2)
+    result.stdout.fnmatch_lines([
+        "*worker crashed while running Functional.gelu.0.forward (online worker * died: signal SIGSEGV)*",
+        f"msprobe online: rank0: received {sent} = checked {sent} + skipped 0 + refused 0"])
+    records = _records(pytester.path / "msprobe_results")
+    gelu = records["online/rank0/step1::Functional.gelu.0.forward"]
+    assert gelu["status"] == "error" and gelu["crashed"] is True
+    assert sum(r["status"] == "pass" for r in records.values()) == sent - 2
+
+
+def test_bad_worker_counts_are_usage_errors(pytester: pytest.Pytester) -> None:
+    for value in ("0", "two"):
+        result = pytester.runpytest_inprocess("--msprobe-online", "tcp://127.0.0.1:0", "--msprobe-online-workers",
+                                              value, "-p", "no:cacheprovider", *SAFETY)
+        result.stderr.fnmatch_lines([f"*--msprobe-online-workers: '{value}' is not a positive integer*"])
+    result = pytester.runpytest_inprocess("--msprobe-online", "tcp://127.0.0.1:0", "-n", "2", "-p",
+                                          "no:cacheprovider", *SAFETY)
+    result.stderr.fnmatch_lines(["*leave -n out (--msprobe-online-workers N checks them in N processes)*"])
