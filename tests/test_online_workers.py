@@ -22,12 +22,12 @@ pytest.importorskip("torch")
 VOLATILE = ("timings", "rerun", "item_id")  # when it ran, and the paths of each run's own --msprobe-out
 
 
-def _records(folder: Path) -> dict[str, dict[str, Any]]:
+def _records(folder: Path, drop: tuple[str, ...] = VOLATILE) -> dict[str, dict[str, Any]]:
     lines = next(folder.glob("msprobe_records_*.jsonl")).read_text().splitlines()
     out = {}
     for line in lines:
         record = json.loads(line)
-        out[record["nodeid"]] = {k: v for k, v in record.items() if k not in VOLATILE}
+        out[record["nodeid"]] = {k: v for k, v in record.items() if k not in drop}
     return out
 
 
@@ -146,3 +146,121 @@ def test_bad_worker_counts_are_usage_errors(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("--msprobe-online", "tcp://127.0.0.1:0", "-n", "2", "-p",
                                           "no:cacheprovider", *SAFETY)
     result.stderr.fnmatch_lines(["*leave -n out (--msprobe-online-workers N checks them in N processes)*"])
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_reports_of_a_failing_online_call(pytester: pytest.Pytester, workers: str) -> None:
+    """pytest-html's report, --msprobe-save-error-data and --msprobe-repro for the planted gelu bug."""
+    pytest.importorskip("pytest_html")
+    folder = pytester.path / "shared"
+    client = _client(pytester, f"nfs://{folder}", "--bug")
+    result = pytester.runpytest_inprocess("--msprobe-online", f"nfs://{folder}", "-p", "no:cacheprovider", *SAFETY,
+                                          "--msprobe-online-workers", workers, "--html", "report.html",
+                                          "--msprobe-save-error-data", "errors", "--msprobe-repro", "repro",
+                                          "--msprobe-html", "msprobe.html")
+    sent = _sent(client)
+    result.assert_outcomes(passed=sent - 2, failed=2)
+    gelus = ["online/rank0/step0::Functional.gelu.0.forward", "online/rank0/step1::Functional.gelu.0.forward"]
+    assert _failed(result) == gelus
+    records = _records(pytester.path / "msprobe_results", drop=())
+    import torch
+
+    from pytest_msprobe.dump.reader import load_dump
+
+    for nodeid in gelus:  # the saved error data holds this call's inputs and outputs, as the client sent them
+        record = records[nodeid]
+        saved = pytester.path / "errors" / record["error_data"]["dir"] / "dump.json"
+        doc = json.loads(saved.read_text())
+        sent_call = load_dump(Path(record["item_id"].split("::")[0]))  # the kept one-call dump
+        entries = {k: v for k, v in doc["data"].items() if k.startswith("Functional.gelu.0")}
+        assert len(entries) == 1, (nodeid, list(doc["data"]))
+        entry = next(iter(entries.values()))
+        tensors = saved.parent / "dump_tensor_data"
+        original = json.loads(Path(record["item_id"].split("::")[0]).read_text())["data"]["Functional.gelu.0.forward"]
+        original_dir = Path(sent_call.path).parent / "dump_tensor_data"
+        for key in ("input_args", "output"):
+            mine, theirs = entry[key][0], original[key][0]
+            assert torch.equal(torch.load(tensors / mine["data_name"]), torch.load(original_dir / theirs["data_name"]))
+        assert saved.parent.relative_to(pytester.path / "errors").as_posix() == nodeid.split("::")[0]
+    replay = pytester.runpytest_inprocess("errors", "--msprobe-mode", "replay", "-p", "no:cacheprovider",
+                                          "--msprobe-out", "replayed")
+    replay.assert_outcomes(failed=2)  # the saved data fails the same way offline
+    repro = [Path(records[n]["repro"]) for n in gelus]
+    assert len(set(repro)) == 2
+    for script in repro:  # the script fails the same way
+        run = pytester.run(sys.executable, str(script))
+        assert run.ret != 0 and "Functional.gelu.0" in run.stdout.str() + run.stderr.str(), run.stdout.str()
+        assert "error" in run.stdout.str() + run.stderr.str()
+    html = (pytester.path / "report.html").read_text()
+    for nodeid in gelus:  # pytest-html's row: the call and its failure
+        assert nodeid in html
+    assert "Functional.gelu.0.forward: error" in html and "gross error" in html
+    own = (pytester.path / "msprobe.html").read_text()  # --msprobe-html's page lists both, with their plots
+    assert all(nodeid in own for nodeid in gelus) and own.count("<svg") >= 2
+
+
+_FLOOD = '''
+import socket, sys, threading
+sys.path.insert(0, {root!r})
+import torch
+from pytest_msprobe.online import protocol, safeload
+from pytest_msprobe.online.sender import encode
+torch.manual_seed(0)
+x, w = torch.randn(64, 512), torch.randn(512, 512)
+body = encode(safeload.ApiData("Functional.linear.0", (x, w), {}, torch.nn.functional.linear(x, w), 0, 0))
+acks = []
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
+    def read():
+        buf = b""
+        while acks.count("OK___") < 40:
+            chunk = s.recv(4096)
+            if not chunk:
+                return
+            buf += chunk
+            while len(buf) >= 29:
+                acks.append(buf[:5].decode())
+                buf = buf[29:]
+    reader = threading.Thread(target=read)
+    reader.start()
+    for i in range(40):  # back to back, without waiting for the acks
+        s.sendall(protocol.frame(body.replace(b"Functional.linear.0", f"Functional.linear.{i % 10}".encode()), i,
+                                 step=i // 10))
+    reader.join(300)
+    s.sendall(protocol.frame(protocol.STOP, 40))
+    print("ACKS", " ".join(acks))
+'''.replace("{root!r}", repr(str(ROOT)))
+
+
+def test_a_full_queue_still_gets_busy_with_workers(pytester: pytest.Pytester) -> None:
+    port = free_port()
+    client = Client([sys.executable, "-c", _FLOOD, str(port)], port, pytester.path, _env())
+    client.start()
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider",
+                                          *SAFETY, "--msprobe-online-workers", "2", "--msprobe-online-queue", "2")
+    client.join(300)
+    acks = client.output().split("ACKS", 1)[1].split()
+    assert acks.count("OK___") == 40 and acks.count("BUSY_") >= 1, client.output()
+    result.assert_outcomes(passed=40)
+    result.stdout.fnmatch_lines(["msprobe online: rank0: received 40 = checked 40 + skipped 0 + refused 0"])
+
+
+def test_pool_answers_a_check_that_raises_and_keeps_serving(tmp_path: Path) -> None:
+    """A check that raises in a worker comes back as its traceback; the worker takes the next call."""
+    from pytest_msprobe.online.checking import CheckerPool
+    from pytest_msprobe.settings import CheckOptions
+
+    pool = CheckerPool(1, CheckOptions(mode="replay"))
+    try:
+        pool.submit("missing", tmp_path / "nothing" / "dump.json", "Functional.relu.0.forward")
+        pool.submit("again", tmp_path / "nothing" / "dump.json", "Functional.relu.1.forward")
+        answers: dict[str, tuple[str, Any]] = {}
+        for _ in range(600):
+            answers.update(pool.results(0.5))
+            if len(answers) == 2:
+                break
+        assert set(answers) == {"missing", "again"}
+        assert all(kind == "raised" and "dump.json" in text for kind, text in answers.values()), answers
+        assert pool.crashed == 0 and pool.started == 1
+    finally:
+        pool.close()
+    assert not any(w.process.is_alive() for w in pool.workers)

@@ -133,8 +133,9 @@ class _Worker:
 class CheckerPool:
     """`size` worker processes checking one call each at a time; results come back by key.
 
-    `submit` only when `idle()`; `results(timeout)` returns every (key, answer) that finished, where answer is
-    ("ok", record), ("raised", traceback text) or ("crashed", message)."""
+    `submit` queues a call (the caller bounds how many are out: the session's window); `results(timeout)` returns
+    every (key, answer) that finished, where answer is ("ok", record), ("raised", traceback text) or ("crashed",
+    message)."""
 
     def __init__(self, size: int, options: Any, slots: list[tuple[dict[str, str], int | None]] | None = None,
                  timeout: float | None = None) -> None:
@@ -163,7 +164,7 @@ class CheckerPool:
         return sum(w.task is not None for w in self.workers) + len(self.waiting)
 
     def submit(self, key: Any, dump_json: Path, entry_name: str) -> None:
-        """Queue a call; it goes to the first worker that is ready (the pool holds at most `size` waiting)."""
+        """Queue a call; it goes to the first worker that is ready."""
         self.waiting.append((key, str(dump_json), entry_name))
         self._dispatch()
 
