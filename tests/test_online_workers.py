@@ -207,7 +207,8 @@ from pytest_msprobe.online import protocol, safeload
 from pytest_msprobe.online.sender import encode
 torch.manual_seed(0)
 x, w = torch.randn(64, 512), torch.randn(512, 512)
-body = encode(safeload.ApiData("Functional.linear.0", (x, w), {}, torch.nn.functional.linear(x, w), 0, 0))
+factor = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0  # 1.01: a device whose linear is off by 1 %
+body = encode(safeload.ApiData("Functional.linear.0", (x, w), {}, torch.nn.functional.linear(x, w) * factor, 0, 0))
 acks = []
 with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
     def read():
@@ -264,3 +265,21 @@ def test_pool_answers_a_check_that_raises_and_keeps_serving(tmp_path: Path) -> N
     finally:
         pool.close()
     assert not any(w.process.is_alive() for w in pool.workers)
+
+
+def test_stopping_at_the_first_failure_still_accounts_for_every_call(pytester: pytest.Pytester) -> None:
+    """-x with workers: the calls already out to the workers are counted as skipped, with the reason."""
+    import re
+
+    port = free_port()
+    client = Client([sys.executable, "-c", _FLOOD, str(port), "1.01"], port, pytester.path, _env())
+    client.start()
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider",
+                                          *SAFETY, "--msprobe-online-workers", "2", "-x")
+    client.join(300)
+    result.assert_outcomes(failed=1)
+    line = next(ln for ln in result.outlines if ln.startswith("msprobe online: rank0: received"))
+    received, checked, skipped, refused = map(int, re.findall(r"\d+", line.split("rank0:", 1)[1]))
+    assert received == checked + skipped + refused and checked == 1 and refused == 0, line
+    if skipped:
+        result.stdout.fnmatch_lines([f"*skipped {skipped}: not reported: the session stopped early (-x*"])

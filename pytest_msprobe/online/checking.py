@@ -100,8 +100,9 @@ def serve(conn: Connection, options: Any, env: dict[str, str]) -> None:
     import torch
 
     torch.set_num_threads(options.threads)
-    if options.device_index is not None and options.device in ("cuda", "npu"):
-        getattr(torch, options.device).set_device(options.device_index)
+    backend: Any = getattr(torch, str(options.device), None)  # torch.cuda; torch.npu once torch_npu is imported
+    if options.device_index is not None and hasattr(backend, "set_device"):
+        backend.set_device(options.device_index)  # as the session's first item does in one process
     specs = online_specs(options.specs_file)
     conn.send(("ready", None))
     while True:

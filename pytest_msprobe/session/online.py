@@ -37,6 +37,7 @@ from .stash import SETTINGS_KEY
 
 ONLINE_KEY = pytest.StashKey["OnlineSession"]()
 INTERRUPTED = "the session was interrupted before the call's check finished"
+STOPPED = "not reported: the session stopped early (-x or --maxfail)"
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,15 @@ class OnlineSession:
             if self.workers > 1:
                 self.pool = _start_pool(self.config, self.workers)
             self._loop(session)
+            self._unreported(STOPPED)  # -x or --maxfail stopped the loop with calls still out
         except KeyboardInterrupt:
             self.interrupted = True
-            self._interrupted(session)
+            try:
+                if self.pool is not None:  # what the workers finished is reported
+                    self._collect(session, 0.0)
+            except KeyboardInterrupt:
+                pass
+            self._unreported(INTERRUPTED)
             raise
         finally:
             if self.pool is not None:
@@ -256,16 +263,11 @@ class OnlineSession:
             if session.shouldfail or session.shouldstop:
                 return
 
-    def _interrupted(self, session: pytest.Session) -> None:
-        """Ctrl-C: what the workers finished is reported; the calls still out are counted, not lost."""
-        try:
-            if self.pool is not None:
-                self._collect(session, 0.0)
-        except KeyboardInterrupt:
-            pass
+    def _unreported(self, reason: str) -> None:
+        """The calls taken but not reported when the loop ends early are counted, not lost."""
         for item in self.pending:
             if item.counts is not None:
-                item.counts.skipped[INTERRUPTED] += 1
+                item.counts.skipped[reason] += 1
         self.pending.clear()
 
     def _item(self, session: pytest.Session, data: Any, counts: RankCounts) -> OnlineItem | None:
