@@ -283,3 +283,18 @@ def test_stopping_at_the_first_failure_still_accounts_for_every_call(pytester: p
     assert received == checked + skipped + refused and checked == 1 and refused == 0, line
     if skipped:
         result.stdout.fnmatch_lines([f"*skipped {skipped}: not reported: the session stopped early (-x*"])
+
+
+def test_workers_are_pinned_to_the_devices_in_turn(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --msprobe-devices, worker k runs on device k mod n alone, indexing into the variable the caller set."""
+    from pytest_msprobe.session.devices import child_slots
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    config = pytester.parseconfigure("--msprobe-devices", "1", "2")
+    slots = child_slots(config, 3)
+    assert slots is not None
+    assert [env["CUDA_VISIBLE_DEVICES"] for env, _ in slots] == ["5", "6", "5"]
+    assert [env["ASCEND_RT_VISIBLE_DEVICES"] for env, _ in slots] == ["1", "2", "1"]
+    assert all(index == 0 for _, index in slots)
+    assert child_slots(pytester.parseconfigure(), 2) is None  # no devices given: the session's own device

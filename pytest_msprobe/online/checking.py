@@ -99,10 +99,11 @@ def serve(conn: Connection, options: Any, env: dict[str, str]) -> None:
     os.environ.update(env)  # device pinning, before torch is imported
     import torch
 
+    from ..runs.backends import make_current
+
     torch.set_num_threads(options.threads)
-    backend: Any = getattr(torch, str(options.device), None)  # torch.cuda; torch.npu once torch_npu is imported
-    if options.device_index is not None and hasattr(backend, "set_device"):
-        backend.set_device(options.device_index)  # as the session's first item does in one process
+    if options.device_index is not None:
+        make_current(options.device, options.device_index)  # as the first item does in one process
     specs = online_specs(options.specs_file)
     conn.send(("ready", None))
     while True:

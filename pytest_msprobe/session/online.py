@@ -344,8 +344,9 @@ class OnlineSession:
 
 def _start_pool(config: pytest.Config, workers: int) -> Any:
     """The worker processes of --msprobe-online-workers, with the items' options (one torch thread each
-    unless --msprobe-threads says otherwise; the helper thread only where the cores allow) and
-    --msprobe-timeout, past which a busy worker is stopped and its call fails."""
+    unless --msprobe-threads says otherwise; the helper thread only where the cores allow), pinned to
+    --msprobe-devices in turn as xdist workers are, and --msprobe-timeout, past which a busy worker is
+    stopped and its call fails."""
     import dataclasses
 
     from ..online.checking import CheckerPool
@@ -354,7 +355,9 @@ def _start_pool(config: pytest.Config, workers: int) -> Any:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     options = dataclasses.replace(options, work_threads=2 if cpus >= workers * (options.threads + 1) else 1)
     value = config.getoption("msprobe_timeout", None) or config.getini("msprobe_timeout") or None
-    return CheckerPool(workers, options, timeout=float(value) if value else None)
+    from .devices import child_slots
+
+    return CheckerPool(workers, options, child_slots(config, workers), timeout=float(value) if value else None)
 
 
 def _record_key() -> Any:
