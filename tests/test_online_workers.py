@@ -298,3 +298,18 @@ def test_workers_are_pinned_to_the_devices_in_turn(pytester: pytest.Pytester, mo
     assert [env["ASCEND_RT_VISIBLE_DEVICES"] for env, _ in slots] == ["1", "2", "1"]
     assert all(index == 0 for _, index in slots)
     assert child_slots(pytester.parseconfigure(), 2) is None  # no devices given: the session's own device
+
+
+def test_workers_that_cannot_start_end_the_session_in_one_line(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    plant = pytester.path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text("import os, sys\nif '--multiprocessing-fork' in sys.argv:\n"
+                                            "    os._exit(3)  # every spawned worker dies as it starts\n")
+    monkeypatch.setenv("PYTHONPATH", f"{plant}:{ROOT}")
+    result = pytester.runpytest_subprocess("--msprobe-online", "tcp://127.0.0.1:0", "-p", "no:cacheprovider",
+                                           *SAFETY, "--msprobe-online-workers", "2")
+    result.stdout.fnmatch_lines(["*Interrupted: msprobe online: the online workers die as they start (exit code 3);"
+                                 " --msprobe-online-workers 1 checks in the session's own process*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED

@@ -25,6 +25,10 @@ from typing import Any
 STOP = None  # what the session sends a worker to end it
 
 
+class WorkersFailed(RuntimeError):
+    """The worker processes cannot run at all (three died before they were ready)."""
+
+
 @dataclass
 class RankCounts:
     received: int = 0
@@ -233,8 +237,8 @@ class CheckerPool:
         if not worker.ready:
             self.failed_starts += 1
             if self.failed_starts >= 3:
-                raise RuntimeError(f"the online workers die as they start ({how}); --msprobe-online-workers 1 "
-                                   "checks in the session's own process")
+                raise WorkersFailed(f"the online workers die as they start ({how}); --msprobe-online-workers 1 "
+                                    "checks in the session's own process")
         self._replace(worker, kill=False)
         if worker.task is None:
             return None

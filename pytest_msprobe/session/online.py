@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from ..online.checking import RankCounts
+from ..online.checking import RankCounts, WorkersFailed
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
@@ -146,6 +146,9 @@ class OnlineSession:
                 self.pool = _start_pool(self.config, self.workers)
             self._loop(session)
             self._unreported(STOPPED)  # -x or --maxfail stopped the loop with calls still out
+        except WorkersFailed as exc:
+            self._unreported(f"not checked: {exc}")
+            raise session.Interrupted(f"msprobe online: {exc}") from None
         except KeyboardInterrupt:
             self.interrupted = True
             try:
