@@ -10,6 +10,13 @@ own receiver (its twisted TCPServer, which runs on CPU even though its run_ut si
     MSPROBE81_PYTHON=/path/to/venv-msprobe81/bin/python python benchmarks/bench_online.py [--quick]
 
 Without MSPROBE81_PYTHON only our receiver's figures are measured.
+
+`--workers 1 2` measures parallel checking instead (no msprobe needed): our sender streams `--calls` bf16
+`linear` calls whose CPU bench is the bottleneck (`--shape`), and a session with `--msprobe-online-workers N`
+checks them; after 8 untimed warm-up calls and a 20 s pause (torch's imports, the first checks' compiles),
+it prints calls/s checked from the first timed call sent to the session's end, and the peak RSS of
+the session with its workers (summed over the processes, sampled every 0.1 s), for each N in turn,
+`--repeat` times interleaved.
 """
 from __future__ import annotations
 
@@ -161,11 +168,113 @@ def finish(proc: subprocess.Popen[str]) -> tuple[str, float]:
     return text, usage.ru_maxrss / 1024
 
 
+LINEAR_CLIENT = r'''
+import sys, time, torch
+import pytest_msprobe.online as online
+calls, rows, width = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(0)
+x = torch.randn(rows, width).bfloat16()
+w = (torch.randn(width, width) / width ** 0.5).bfloat16()
+with online.send(sys.argv[1], backward=False) as sender:
+    for _ in range(int(sys.argv[5])):  # warm-up: the session's and its workers' torch imports and first checks
+        torch.nn.functional.linear(x, w)
+    time.sleep(float(sys.argv[6]))
+    print("FIRST", time.time(), flush=True)
+    for _ in range(calls):
+        torch.nn.functional.linear(x, w)
+print("SENT", sender.sent, "ERROR", sender.error, flush=True)
+'''
+
+
+WARM_CALLS, WARM_S = 8, 20.0  # not timed: sent, then 20 s for the session to import torch and check them
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(RSS, PSS) of a process in MiB; PSS shares the pages processes share (torch's libraries) among them."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            fields = {ln.split(":")[0]: int(ln.split()[1]) for ln in fh if ln.split(":")[0] in ("Rss", "Pss")}
+        return fields.get("Rss", 0) / 1024, fields.get("Pss", 0) / 1024
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0
+
+
+def tree_memory(pid: int) -> tuple[float, float, float]:
+    """(summed RSS, summed PSS, largest RSS) in MiB of pid and its children."""
+    pids = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                pids += [int(c) for c in fh.read().split()]
+    except OSError:
+        pass
+    each = [memory_mib(p) for p in pids]
+    return sum(r for r, _ in each), sum(p for _, p in each), max(r for r, _ in each)
+
+
+def check_workers(workers: int, calls: int, shape: tuple[int, int], cwd: Path) -> tuple[float, list[float], str]:
+    """(calls/s checked, peak [summed RSS, summed PSS, largest RSS] in MiB, the summary line) of one session."""
+    port = free_port()
+    proc = session(cwd, port, extra=("--msprobe-online-workers", str(workers)))
+    peak = [0.0, 0.0, 0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[:] = [max(a, b) for a, b in zip(peak, tree_memory(proc.pid))]
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    wait_port(port)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    client = subprocess.run([sys.executable, "-c", LINEAR_CLIENT, f"tcp://127.0.0.1:{port}", str(calls),
+                             str(shape[0]), str(shape[1]), str(WARM_CALLS), str(WARM_S)], capture_output=True, text=True, env=env, timeout=1800)
+    first = float(client.stdout.split("FIRST")[1].split()[0])
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait()
+    end = time.time()
+    done.set()
+    sampler.join()
+    summary = next((ln for ln in out.splitlines() if "received" in ln), out[-2000:])
+    if f"checked {calls + WARM_CALLS}" not in summary:
+        raise RuntimeError(client.stdout + client.stderr + out[-3000:])
+    return calls / (end - first), peak, summary
+
+
+def workers_bench(opts: argparse.Namespace) -> None:
+    rows, width = opts.shape
+    print(f"parallel checking: {opts.calls} bf16 linear calls ({rows}x{width} @ {width}x{width}), "
+          f"{os.cpu_count()} CPU cores, load average before {os.getloadavg()[0]:.1f}")
+    results: dict[int, list[tuple[float, list[float]]]] = {n: [] for n in opts.workers}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(opts.repeat):
+            for n in opts.workers:  # interleaved: the machine's load drifts
+                rate, peak, summary = check_workers(n, opts.calls, (rows, width), Path(tmp))
+                results[n].append((rate, peak))
+                print(f"  workers {n}: {rate:6.2f} calls/s  peak RSS {peak[0]:5.0f} MiB summed, PSS {peak[1]:5.0f} "
+                      f"MiB summed, largest process {peak[2]:.0f} MiB  [{summary.strip()}]", flush=True)
+    for n, runs in results.items():
+        rates = [r[0] for r in runs]
+        print(f"workers {n}: median {statistics.median(rates):.2f} calls/s (min {min(rates):.2f}, max "
+              f"{max(rates):.2f}); peak RSS {max(r[1][0] for r in runs):.0f} MiB summed, PSS "
+              f"{max(r[1][1] for r in runs):.0f} MiB summed, largest process {max(r[1][2] for r in runs):.0f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="*", default=None,
+                        help="measure parallel checking with these --msprobe-online-workers values instead")
+    parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--shape", type=int, nargs=2, default=(256, 2048), metavar=("ROWS", "WIDTH"))
+    parser.add_argument("--repeat", type=int, default=3)
     opts = parser.parse_args()
+    if opts.workers:
+        workers_bench(opts)
+        return
     python = os.environ.get("MSPROBE81_PYTHON", "")
     size, count = 8 << 20, (32 if opts.quick else 128)
     print(f"receive: {count} frames of {size >> 20} MiB over loopback (CPU: {os.cpu_count()} cores)")

@@ -28,7 +28,7 @@ from .session import (
     kernel_selection,
     msprobe_config,
     npu_options,
-    online,
+    online_setup,
     result_files,
     shard,
     terminal,
@@ -161,7 +161,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     npu_options.addoption(group)  # --msprobe-jit-compile, --msprobe-allow-internal-format
     triage.addoption(group)  # --msprobe-save-error-data, --msprobe-repro, --msprobe-fuzz, --msprobe-html
     result_files.addoption(group, parser)  # --msprobe-keep-runs
-    online.addoption(group, parser)  # --msprobe-online and its settings
+    online_setup.addoption(group, parser)  # --msprobe-online and its settings
     parser.addini("msprobe_devices", "default for --msprobe-devices", type="args", default=[])
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
     parser.addini("msprobe_threads", "default for --msprobe-threads", default="")
@@ -268,7 +268,7 @@ def pytest_configure(config: pytest.Config) -> None:
     workers.adapt(config)  # before xdist's own pytest_configure (trylast) starts a distributed session
     journal.configure(config, settings)  # first: resuming may adopt the journal's run seed
     msprobe_config.configure(config)  # before triage: its error_data_path
-    online.configure(config)  # after msprobe_config: an is_online run_ut section
+    online_setup.configure(config)  # after msprobe_config: an is_online run_ut section
     npu_options.configure(config)
     devices.configure(config, settings)
     guard.configure(config, settings.check_options.run_seed)

@@ -221,14 +221,16 @@ with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
 '''
 
 
-def test_ctrl_c_writes_the_results_so_far(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_writes_the_results_so_far(pytester: pytest.Pytester, workers: str) -> None:
     import signal
     import subprocess
     import time
 
     port = free_port()
     session = subprocess.Popen([sys.executable, "-m", "pytest", "--msprobe-online", f"tcp://127.0.0.1:{port}",
-                                "-p", "no:cacheprovider"], cwd=pytester.path, env=_env(), stdout=subprocess.PIPE,
+                                "-p", "no:cacheprovider", "--msprobe-online-workers", workers], cwd=pytester.path,
+                               env=_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     client = Client([sys.executable, "-c", _HALF_CLIENT, str(port)], port, pytester.path, _env(), timeout=150)
     client.start()
@@ -237,7 +239,9 @@ def test_ctrl_c_writes_the_results_so_far(pytester: pytest.Pytester) -> None:
     while time.monotonic() < deadline and (not acks.exists() or acks.read_text().count("OK___") < 3):
         time.sleep(0.2)
     assert acks.read_text().count("OK___") == 3, client.output()
-    time.sleep(4)  # the three calls are checked (an ack only says received)
+    journal = pytester.path / "msprobe_results" / "msprobe_journal.jsonl"  # a line per finished item
+    while time.monotonic() < deadline and (not journal.exists() or journal.read_text().count('"nodeid"') < 3):
+        time.sleep(0.2)  # the three calls are checked (an ack only says received)
     session.send_signal(signal.SIGINT)
     out, _ = session.communicate(timeout=60)
     assert session.returncode == 2, out  # pytest's "interrupted"

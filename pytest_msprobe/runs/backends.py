@@ -269,6 +269,21 @@ def select(requested: str, index: int | None = None) -> Device:
     return Device(backend.kind, backend.index(index), backend)
 
 
+def make_current(requested: str, index: int | None) -> None:
+    """Make the items' device torch's current one (cuda/npu), once per process that runs items, so that
+    tensors made without an index land on it; an unusable device is left to the items to report."""
+    from .execution import NotCheckable
+
+    try:
+        device = select(requested, index)
+    except NotCheckable:
+        return
+    if device.kind in ("cuda", "npu"):
+        import torch
+
+        getattr(torch, device.kind).set_device(device.index or 0)
+
+
 # ----------------------------------------------------------------------------- the boundary
 
 

@@ -124,15 +124,43 @@ def cap_workers(config: pytest.Config, capacity: int) -> str | None:
     return f"{len(tx)} workers asked for, {capacity} started (--msprobe-workers-per-device)"
 
 
+_BEFORE_PIN: dict[str, str | None] = {}  # this process's visible-device variables before it pinned itself
+
+
 def pin(slot: Slot, environ: MutableMapping[str, str] = os.environ) -> int:
     """Apply a slot in this process; returns the device index the items use."""
     if "torch" in sys.modules:  # the device view may already be fixed; select by index instead
         return slot.device
+    if environ is os.environ:
+        for var in VISIBLE_VARS:
+            _BEFORE_PIN.setdefault(var, environ.get(var))
+    narrow(slot, environ)
+    return 0
+
+
+def narrow(slot: Slot, environ: MutableMapping[str, str]) -> None:
+    """The visible-device variables of a process that runs on the slot's device only (local index 0)."""
     for var in VISIBLE_VARS:
         shown = _shown(environ, var)
         if var not in environ or shown is not None:
             environ[var] = shown[slot.device] if shown else str(slot.device)
-    return 0
+
+
+def child_slots(config: pytest.Config, count: int) -> list[tuple[dict[str, str], int | None]] | None:
+    """(environment, device index) for `count` child processes that run items (the online session's
+    workers), spread over --msprobe-devices in turn; None without it. Each child narrows the
+    visible-device variables as this process saw them before it pinned itself."""
+    info = _info(config)
+    if info is None:
+        return None
+    before = {var: os.environ.get(var) for var in VISIBLE_VARS}
+    before.update(_BEFORE_PIN)
+    out: list[tuple[dict[str, str], int | None]] = []
+    for k in range(count):
+        environ = {var: value for var, value in before.items() if value is not None}
+        narrow(Slot(info.devices[k % len(info.devices)], k // len(info.devices)), environ)
+        out.append((environ, 0))
+    return out
 
 
 def local_slot(config: pytest.Config, devices: list[int]) -> Slot | None:
@@ -190,20 +218,11 @@ class FirstItem:
             gc.freeze()
             if enabled:
                 gc.enable()
-        from ..runs.backends import select as select_device
-        from ..runs.execution import NotCheckable
+        from ..runs.backends import make_current
 
         torch.set_num_threads(self.options.threads)
-        if self.options.device_index is None:
-            return
-        try:
-            device = select_device(self.options.device, self.options.device_index)
-        except NotCheckable:
-            return  # the item itself reports the unusable device
-        if device.kind == "cuda":
-            torch.cuda.set_device(device.index or 0)
-        elif device.kind == "npu":
-            torch.npu.set_device(device.index or 0)  # type: ignore[attr-defined]
+        if self.options.device_index is not None:
+            make_current(self.options.device, self.options.device_index)
 
 
 @dataclass

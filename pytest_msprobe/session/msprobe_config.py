@@ -84,7 +84,7 @@ def read(path: Path, here: Path, specs: Any) -> RunUtConfig:
         if not error_path.is_dir():
             raise ConfigError(f"{path}: {section}.error_data_path: {error_path} is not an existing folder")
     used: tuple[str, ...] = ("white_list", "black_list", "error_data_path")
-    if body.get("is_online") is True:  # msprobe 8.1's online keys: session/online.py reads them
+    if body.get("is_online") is True:  # msprobe 8.1's online keys: session/online_setup.py reads them
         used += ("is_online", "host", "port", "nfs_path", "tls_path", "rank_list")
     ignored = tuple(k for k in body if k not in used)
     return RunUtConfig(path, section, lists["white_list"], lists["black_list"], error_path, ignored)

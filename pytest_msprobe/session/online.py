@@ -5,7 +5,14 @@ calls from the bounded queue one by one, loads each with the restricted unpickle
 writes it as a one-call tensor dump (online/spool.py) and runs it as an ordinary `ApiItem` in replay mode
 (the device result is the output the client sent), node id `online/rank<r>/step<s>::<call>.forward`. So the
 terminal lines, CSVs, JSON lines, JUnit, HTML, --msprobe-save-error-data and --msprobe-repro are those of a
-dump item. The items are made as calls arrive, so checking runs in this one process (no xdist).
+dump item. The items are made as calls arrive, so xdist (which collects before it runs) does not fit.
+
+`--msprobe-online-workers N` (N > 1) checks in N worker processes (online/checking.py's CheckerPool, the
+same check_entry on the same one-call dump): this process sends each written call to a worker, and runs
+the items in arrival order as their records come back, so reports and files are written here as with one
+process. At most 2 N calls are out at once; beyond that the receiver's queue fills and clients get BUSY_.
+A failing call is checked again here when --msprobe-save-error-data, --msprobe-repro or an HTML report
+wants its tensors (they are captured where the check runs); a worker's crash fails only its call.
 
 The session ends when every client has sent STOP_ (or its nfs `end` marker), or on Ctrl-C; the results so
 far are written either way. The summary accounts for every call per rank: received = checked + skipped
@@ -13,63 +20,24 @@ far are written either way. The summary accounts for every call per rank: receiv
 """
 from __future__ import annotations
 
-import dataclasses
-import json
+import os
 import queue
 import shutil
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..online.checking import RankCounts, WorkersFailed
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
 ONLINE_KEY = pytest.StashKey["OnlineSession"]()
-DEFAULT_QUEUE = 50  # msprobe's queue of received calls
-
-
-def addoption(group: Any, parser: pytest.Parser) -> None:
-    group.addoption("--msprobe-online", default=None, metavar="ADDRESS",
-                    help="check a training job's calls as msprobe's online client sends them: tcp://HOST:PORT, "
-                         "tls://HOST:PORT (with --msprobe-online-tls), or nfs://FOLDER (msprobe's nfs_path); "
-                         "also taken from --msprobe-config's run_ut section when it has is_online")
-    group.addoption("--msprobe-online-tls", default=None, metavar="DIR",
-                    help="msprobe's tls_path: server.key, server.crt, ca.crt, optional crl.pem; the key's "
-                         "passphrase from $MSPROBE_TLS_PASSPHRASE or the terminal")
-    group.addoption("--msprobe-online-queue", type=int, default=None, metavar="N",
-                    help=f"calls held between receiving and checking (default {DEFAULT_QUEUE}); clients get "
-                         "BUSY_ when it is full")
-    group.addoption("--msprobe-online-max-frame", type=int, default=None, metavar="BYTES",
-                    help="refuse a call larger than this before reading it (default 4 GiB)")
-    group.addoption("--msprobe-online-clients", type=int, default=1, metavar="N",
-                    help="end the session only after N clients (ranks) have stopped (default 1, and every client "
-                         "that connected)")
-    group.addoption("--msprobe-online-listen-any", action="store_true", default=False,
-                    help="allow a plain-TCP address other than loopback (calls then cross the network unencrypted)")
-    group.addoption("--msprobe-online-idle", type=float, default=None, metavar="SECONDS",
-                    help="end the session when no call has arrived for SECONDS before every client stopped (a "
-                         "client that died); such a session fails")
-    group.addoption("--msprobe-online-keep", action="store_true", default=False,
-                    help="keep every received call as a one-call tensor dump (by default only failing ones)")
-    parser.addini("msprobe_online_spool", "folder of the received calls' one-call dumps (default "
-                  "<--msprobe-out>/online_calls)", default="")
-
-
-@dataclass
-class RankCounts:
-    received: int = 0
-    checked: int = 0
-    skipped: Counter[str] = field(default_factory=Counter)
-    refused: Counter[str] = field(default_factory=Counter)
-
-    def line(self, rank: str) -> str:
-        skipped, refused = sum(self.skipped.values()), sum(self.refused.values())
-        return (f"msprobe online: {rank}: received {self.received} = checked {self.checked} + skipped {skipped} "
-                f"+ refused {refused}")
+INTERRUPTED = "the session was interrupted before the call's check finished"
+STOPPED = "not reported: the session stopped early (-x or --maxfail)"
 
 
 @dataclass(frozen=True)
@@ -96,68 +64,49 @@ class OnlineStep(pytest.Collector):
 
 class OnlineItem(ApiItem):
     """A received call: replayed (the device result is what the client sent); Aten calls run torch.ops.aten.
-    `preset` is the SKIP record of a call skipped before it was written out (nothing to compare)."""
+    `preset` is the SKIP record of a call skipped before it was written out (nothing to compare); `answer`
+    what a worker process made of it (CheckerPool.results)."""
 
     preset: dict[str, Any] | None = None
+    answer: tuple[str, Any] | None = None
+    counts: RankCounts | None = None
 
     def _check(self, entry_name: str) -> dict[str, Any]:
         if self.preset is not None:
             return dict(self.preset)
-        from ..check import check_entry
-        from ..dump.reader import load_dump
-        from ..runs.memory import keep_freed_memory, release_freed_memory
+        from ..online.checking import check_call, online_specs
+        from ..runs import capture
 
-        options = self.config.stash[SETTINGS_KEY].check_options
-        keep_freed_memory()
-        try:
-            return check_entry(load_dump(self.path), entry_name, options, online_specs(options.specs_file))
-        finally:
-            release_freed_memory()
+        settings = self.config.stash[SETTINGS_KEY]
+        if self.answer is not None:
+            kind, value = self.answer
+            if kind == "crashed":
+                from .guard import failure_record
 
-
-def online_specs(specs_file: str | None) -> dict[str, Any]:
-    """api_specs for online calls: Aten calls are run (a dump names aten overloads, which are skipped; the
-    online client sends overload packets, `Aten.mm.1`)."""
-    from ..specs.loader import load_specs
-
-    specs = dict(load_specs(user_file=specs_file))
-    specs["unsupported_types"] = {k: v for k, v in specs.get("unsupported_types", {}).items() if k != "Aten"}
-    return specs
-
-
-def skip_reason(data: Any, api: str, specs: dict[str, Any]) -> str | None:
-    """Why a received call has nothing to compare, decided before its tensors are written out."""
-    from ..specs.loader import in_list
-
-    for group in ("always_skip", "online_skip"):
-        if in_list(specs, api, group):
-            return f"{data.name}: {specs[group]['reason']}"
-    inplace = api.endswith("_") and not api.startswith("_")
-    if inplace or "out" in data.kwargs:
-        import torch
-
-        inputs = [t for t in [*data.args, *data.kwargs.values()] if isinstance(t, torch.Tensor)]
-        results = data.result if isinstance(data.result, (tuple, list)) else [data.result]
-        stores = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
-        if any(isinstance(r, torch.Tensor) and r.numel() and r.untyped_storage().data_ptr() in stores for r in results):
-            return (f"{data.name}: in-place call sent after it changed its input (input and output share "
-                    "storage): the input before the call is unknown, nothing to compare")
-        first = data.args[0] if data.args else None
-        out = results[0] if results else None
-        if inplace and isinstance(first, torch.Tensor) and isinstance(out, torch.Tensor) and \
-                first.shape == out.shape and first.dtype == out.dtype and torch.equal(first, out):
-            return (f"{data.name}: in-place call whose input equals its output (sent after the call changed it, "
-                    "as msprobe 8.1's nfs_path client does): nothing to compare")
-    return None
+                record = failure_record(self.nodeid, value, settings.check_options.run_seed, order=self.order)
+                assert record is not None  # an online item's name is a parsed entry name
+                record["crashed"] = True
+                return record
+            if kind == "raised":
+                raise RuntimeError(f"the check raised in an online worker process:\n{value}")
+            failed = value.get("status") == "error" or (value.get("status") == "Warning" and
+                                                         settings.warning_as_error)
+            if not (failed and capture.active()):
+                return dict(value)
+            # failing, and the triage tools want its tensors: they are captured where the check runs
+        options = settings.check_options
+        return check_call(self.path, entry_name, options, online_specs(options.specs_file))
 
 
 class OnlineSession:
     """The receiver, the loop that turns calls into items, and the per-rank accounting."""
 
     def __init__(self, config: pytest.Config, endpoint: Any, receiver: Any, selection: Selection, spool: Path,
-                 keep: bool) -> None:
+                 keep: bool, workers: int = 1) -> None:
+        from ..online.checking import online_specs
+
         self.config, self.endpoint, self.receiver, self.selection = config, endpoint, receiver, selection
-        self.spool, self.keep = spool, keep
+        self.spool, self.keep, self.workers = spool, keep, workers
         self.counts: dict[str, RankCounts] = {}
         self.steps: dict[tuple[int, int], OnlineStep] = {}
         self.failed: set[str] = set()
@@ -167,6 +116,9 @@ class OnlineSession:
         self.idle_ended = False
         self.closed = False
         self.specs = online_specs(config.stash[SETTINGS_KEY].check_options.specs_file)
+        self.pool: Any = None  # online.checking.CheckerPool with workers > 1, started when the loop starts
+        self.pending: deque[OnlineItem] = deque()  # written calls not yet reported, in arrival order
+        self.window = 2 * workers  # calls out to the workers at most: one running, one waiting each
 
     def rank(self, rank: int | None) -> RankCounts:
         return self.counts.setdefault("rank ?" if rank is None else f"rank{rank}", RankCounts())
@@ -174,7 +126,9 @@ class OnlineSession:
     # ---------------------------------------------------------------- hooks
     def pytest_report_header(self, config: pytest.Config) -> str:
         what = "reading" if self.endpoint.kind == "nfs" else "listening on"
-        return f"msprobe online: {what} {self.endpoint}, queue {self.receiver.calls.maxsize} calls, replay mode"
+        where = f"{self.workers} worker processes" if self.workers > 1 else "this process"
+        return (f"msprobe online: {what} {self.endpoint}, queue {self.receiver.calls.maxsize} calls, replay mode, "
+                f"checked in {where}")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -188,10 +142,25 @@ class OnlineSession:
             if session.shouldfail or session.shouldstop:
                 return True
         try:
+            if self.workers > 1:
+                self.pool = _start_pool(self.config, self.workers)
             self._loop(session)
+            self._unreported(STOPPED)  # -x or --maxfail stopped the loop with calls still out
+        except WorkersFailed as exc:
+            self._unreported(f"not checked: {exc}")
+            raise session.Interrupted(f"msprobe online: {exc}") from None
         except KeyboardInterrupt:
             self.interrupted = True
+            try:
+                if self.pool is not None:  # what the workers finished is reported
+                    self._collect(session, 0.0)
+            except KeyboardInterrupt:
+                pass
+            self._unreported(INTERRUPTED)
             raise
+        finally:
+            if self.pool is not None:
+                self.pool.close()
         refused = sum(sum(c.refused.values()) for c in self.counts.values())
         if refused or self.idle_ended:
             session.testsfailed += 1  # refused calls or a client that never stopped: the gate is not green
@@ -219,9 +188,21 @@ class OnlineSession:
         receiver = self.receiver
         last = time.monotonic()
         while True:
+            if self.pool is not None:  # answers in, finished calls reported in arrival order
+                full = len(self.pending) >= self.window
+                if self._collect(session, 0.1 if full else 0.0):
+                    last = time.monotonic()
+                if session.shouldfail or session.shouldstop:
+                    return
+                if full:
+                    continue  # the receiver's queue fills meanwhile: clients get BUSY_
             try:
-                call = receiver.calls.get(timeout=0.1)
+                call = receiver.calls.get(timeout=0.1) if not self.pending else receiver.calls.get_nowait()
             except queue.Empty:
+                if self.pending:
+                    if self._collect(session, 0.05):
+                        last = time.monotonic()
+                    continue
                 if receiver.finished.is_set() and receiver.calls.empty():
                     return
                 if self.idle is not None and time.monotonic() - last > self.idle:
@@ -244,24 +225,70 @@ class OnlineSession:
                 continue
             counts = self.rank(data.rank)
             counts.received += 1
-            self._check(session, data, counts)
+            item = self._item(session, data, counts)
+            del data
+            if item is None:
+                continue
+            self.pending.append(item)
+            if self.pool is not None and item.preset is None:
+                self.pool.submit(item, item.path, item.name)
+            elif self.pool is None:
+                self._report(session)
             if session.shouldfail or session.shouldstop:
                 return
 
-    def _check(self, session: pytest.Session, data: Any, counts: RankCounts) -> None:
+    def _collect(self, session: pytest.Session, timeout: float) -> bool:
+        """Take the workers' answers (waiting up to `timeout`) and report the calls now at the head of the
+        arrival order; whether any answer came."""
+        answers = self.pool.results(timeout)
+        for item, answer in answers:
+            item.answer = answer
+        self._report(session)
+        return bool(answers)
+
+    def _report(self, session: pytest.Session) -> None:
+        """Run the items at the head of `pending` whose result is known (all of them in one process)."""
+        while self.pending and (self.pool is None or self.pending[0].preset is not None or
+                                self.pending[0].answer is not None):
+            item = self.pending[0]
+            session.items.append(item)
+            session.testscollected += 1
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=None)
+            self.pending.popleft()
+            record = item.stash.get(_record_key(), None) or {}
+            assert item.counts is not None
+            if record.get("status") == "SKIP" or (not record and item.nodeid not in self.failed):
+                item.counts.skipped[_reason(record, item.name)] += 1
+            else:
+                item.counts.checked += 1
+            if not self.keep and item.nodeid not in self.failed:
+                shutil.rmtree(item.path.parent, ignore_errors=True)
+            if session.shouldfail or session.shouldstop:
+                return
+
+    def _unreported(self, reason: str) -> None:
+        """The calls taken but not reported when the loop ends early are counted, not lost."""
+        for item in self.pending:
+            if item.counts is not None:
+                item.counts.skipped[reason] += 1
+        self.pending.clear()
+
+    def _item(self, session: pytest.Session, data: Any, counts: RankCounts) -> OnlineItem | None:
+        """The item of a received call, written out as a one-call dump; None when it is not checked (counted)."""
         from ..dump.reader import parse_entry_name
         from ..online import spool
+        from ..online.checking import skip_reason
 
         name = spool.entry_name(data)
         try:
             api = parse_entry_name(name).api_name
         except ValueError as exc:
             counts.refused[str(exc)] += 1
-            return
+            return None
         reason = self.selection.reason(data.rank, api)
         if reason is not None:
             counts.skipped[reason] += 1
-            return
+            return None
         parent = self._step(session, data.rank, data.step)
         preset = skip_reason(data, api, self.specs)
         folder = Path(parent.path) / f"{self.order:07d}_{data.name}"
@@ -269,9 +296,9 @@ class OnlineSession:
             dump_json, _ = spool.write(data, folder, tensors=preset is None)
         except (OSError, RuntimeError) as exc:
             counts.refused[f"cannot write the call to {folder}: {exc}"] += 1
-            return
-        del data
+            return None
         item = OnlineItem.from_parent(parent, name=name, order=self.order, path=dump_json)
+        item.counts = counts
         if preset is not None:
             from ..inputs.seeds import item_seed
 
@@ -280,16 +307,7 @@ class OnlineSession:
                            "notes": [], "timings": {}, "device": "recorded", "impl": "", "mode": "replay",
                            "seed": item_seed(self.config.stash[SETTINGS_KEY].check_options.run_seed, call)}
         self.order += 1
-        session.items.append(item)
-        session.testscollected += 1
-        item.config.hook.pytest_runtest_protocol(item=item, nextitem=None)
-        record = item.stash.get(_record_key(), None) or {}
-        if record.get("status") == "SKIP" or (not record and item.nodeid not in self.failed):
-            counts.skipped[_reason(record, name)] += 1
-        else:
-            counts.checked += 1
-        if not self.keep and item.nodeid not in self.failed:
-            shutil.rmtree(folder, ignore_errors=True)
+        return item
 
     def _step(self, session: pytest.Session, rank: int, step: int) -> OnlineStep:
         node = self.steps.get((rank, step))
@@ -327,6 +345,24 @@ class OnlineSession:
         return lines
 
 
+def _start_pool(config: pytest.Config, workers: int) -> Any:
+    """The worker processes of --msprobe-online-workers, with the items' options (one torch thread each
+    unless --msprobe-threads says otherwise; the helper thread only where the cores allow), pinned to
+    --msprobe-devices in turn as xdist workers are, and --msprobe-timeout, past which a busy worker is
+    stopped and its call fails."""
+    import dataclasses
+
+    from ..online.checking import CheckerPool
+
+    options = config.stash[SETTINGS_KEY].check_options
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    options = dataclasses.replace(options, work_threads=2 if cpus >= workers * (options.threads + 1) else 1)
+    value = config.getoption("msprobe_timeout", None) or config.getini("msprobe_timeout") or None
+    from .devices import child_slots
+
+    return CheckerPool(workers, options, child_slots(config, workers), timeout=float(value) if value else None)
+
+
 def _record_key() -> Any:
     from .items import RECORD_KEY
 
@@ -339,120 +375,3 @@ def _reason(record: dict[str, Any], name: str) -> str:
     call = name.rsplit(".", 1)[0]
     api = call.rsplit(".", 1)[0]
     return message.replace(call, api).splitlines()[0][:160]
-
-
-def configure(config: pytest.Config) -> None:
-    """Set up the online session when --msprobe-online (or an is_online config) asks for one."""
-    from ..online import endpoint as ep
-    from ..online.protocol import DEFAULT_MAX_FRAME
-
-    opt = config.option
-    online_cfg = _config_section(config)
-    address = opt.msprobe_online
-    tls_dir = opt.msprobe_online_tls
-    rank_list: tuple[int, ...] | None = None
-    if online_cfg is not None:
-        rank_list = online_cfg["rank_list"]
-        if address is None:
-            address, tls_dir = online_cfg["address"], tls_dir or online_cfg["tls_path"]
-    if address is None:
-        return
-    if getattr(opt, "numprocesses", None) or getattr(opt, "tx", None):
-        raise pytest.UsageError("--msprobe-online checks the calls as they arrive, in this process: -n/xdist cannot "
-                                "split them ahead of time; leave -n out")
-    try:
-        endpoint = ep.parse(address, tls_dir)
-    except ep.EndpointError as exc:
-        raise pytest.UsageError(f"--msprobe-online: {exc}") from None
-    settings = config.stash[SETTINGS_KEY]
-    if opt.msprobe_mode == "rerun":
-        raise pytest.UsageError("--msprobe-online replays the device result the client sent: --msprobe-mode rerun "
-                                "does not apply")
-    settings.check_options = dataclasses.replace(settings.check_options, mode="replay")
-    size = opt.msprobe_online_queue or DEFAULT_QUEUE
-    max_frame = opt.msprobe_online_max_frame or DEFAULT_MAX_FRAME
-    if size < 1 or max_frame < 1 or opt.msprobe_online_clients < 1:
-        raise pytest.UsageError("--msprobe-online-queue, --msprobe-online-max-frame and --msprobe-online-clients "
-                                "must be positive")
-    here = config.invocation_params.dir
-    def log(line: str) -> None:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")  # registered after this hook runs
-        if reporter is not None and ONLINE_KEY in config.stash and not config.stash[ONLINE_KEY].closed:
-            try:
-                reporter.write_line(line, yellow=True)
-            except (ValueError, OSError):  # the terminal is gone (the session is ending)
-                pass
-
-    receiver: Any
-    if endpoint.kind == "nfs":
-        from ..online.nfs import NfsReceiver
-
-        assert endpoint.path is not None
-        receiver = NfsReceiver(here / endpoint.path, queue_size=size, max_frame=max_frame,
-                               clients=opt.msprobe_online_clients, log=log)
-    else:
-        from ..online.receiver import Receiver
-
-        tls = None
-        if endpoint.kind == "tls":
-            assert endpoint.path is not None
-            try:
-                tls = ep.tls_context(here / endpoint.path)
-            except ep.EndpointError as exc:
-                raise pytest.UsageError(f"--msprobe-online: {exc}") from None
-        elif not endpoint.loopback and not opt.msprobe_online_listen_any:
-            raise pytest.UsageError(f"--msprobe-online {endpoint}: listening beyond loopback without TLS sends every "
-                                    "tensor unencrypted; add --msprobe-online-listen-any to do it anyway, or use "
-                                    "tls:// with --msprobe-online-tls")
-        receiver = Receiver(endpoint.host, endpoint.port, queue_size=size, max_frame=max_frame, tls=tls,
-                            clients=opt.msprobe_online_clients, log=log)
-    if endpoint.kind == "tcp" and not endpoint.loopback:
-        log(f"msprobe online: WARNING: {endpoint} is not loopback and not TLS: calls arrive unencrypted")
-    try:
-        receiver.start()
-    except OSError as exc:
-        raise pytest.UsageError(f"--msprobe-online {endpoint}: cannot listen: {exc.strerror or exc}") from None
-    if endpoint.kind != "nfs":
-        endpoint = dataclasses.replace(endpoint, port=receiver.port)
-    spool_ini = config.getini("msprobe_online_spool")
-    spool = (here / spool_ini) if spool_ini else settings.out_dir / "online_calls"
-    selection = Selection(rank_list, config.stash.get(_config_key(), None))
-    online = OnlineSession(config, endpoint, receiver, selection, spool, opt.msprobe_online_keep)
-    config.stash[ONLINE_KEY] = online
-    config.pluginmanager.register(online, "msprobe-online")
-    if config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args[:] = []  # not testpaths, not the current directory: only what the client sends
-
-
-def _config_key() -> Any:
-    from .msprobe_config import CONFIG_KEY
-
-    return CONFIG_KEY
-
-
-def _config_section(config: pytest.Config) -> dict[str, Any] | None:
-    """The online keys of --msprobe-config's run_ut section when it has is_online: true (msprobe 8.1's GPU side)."""
-    from .msprobe_config import CONFIG_KEY
-
-    cfg = config.stash.get(CONFIG_KEY, None)
-    if cfg is None:
-        return None
-    body = json.loads(cfg.path.read_text(encoding="utf-8")).get(cfg.section, {})
-    if body.get("is_online") is not True:
-        return None
-    where = f"--msprobe-config {cfg.path}: {cfg.section}"
-    rank_list = body.get("rank_list", [0])
-    if not isinstance(rank_list, list) or not all(isinstance(r, int) and r >= 0 for r in rank_list):
-        raise pytest.UsageError(f"{where}.rank_list must be a list of non-negative integers, got {rank_list!r}")
-    tls_path = body.get("tls_path", "./")
-    nfs_path = body.get("nfs_path") or ""
-    if not isinstance(tls_path, str) or not isinstance(nfs_path, str):
-        raise pytest.UsageError(f"{where}: tls_path and nfs_path must be strings")
-    if nfs_path:
-        address = f"nfs://{nfs_path}"
-    else:
-        host, port = body.get("host", "127.0.0.1"), body.get("port")
-        if not isinstance(host, str) or not isinstance(port, int) or not 0 <= port < 65536:
-            raise pytest.UsageError(f"{where}: is_online needs host (a string) and port (0..65535), or nfs_path")
-        address = f"{'tls' if tls_path else 'tcp'}://{host}:{port}"
-    return {"address": address, "tls_path": tls_path or None, "rank_list": tuple(rank_list)}

@@ -88,7 +88,8 @@ class Triage:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # the dumps items came from: every item made from a dump carries the `msprobe` marker (API items
         # get it at collection, --msprobe-fuzz items copy their API item's markers)
-        self.flat = len({str(item.path) for item in session.items if item.get_closest_marker("msprobe")}) <= 1
+        self.flat = len({str(item.path) for item in session.items if item.get_closest_marker("msprobe")}) <= 1 and \
+            not self.config.pluginmanager.has_plugin("msprobe-online")  # its items come later, a dump per rank/step
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:

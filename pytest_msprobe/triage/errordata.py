@@ -49,9 +49,16 @@ def _leaves(value: Any) -> list[Any]:
     return output_leaves(value)
 
 
+def node_folder(node_path: str) -> PurePosixPath:
+    """The folder of an item's node path: a dump file's folder; an online session's node path (`online/rank0/step1`,
+    no file) itself, since each rank and step names its calls from 0 again."""
+    path = PurePosixPath(node_path.replace("\\", "/"))
+    return path.parent if path.suffix else path
+
+
 def dump_key(dump_rel: str) -> str:
-    """Sub-folder of DIR for items of one source dump: its folder relative to the rootdir, made safe."""
-    parts = [p for p in PurePosixPath(dump_rel.replace("\\", "/")).parent.parts if p not in ("", ".", "..", "/")]
+    """Sub-folder of DIR for items of one source dump (node_folder), made safe."""
+    parts = [p for p in node_folder(dump_rel).parts if p not in ("", ".", "..", "/")]
     parts = [re.sub(r"[^A-Za-z0-9_.\-]", "_", p) for p in parts]
     return "/".join(parts) or "dump"
 

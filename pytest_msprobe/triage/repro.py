@@ -41,8 +41,10 @@ COMPARED = ("status", "verdict", "algorithm", "device_dtype", "bench_dtype", "sh
 
 def script_name(nodeid: str) -> str:
     """A file name per item: the dump folder and the entry, e.g. `step0_rank0__Functional.gelu.0.forward.py`."""
+    from .errordata import node_folder
+
     path, _, entry = nodeid.rpartition("::")
-    folder = Path(path).parent.as_posix().strip("./")
+    folder = node_folder(path).as_posix().strip("./")
     stem = f"{folder}__{entry}" if folder else entry
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", stem).strip("_") + ".py"
 

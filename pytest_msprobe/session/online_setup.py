@@ -1,0 +1,173 @@
+"""Setting up `--msprobe-online` (session/online.py runs it): its options, msprobe's GPU-side `run_ut` config with
+`is_online`, the receiver (TCP, TLS or shared storage) started before anything is collected."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import pytest
+
+from .online import ONLINE_KEY, OnlineSession, Selection
+from .stash import SETTINGS_KEY
+
+DEFAULT_QUEUE = 50  # msprobe's queue of received calls
+
+
+def addoption(group: Any, parser: pytest.Parser) -> None:
+    group.addoption("--msprobe-online", default=None, metavar="ADDRESS",
+                    help="check a training job's calls as msprobe's online client sends them: tcp://HOST:PORT, "
+                         "tls://HOST:PORT (with --msprobe-online-tls), or nfs://FOLDER (msprobe's nfs_path); "
+                         "also taken from --msprobe-config's run_ut section when it has is_online")
+    group.addoption("--msprobe-online-tls", default=None, metavar="DIR",
+                    help="msprobe's tls_path: server.key, server.crt, ca.crt, optional crl.pem; the key's "
+                         "passphrase from $MSPROBE_TLS_PASSPHRASE or the terminal")
+    group.addoption("--msprobe-online-queue", type=int, default=None, metavar="N",
+                    help=f"calls held between receiving and checking (default {DEFAULT_QUEUE}); clients get "
+                         "BUSY_ when it is full")
+    group.addoption("--msprobe-online-max-frame", type=int, default=None, metavar="BYTES",
+                    help="refuse a call larger than this before reading it (default 4 GiB)")
+    group.addoption("--msprobe-online-clients", type=int, default=1, metavar="N",
+                    help="end the session only after N clients (ranks) have stopped (default 1, and every client "
+                         "that connected)")
+    group.addoption("--msprobe-online-listen-any", action="store_true", default=False,
+                    help="allow a plain-TCP address other than loopback (calls then cross the network unencrypted)")
+    group.addoption("--msprobe-online-idle", type=float, default=None, metavar="SECONDS",
+                    help="end the session when no call has arrived for SECONDS before every client stopped (a "
+                         "client that died); such a session fails")
+    group.addoption("--msprobe-online-workers", default=None, metavar="N",
+                    help="check the calls in N worker processes (each imports torch once) while this process "
+                         "reports them in arrival order; default 1: in this process")
+    group.addoption("--msprobe-online-keep", action="store_true", default=False,
+                    help="keep every received call as a one-call tensor dump (by default only failing ones)")
+    parser.addini("msprobe_online_spool", "folder of the received calls' one-call dumps (default "
+                  "<--msprobe-out>/online_calls)", default="")
+    parser.addini("msprobe_online_workers", "default for --msprobe-online-workers", default="")
+
+
+
+def configure(config: pytest.Config) -> None:
+    """Set up the online session when --msprobe-online (or an is_online config) asks for one."""
+    from ..online import endpoint as ep
+    from ..online.protocol import DEFAULT_MAX_FRAME
+
+    opt = config.option
+    online_cfg = _config_section(config)
+    address = opt.msprobe_online
+    tls_dir = opt.msprobe_online_tls
+    rank_list: tuple[int, ...] | None = None
+    if online_cfg is not None:
+        rank_list = online_cfg["rank_list"]
+        if address is None:
+            address, tls_dir = online_cfg["address"], tls_dir or online_cfg["tls_path"]
+    if address is None:
+        return
+    if getattr(opt, "numprocesses", None) or getattr(opt, "tx", None):
+        raise pytest.UsageError("--msprobe-online checks the calls as they arrive: -n/xdist cannot split them ahead "
+                                "of time; leave -n out (--msprobe-online-workers N checks them in N processes)")
+    try:
+        endpoint = ep.parse(address, tls_dir)
+    except ep.EndpointError as exc:
+        raise pytest.UsageError(f"--msprobe-online: {exc}") from None
+    settings = config.stash[SETTINGS_KEY]
+    if opt.msprobe_mode == "rerun":
+        raise pytest.UsageError("--msprobe-online replays the device result the client sent: --msprobe-mode rerun "
+                                "does not apply")
+    settings.check_options = dataclasses.replace(settings.check_options, mode="replay")
+    size = opt.msprobe_online_queue or DEFAULT_QUEUE
+    max_frame = opt.msprobe_online_max_frame or DEFAULT_MAX_FRAME
+    if size < 1 or max_frame < 1 or opt.msprobe_online_clients < 1:
+        raise pytest.UsageError("--msprobe-online-queue, --msprobe-online-max-frame and --msprobe-online-clients "
+                                "must be positive")
+    here = config.invocation_params.dir
+    def log(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")  # registered after this hook runs
+        if reporter is not None and ONLINE_KEY in config.stash and not config.stash[ONLINE_KEY].closed:
+            try:
+                reporter.write_line(line, yellow=True)
+            except (ValueError, OSError):  # the terminal is gone (the session is ending)
+                pass
+
+    receiver: Any
+    if endpoint.kind == "nfs":
+        from ..online.nfs import NfsReceiver
+
+        assert endpoint.path is not None
+        receiver = NfsReceiver(here / endpoint.path, queue_size=size, max_frame=max_frame,
+                               clients=opt.msprobe_online_clients, log=log)
+    else:
+        from ..online.receiver import Receiver
+
+        tls = None
+        if endpoint.kind == "tls":
+            assert endpoint.path is not None
+            try:
+                tls = ep.tls_context(here / endpoint.path)
+            except ep.EndpointError as exc:
+                raise pytest.UsageError(f"--msprobe-online: {exc}") from None
+        elif not endpoint.loopback and not opt.msprobe_online_listen_any:
+            raise pytest.UsageError(f"--msprobe-online {endpoint}: listening beyond loopback without TLS sends every "
+                                    "tensor unencrypted; add --msprobe-online-listen-any to do it anyway, or use "
+                                    "tls:// with --msprobe-online-tls")
+        receiver = Receiver(endpoint.host, endpoint.port, queue_size=size, max_frame=max_frame, tls=tls,
+                            clients=opt.msprobe_online_clients, log=log)
+    if endpoint.kind == "tcp" and not endpoint.loopback:
+        log(f"msprobe online: WARNING: {endpoint} is not loopback and not TLS: calls arrive unencrypted")
+    try:
+        receiver.start()
+    except OSError as exc:
+        raise pytest.UsageError(f"--msprobe-online {endpoint}: cannot listen: {exc.strerror or exc}") from None
+    if endpoint.kind != "nfs":
+        endpoint = dataclasses.replace(endpoint, port=receiver.port)
+    spool_ini = config.getini("msprobe_online_spool")
+    spool = (here / spool_ini) if spool_ini else settings.out_dir / "online_calls"
+    selection = Selection(rank_list, config.stash.get(_config_key(), None))
+    online = OnlineSession(config, endpoint, receiver, selection, spool, opt.msprobe_online_keep, _workers(config))
+    config.stash[ONLINE_KEY] = online
+    config.pluginmanager.register(online, "msprobe-online")
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args[:] = []  # not testpaths, not the current directory: only what the client sends
+
+
+def _config_key() -> Any:
+    from .msprobe_config import CONFIG_KEY
+
+    return CONFIG_KEY
+
+
+def _config_section(config: pytest.Config) -> dict[str, Any] | None:
+    """The online keys of --msprobe-config's run_ut section when it has is_online: true (msprobe 8.1's GPU side)."""
+    from .msprobe_config import CONFIG_KEY
+
+    cfg = config.stash.get(CONFIG_KEY, None)
+    if cfg is None:
+        return None
+    body = json.loads(cfg.path.read_text(encoding="utf-8")).get(cfg.section, {})
+    if body.get("is_online") is not True:
+        return None
+    where = f"--msprobe-config {cfg.path}: {cfg.section}"
+    rank_list = body.get("rank_list", [0])
+    if not isinstance(rank_list, list) or not all(isinstance(r, int) and r >= 0 for r in rank_list):
+        raise pytest.UsageError(f"{where}.rank_list must be a list of non-negative integers, got {rank_list!r}")
+    tls_path = body.get("tls_path", "./")
+    nfs_path = body.get("nfs_path") or ""
+    if not isinstance(tls_path, str) or not isinstance(nfs_path, str):
+        raise pytest.UsageError(f"{where}: tls_path and nfs_path must be strings")
+    if nfs_path:
+        address = f"nfs://{nfs_path}"
+    else:
+        host, port = body.get("host", "127.0.0.1"), body.get("port")
+        if not isinstance(host, str) or not isinstance(port, int) or not 0 <= port < 65536:
+            raise pytest.UsageError(f"{where}: is_online needs host (a string) and port (0..65535), or nfs_path")
+        address = f"{'tls' if tls_path else 'tcp'}://{host}:{port}"
+    return {"address": address, "tls_path": tls_path or None, "rank_list": tuple(rank_list)}
+
+
+def _workers(config: pytest.Config) -> int:
+    value = config.getoption("msprobe_online_workers") or config.getini("msprobe_online_workers") or "1"
+    if value == "auto":
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if not str(value).strip().isdigit() or int(value) < 1:
+        raise pytest.UsageError(f"--msprobe-online-workers: {value!r} is not a positive integer (or auto)")
+    return int(value)
