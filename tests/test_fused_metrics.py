@@ -142,6 +142,10 @@ def test_ulp_exponents_follow_numpys_log2_across_float32_bit_patterns() -> None:
     for dtype in ("torch.bfloat16", "torch.float16"):
         fast, _ = both(bench, device, dtype, "linear")
         assert fast.algorithm == "ulp_compare"
+    # benches whose scale is 2**127, which numpy's float32 exp2 gives one ULP high: that value is used
+    tiny = np.float32(2.0 ** -120) * np.linspace(1, 1.99, 5000, dtype=np.float32)
+    fast, slow = both(tiny, tiny * np.float32(1.5), "torch.bfloat16", "linear")
+    assert fast.metrics["max_ulp_err"] == slow.metrics["max_ulp_err"] != 2.0 ** 127 * 2.0 ** -121
     top = (np.arange(1, 2047, dtype=np.uint64)[:, None] << np.uint64(52)
            | (np.uint64((1 << 52) - 256) + np.arange(0, 256, 17, dtype=np.uint64))[None, :]).ravel()
     bench64 = top.view(np.float64)

@@ -85,21 +85,21 @@ def compute(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limi
     """The statistics of a supported pair (flat, contiguous), from the compiled pass."""
     from . import kernel as K  # numba: imported on the first check, not at collection
 
-    b, d = np.ascontiguousarray(b), np.ascontiguousarray(d)
+    b, d = np.ascontiguousarray(b), np.ascontiguousarray(d, dtype=b.dtype)  # float32 beside float64: widened
     if dev_dtype == b.dtype:
         dev, bd = K.DEV_SAME, b[:0]
     elif dev_dtype == np.float32:
         dev, bd = K.DEV_FP32, b[:0]
     else:
-        dev, bd = K.DEV_ARRAY, b.astype(dev_dtype).astype(d.dtype)
+        dev, bd = K.DEV_ARRAY, b.astype(dev_dtype).astype(b.dtype)
     mb, emin, thr = limits.ulp if limits.ulp is not None else (0, 0, 0.0)
     fix, top = _log2_fix(b.dtype.char)
-    exp2, kmin = _exp2(b.dtype.char, mb, emin)
+    exp2, odd, kmin = _exp2(b.dtype.char, mb, emin)
     params = np.array([limits.eps, limits.small_value, limits.atol, limits.rtol, *limits.dual, thr, LEAF_START])
     out, iout = np.empty(K.F_PW_REL + 1), np.empty(K.I_ULP_OVER + 1, dtype=np.int64)
     ints = np.empty(0, dtype=np.int32 if b.dtype == np.float32 else np.int64)
-    K.metrics_pass(b, d, bd, ints, dev, limits.ulp is not None, limits.binary, params, fix, top, exp2, kmin, mb, emin,
-                   out, iout)
+    K.metrics_pass(b, d, bd, ints, dev, limits.ulp is not None, limits.binary, params, fix, top, exp2, odd, kmin, mb,
+                   emin, out, iout)
     ulp = limits.ulp is not None
     return MetricStats(
         n=int(d.size), max_abs_err=float(out[K.F_MAX_AE]), worst=int(iout[K.I_WORST]),
@@ -139,15 +139,18 @@ def _log2_fix(char: str) -> tuple[np.ndarray, int]:
 
 
 @functools.lru_cache(maxsize=8)
-def _exp2(char: str, mantissa: int, emin: int) -> tuple[np.ndarray, int]:
+def _exp2(char: str, mantissa: int, emin: int) -> tuple[np.ndarray, np.ndarray, int]:
     """numpy's exp2 in the bench dtype of every integer mantissa - eb can take (eb from emin, or 0, up to
-    one above the largest exponent): numpy's float32 exp2 is not exact everywhere (2**127 comes out one
-    ULP high), so its own values are used."""
+    one above the largest exponent), the indices where it is not the exact power of two (numpy's float32
+    exp2 gives 2**127 one ULP high), and the first exponent."""
     dtype = np.dtype(char)
     emax = 128 if dtype == np.float32 else 1024
     kmin, kmax = mantissa - emax, mantissa - min(emin, 0)
+    k = np.arange(kmin, kmax + 1)
     with np.errstate(all="ignore"):
-        return np.exp2(np.arange(kmin, kmax + 1).astype(dtype)), kmin
+        table = np.exp2(k.astype(dtype))
+        exact = np.ldexp(np.ones(k.size, dtype), k.astype(np.int32))
+    return table, np.flatnonzero(table != exact).astype(np.int64), kmin
 
 
 def dual(stats: MetricStats, threshold: float) -> tuple[float, bool]:

@@ -5,7 +5,7 @@ so each leaf's elements are read once from bench and device and every statistic 
 they are in cache; the two sums that numpy takes as a pairwise `mean` over the whole output (the RMSE's
 squares, the ULP errors) come out bitwise numpy's. Each element is computed by numpy's operations in
 numpy's dtypes (metrics/vectorised.py, which stays the oracle): `b` is the bench in its own dtype (the
-error dtype), `d` the device values in theirs (equal to b's, or float32 beside a float64 bench).
+error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64).
 
 Imported on the first check, never at collection; the compiled code is cached on disk (`cache=True`).
 """
@@ -37,7 +37,7 @@ P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = r
 (I_WORST, I_LT100, I_LT1000, I_LT10000, I_SMALL, I_SMALL_OVER, I_NORMAL, I_NORMAL_OVER, I_UP, I_DOWN,
  I_NONFINITE, I_DIFFER, I_ULP_OVER) = range(13)
 # how the bench becomes msprobe's `bench_dev` (the bench in the device's numpy dtype, then d's dtype)
-DEV_SAME, DEV_ARRAY, DEV_FP32 = 0, 1, 2  # DEV_ARRAY: given (`bd`, fp16 outputs)
+DEV_SAME, DEV_ARRAY, DEV_FP32 = 0, 1, 2  # DEV_ARRAY: given (`bd`, fp16 outputs), DEV_FP32: float32(b)
 
 
 @compiled
@@ -100,9 +100,10 @@ def _top(bits: Any, n: int) -> Any:
 
 
 @compiled
-def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool, do_binary: bool,
-          log2_fix: Any, top: int, exp2: Any, kmin: int, mb: int, emin: int, buf: Any, ibuf: Any, dbuf: Any,
-          ebuf: Any, absmask: int, inf_key: int, keys: Any, facc: Any, cnt: Any) -> None:
+def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
+           do_binary: bool, log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, buf: Any,
+           ibuf: Any,
+           ebuf: Any, absmask: int, inf_key: int, keys: Any, facc: Any, cnt: Any) -> None:
     """The statistics of the elements lo..lo + n (whole pairwise leaves) into keys (maxima), facc (float64
     sums) and cnt (counts); their squares, ULP errors and normal relative errors into buf[0], buf[1], buf[2]
     (rows of at least n) for the pairwise sums. Each loop has one kind of job, so that it compiles to
@@ -110,22 +111,16 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: in
     eps, small, atol, rtol = c[P_EPS], c[P_SMALL], c[P_ATOL], c[P_RTOL]
     t100, t1000, t10000 = c[P_T100], c[P_T1000], c[P_T10000]
     zero = c[P_EPS] * 0
-    sq, ul, rl, dw, ae = buf[0], buf[1], buf[2], buf[3], buf[4]
-    bdv = dbuf[0]
+    sq, ul, rl, ae = buf[0], buf[1], buf[2], buf[3]
     bs = b[lo:lo + n]
     ds = d[lo:lo + n]
-    for j in range(n):  # the device values in the bench dtype, the bench in the device's
-        dw[j] = ds[j]
-    if dev == DEV_ARRAY:
-        src = bd[lo:lo + n]
-        for j in range(n):
-            bdv[j] = src[j]
-    else:
-        for j in range(n):
-            bdv[j] = bs[j]
+    bds = bd[lo:lo + n] if dev == DEV_ARRAY else bs  # the bench in the device's dtype (fp16 outputs)
     lt100 = lt1000 = lt10000 = n_small = small_over = n_normal = normal_over = up = down = nonfinite = 0
     for j in range(n):
-        bj, dj, dv = bs[j], dw[j], ds[j]
+        bj, dj = bs[j], ds[j]
+        # msprobe's bench_dev: the bench in the device's numpy dtype (compared in the error dtype, which
+        # holds it exactly): float32 for fp32 outputs of a float64 bench, given for fp16 ones
+        bv = np.float32(bj) if dev == DEV_FP32 else bds[j]
         e = abs(dj - bj)
         ab = abs(bj)
         rel = e / (ab + eps)
@@ -133,7 +128,7 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: in
         lt100 += rel < t100
         lt1000 += rel < t1000
         lt10000 += rel < t10000
-        fin = (abs(dv) < np.inf) & (abs(bdv[j]) < np.inf)
+        fin = (abs(dj) < np.inf) & (abs(bv) < np.inf)
         sm = fin & (ab <= small)
         nm = fin & (ab > small)
         nonfinite += not fin
@@ -144,8 +139,8 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: in
         k = e if nm else zero
         sq[j] = k * k
         rl[j] = rel if nm else zero
-        up += dv > bdv[j]
-        down += dv < bdv[j]
+        up += dj > bv
+        down += dj < bv
     cnt[I_LT100] += lt100
     cnt[I_LT1000] += lt1000
     cnt[I_LT10000] += lt10000
@@ -156,9 +151,9 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: in
     cnt[I_UP] += up
     cnt[I_DOWN] += down
     cnt[I_NONFINITE] += nonfinite
-    _float64_sums(dw, bs, rl, n, facc)
+    _float64_sums(ds, bs, rl, n, facc)
     # np.argmax of ae: the first NaN, else the first largest (NaN's bits lie above every number's)
-    iae = ibuf[4]
+    iae = ibuf[3]
     t = _top(iae, n)
     if t > keys[M_AE] and keys[M_AE] <= inf_key:  # (not once a NaN is found)
             for j in range(n):
@@ -169,7 +164,7 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: in
     # max |b|, max d and min d: the bits of |b|; d's bits made to order as its values (NaN beyond +-inf)
     babs, dmax, dmin = keys[M_BABS], keys[M_DMAX], keys[M_DMIN]
     bb = bbits[lo:lo + n]
-    idw = ibuf[3]
+    idw = dbits[lo:lo + n]
     for j in range(n):
         v = bb[j] & absmask
         babs = v if v > babs else babs
@@ -181,17 +176,19 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: in
     if do_binary:
         differ = 0
         for j in range(n):
-            differ += bs[j] != dw[j]
+            differ += bs[j] != ds[j]
         cnt[I_DIFFER] += differ
     if do_ulp:
-        _ulps(bs, dw, bb, n, log2_fix, top, exp2, kmin, mb, emin, ul, ibuf[1], ebuf, c[P_ULP_THR], keys, cnt)
+        _ulps(bs, ds, bb, n, log2_fix, top, exp2, odd, kmin, mb, emin, ul, ibuf[1], buf[4], ibuf[4], ebuf,
+              c[P_ULP_THR], keys, cnt)
 
 
 @compiled
-def _ulps(bs: Any, dw: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: Any, kmin: int, mb: int, emin: int,
-          ul: Any, iul: Any, eb: Any, thr: Any, keys: Any, cnt: Any) -> None:
+def _ulps(bs: Any, ds: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int,
+          emin: int, ul: Any, iul: Any, scale: Any, iscale: Any, eb: Any, thr: Any, keys: Any, cnt: Any) -> None:
     """ul[:n] = vectorised.ulp_errors of the leaf (`iul`: ul's bits); their maximum (NaN wins) and count
-    above `thr`."""
+    above `thr`. The scale 2**(mb - eb) is built from its bits, numpy's own exp2 taken where it is not that
+    power of two (`odd`: the indices into `exp2` of those exponents)."""
     narrow = bits.itemsize == 4
     width, bias, allexp = (23, 127, 255) if narrow else (52, 1023, 2047)
     first = (np.int64(1) << width) - top
@@ -204,22 +201,35 @@ def _ulps(bs: Any, dw: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: An
         e = biased - bias if biased - bias > emin else emin
         e = emin if biased == 0 else e  # subnormal: below every format's smallest normal
         e = (0 if emin < 0 else emin) if (biased == 0) & (mant == 0) else e
-        e = mb - kmin if biased == allexp else e  # NaN / inf: any scale, the error is NaN below
+        e = mb if biased == allexp else e  # NaN / inf bench: any scale, the error is NaN below
         eb[j] = mb - e - kmin
-        near += (mant >= first) & (biased != allexp) & (biased != 0)
-    if near:  # numpy's log2 rounds up to the next integer just below a power of two
+        kb = mb - e + bias  # the scale's biased exponent: inf beyond the largest
+        iscale[j] = (allexp if kb >= allexp else kb) << width
+        near += (mant >= first) & (biased != allexp) & (biased != 0) | (kb <= 0)
+    if near:  # numpy's log2 rounds up to the next integer just below a power of two; subnormal scales
         for j in range(n):
             x = np.int64(bits[j])
             biased = (x >> width) & allexp
             mant = x & mask
             if mant >= first and biased != allexp and biased != 0:
                 eb[j] = mb - max(biased - bias + log2_fix[biased, mant - first], emin) - kmin
+                scale[j] = exp2[eb[j]]
+            if eb[j] + kmin + bias <= 0:
+                scale[j] = exp2[eb[j]]
+    for k in odd:
+        hits = 0
+        for j in range(n):
+            hits += eb[j] == k
+        if hits:
+            for j in range(n):
+                if eb[j] == k:
+                    scale[j] = exp2[k]
     over = 0
     nan = thr * 0 + np.nan
     for j in range(n):
         x = np.int64(bits[j])
         special = ((x >> width) & allexp) == allexp  # NaN or inf bench: log2 gives NaN / inf: the error is NaN
-        u = abs((dw[j] - bs[j]) * exp2[eb[j]])
+        u = abs((ds[j] - bs[j]) * scale[j])
         u = nan if special else u
         ul[j] = u
         over += u > thr
@@ -290,22 +300,23 @@ CHUNK = 2048  # elements per chunk of whole leaves: its buffers stay in the firs
 
 @compiled
 def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
-                 log2_fix: Any, top: int, exp2: Any, kmin: int, mb: int, emin: int, out: Any, iout: Any) -> None:
+                 log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, out: Any,
+                 iout: Any) -> None:
     """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `bd`: the
     bench in the device dtype where `dev` is DEV_ARRAY; `ints`: an empty signed integer array of b's width
-    (the keys of the maxima); `log2_fix`, `top`: fused._log2_fix; `exp2`, `kmin`: fused._exp2; `mb`, `emin`:
+    (the keys of the maxima); `log2_fix`, `top`: fused._log2_fix; `exp2`, `odd`, `kmin`: fused._exp2; `mb`, `emin`:
     the ULP's mantissa bits and smallest exponent."""
     n = d.size
     c = np.empty(len(params), b.dtype)  # the parameters in the bench dtype, as numpy's operands are
     for k in range(len(params)):
         c[k] = params[k]
     leaf_start = c[P_LEAF]
-    buf, dbuf = np.empty((5, CHUNK), b.dtype), np.empty((1, CHUNK), d.dtype)
+    buf = np.empty((5, CHUNK), b.dtype)
     ibuf = buf.view(ints.dtype)
     ebuf = np.empty(CHUNK, np.int64)
     sq, ul, rl = buf[0], buf[1], buf[2]
     iout[:] = 0
-    bbits = b.view(ints.dtype)
+    bbits, dbits = b.view(ints.dtype), d.view(ints.dtype)
     narrow = bbits.itemsize == 4
     lowest = -0x80000000 if narrow else -0x8000000000000000
     absmask = 0x7FFFFFFF if narrow else 0x7FFFFFFFFFFFFFFF
@@ -323,8 +334,8 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
         while last + 1 < count and los[last + 1] + lens[last + 1] - lo <= CHUNK:
             last += 1
         m = los[last] + lens[last] - lo
-        _chunk(b, d, bd, bbits, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, kmin, mb, emin, buf, ibuf,
-               dbuf, ebuf, absmask, inf_key, keys, facc, iout)
+        _chunk(b, d, bd, bbits, dbits, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
+               buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
         for i in range(first, last + 1):
             off = los[i] - lo
             sums[0, i] = _leaf_sum(sq[off:off + lens[i]], lens[i], leaf_start)
