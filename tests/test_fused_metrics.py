@@ -159,3 +159,13 @@ def test_unsupported_pairs_take_numpys_path() -> None:
     bench = np.linspace(-2, 2, 1000, dtype=np.float32)
     assert not fused.supported(bench, bench.astype(np.float64), np.dtype(np.float64))
     both(bench, bench.astype(np.float64) * (1 + 1e-9), "torch.float64", "gelu")
+
+
+def test_an_output_of_more_than_2_to_the_24_elements_is_the_oracles() -> None:
+    """Counts and the pairwise tree beyond float32's exact integers (numpy divides the mean in float64)."""
+    rng = np.random.default_rng(4)
+    n = (1 << 24) + 3
+    bench = rng.standard_normal(n, dtype=np.float32)
+    device = _device(rng, bench, "torch.bfloat16", 1e-2)
+    fast, slow = both(bench, device, "torch.bfloat16", "gelu")
+    assert fast.metrics["rmse"] == slow.metrics["rmse"] and fast.metrics["error_balance"] == slow.metrics["error_balance"]
