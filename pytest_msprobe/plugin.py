@@ -359,6 +359,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile |
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if isinstance(item, ApiItem):
         item.next_item = nextitem  # its inputs are built while this item's API runs
+        from .check.compare import warm_up  # torch: at the first item, not at plugin load
+
+        warm_up(item.config.stash[SETTINGS_KEY].standard)  # the compiled checks, outside the item's timeout
 
 
 @pytest.hookimpl(wrapper=True)

@@ -112,16 +112,21 @@ def two_ranks_same_names(pytester: pytest.Pytester) -> None:
 
 
 def strict_warm_up() -> None:
-    """One strict check of a tiny output of each device dtype: imports numba and loads (or compiles, once
-    per machine) the kernel's signatures, so no test's item pays for it inside a timeout."""
+    """One strict check and one of msprobe's metrics of a tiny output of each device dtype: imports numba
+    and loads (or compiles, once per machine) the kernels' signatures, so no test's item pays for it
+    inside a timeout."""
     import numpy as np
 
     from pytest_msprobe.specs.loader import load_specs
-    from pytest_msprobe.verdict import strict
+    from pytest_msprobe.verdict import standards, strict
     from pytest_msprobe.verdict.judge import _rules
 
     bench = np.linspace(-1.0, 1.0, 64)
     for dtype, holder in (("torch.bfloat16", np.float32), ("torch.float32", np.float32),
                           ("torch.float64", np.float64)):
         rules = _rules(load_specs()["thresholds"]["strict"], dtype)
-        strict.strict_compare(bench, strict.round_to(bench, dtype).astype(holder), dtype, rules)
+        device = strict.round_to(bench, dtype).astype(holder)
+        strict.strict_compare(bench, device, dtype, rules)
+        # and msprobe's metrics' pass (metrics/kernel.py), of each bench dtype it is compiled for
+        b = bench.astype(np.float32 if dtype == "torch.bfloat16" else np.float64)
+        standards.compare_tensor("warm", b, device, bench_dtype=str(b.dtype), device_dtype=dtype, api_name="add")

@@ -17,7 +17,7 @@ from ..helper import helper
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
-from ..specs.loader import error_kind, in_list, thresholds_for
+from ..specs.loader import error_kind, in_list, load_specs, thresholds_for
 from ..verdict import judge, standards, strict
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
@@ -174,6 +174,27 @@ def checks_device(options: CheckOptions, device: list[Any], third: list[Any] | N
 
         return None if on.type in UNSUPPORTED else on  # the pass failed there once: the host's
     return on
+
+
+_WARM: list[bool] = []
+
+
+def warm_up(standard: str) -> None:
+    """Load the compiled checks (numba's on-disk cache; on a cold one, compile them) once per process,
+    before its first item, so that no item's --msprobe-timeout pays for it: msprobe's metric pass and,
+    under `strict`, the strict pass, in their float32 signatures (bf16, fp16 and fp32 outputs)."""
+    if _WARM:
+        return
+    _WARM.append(True)
+    import numpy as np
+
+    values = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
+    dtype = "torch.bfloat16"
+    specs = load_specs()
+    standards.compare_tensor("warm-up", values, values, bench_dtype=dtype, device_dtype=dtype, api_name="add",
+                             specs=specs)
+    if standard == "strict":
+        judge.strict_verdict(judge.StrictArrays(values, values), dtype, thresholds_for(specs, "add"))
 
 
 def _exactly(bench: Any, device: Any) -> tuple[str, str] | None:

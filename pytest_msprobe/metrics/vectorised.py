@@ -137,21 +137,33 @@ def cosine(bench: np.ndarray, device: np.ndarray, *, zero_eps: float, pass_gt: f
     (value or None for a blank cell, passed, message). NaN anywhere gives (nan, False) like 8.3.3."""
     n = device.reshape(-1)
     g = bench.reshape(-1)
+    if n.shape != g.shape or n.size < 2:
+        return cosine_of(n, g, 0.0, 0.0, zero_eps=zero_eps, pass_gt=pass_gt)
+    g_max = max_abs(g) if bench_absmax is None else bench_absmax
+    return cosine_of(n, g, float(max_abs(n)), float(g_max), zero_eps=zero_eps, pass_gt=pass_gt)
+
+
+@_quiet
+def cosine_of(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float, *, zero_eps: float, pass_gt: float,
+              dots: tuple[float, float, float] | None = None) -> tuple[float | None, bool, str]:
+    """The cosine of flat device `n` and bench `g` whose max|x| are n_max and g_max; `dots`: their
+    unscaled float64 dot products (n.g, n.n, g.g) where already summed (used inside _SAFE_SCALE)."""
     if n.shape != g.shape:
         return -1.0, False, f"Shape of device and bench outputs don't match. device: {n.shape}, bench: {g.shape}."
     if n.size == 0:
         return None, False, "There is not bench calculation result."
     if n.size == 1:
         return None, True, COSINE_SCALAR_MSG
-    n_max = np.float64(max_abs(n))
-    g_max = np.float64(max_abs(g) if bench_absmax is None else bench_absmax)
     if n_max <= zero_eps and g_max <= zero_eps:
         return None, True, COSINE_BOTH_ZERO_MSG
     if n_max <= zero_eps:
         return None, False, COSINE_DEVICE_ZERO_MSG
     if g_max <= zero_eps:
         return None, False, COSINE_BENCH_ZERO_MSG
-    ng, nn, gg = _dots(n, g, n_max, g_max)
+    lo, hi = _SAFE_SCALE
+    if dots is None or not (lo <= n_max <= hi and lo <= g_max <= hi):
+        dots = _dots(n, g, n_max, g_max)
+    ng, nn, gg = dots
     cos = ng / (math.sqrt(nn) * math.sqrt(gg))        # nn, gg > 0 here (max|x| > zero_eps), or NaN
     if math.isnan(cos):
         return float("nan"), False, COSINE_NAN_MSG

@@ -12,6 +12,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
+from ..metrics import fused
 from ..metrics import vectorised as M
 from ..specs.loader import load_specs, thresholds_for
 
@@ -183,35 +184,103 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     if dev_dtype == np.float16 and b.dtype != np.float16:   # numpy fp16 math is slow; fp32 holds the values
         d = d.astype(np.float32)
     eps = th["rel_err_eps"].get(device_dtype)
-    err = M.error_arrays(b, d, np.finfo(b.dtype).eps if eps is None else eps)
+    eps = np.finfo(b.dtype).eps if eps is None else eps
+    algo = None
+    if device_dtype in cats["layer2_dtypes"]:
+        override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
+        algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
+    limits = _limits(algo, device_dtype, float(eps), th)
+    if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None):
+        _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard)
+        return
+    err = M.error_arrays(b, d, eps)
     worst = int(np.argmax(err.abs_err))
     if not err.abs_err[worst] < th["layer1"]["max_abs_err_pass_lt"]:
         _ = err.rel_err  # Layer 1's ratios will read every relative error: made now, Layer 2 takes its own from them
     messages: list[str] = []
-    if device_dtype in cats["layer2_dtypes"]:
-        override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
-        algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
+    if algo is not None:
         row.metrics.update(_layer2(algo, b, d, dev_dtype, err, device_dtype, th))
-    elif standard == "msprobe26" and device_dtype in th["ulp_fp8_26x"]["dtypes"]:  # 26.x: fp8 -> its ULP rule
+    else:
+        messages += _other_layer2(row, b, d, device_dtype, th, standard)
+    row.worst = {"index": [int(i) for i in np.unravel_index(worst, shape)], "device": float(d[worst]),
+                 "bench": float(b[worst]), "abs_err": float(err.abs_err[worst]),
+                 "rel_err": float(err.rel_err_at(slice(worst, worst + 1), 1)[0])}
+    l1 = th["layer1"]
+    cos = M.cosine(b, d, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"],
+                   bench_absmax=np.max(err.abs_bench))
+    row.status = _layer1(row.metrics, messages, cos, err.abs_err[worst],
+                         lambda t: M.dual_ratio(err.rel_err, t), device_dtype, l1)
+    row.message = "\n".join(messages)
+
+
+def _other_layer2(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str, th: Mapping[str, Any],
+                  standard: str) -> list[str]:
+    """The columns of a float output outside layer2_dtypes: 26.x's fp8 ULP rule, else a message."""
+    if standard == "msprobe26" and device_dtype in th["ulp_fp8_26x"]["dtypes"]:  # 26.x: fp8 -> its ULP rule
         p = th["ulp_fp8_26x"]
         row.algorithm = "ulp_compare"
         row.metrics.update(M.ulp_metrics(M.ulp_errors_fp8(b, d, exponent_floor=p["exponent_floor"],
                                                           mantissa_width=p["mantissa_width"]), p["elem_threshold"]))
-    else:
-        messages.append(f"The data type {device_dtype} is not supported for new precision standard.")
+        return []
+    return [f"The data type {device_dtype} is not supported for new precision standard."]
 
-    row.worst = {"index": [int(i) for i in np.unravel_index(worst, shape)], "device": float(d[worst]),
-                 "bench": float(b[worst]), "abs_err": float(err.abs_err[worst]),
-                 "rel_err": float(err.rel_err_at(slice(worst, worst + 1), 1)[0])}
-    row.status = _layer1(row.metrics, messages, b, d, err, err.abs_err[worst], device_dtype, th["layer1"])
+
+def _limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> fused.Limits:
+    """The thresholds the statistics of `algo`'s columns are counted against."""
+    t = th["layer1"]["dual_ratio"]
+    dual = (float(t["hundredth"]), float(t["thousandth"]), float(t["ten_thousandth"]))
+    small = atol = rtol = 0.0
+    if algo == "benchmark":
+        small, atol = _per_dtype(th["small_value"], dtype), _per_dtype(th["small_value_atol"]["benchmark"], dtype)
+    elif algo == "absolute_threshold":
+        small, rtol = _per_dtype(th["small_value"], dtype), _per_dtype(th["rtol"], dtype)
+        atol = _per_dtype(th["small_value_atol"]["absolute_threshold"], dtype)
+    elif algo == "accumulative_error_compare":
+        small, atol = th["accumulative_error"]["small_value"], _per_dtype(th["accumulative_error"]["bound"], dtype)
+        rtol = atol
+    ulp = None
+    if algo == "ulp_compare":
+        p = th["ulp"][dtype]
+        ulp = (int(p["mantissa_bits"]), int(p["min_exponent"]), float(p["elem_threshold"]))
+    return fused.Limits(eps, float(small), float(atol), float(rtol), dual, ulp, algo == "binary_consistency")
+
+
+def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], device_dtype: str,
+                   algo: str | None, limits: fused.Limits, shape: tuple[int, ...], th: Mapping[str, Any],
+                   standard: str) -> None:
+    """_compare_float from the statistics of one compiled pass (metrics/fused.py): the same columns."""
+    stats = fused.compute(b, d, dev_dtype, limits)
+    messages: list[str] = []
+    if algo == "thousandth_threshold":
+        row.metrics["dual_thousandth"] = fused.dual(stats, limits.dual[1])[0]
+    elif algo is not None:
+        inf_nan = 0.0
+        if stats.n_nonfinite and algo in ("absolute_threshold", "accumulative_error_compare"):
+            err = M.error_arrays(b, d, limits.eps)  # only outputs with inf/NaN: their non-finite elements
+            both_finite, bench_dev = M.finite_mask(b, d, dev_dtype)
+            clip = th["inf_nan_clip_range"].get(device_dtype) or (np.finfo(dev_dtype).min, np.finfo(dev_dtype).max)
+            inf_nan = M.inf_nan_error_ratio(d, bench_dev, err, both_finite, limits.rtol, tuple(clip), dev_dtype)
+        fudge = th["rmse_fudge"]
+        row.metrics.update(fused.layer2(stats, algo, b.dtype, rmse_fudge=(fudge["denominator_eps"], fudge["additive"]),
+                                        inf_nan=inf_nan))
+    else:
+        messages += _other_layer2(row, b, d, device_dtype, th, standard)
+    w = stats.worst
+    one = M.error_arrays(b[w:w + 1], d[w:w + 1], limits.eps)
+    row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(d[w]), "bench": float(b[w]),
+                 "abs_err": float(one.abs_err[0]), "rel_err": float(one.rel_err[0])}
+    l1 = th["layer1"]
+    cos = fused.cosine(stats, d, b, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"])
+    row.status = _layer1(row.metrics, messages, cos, one.abs_err[0], lambda t: fused.dual(stats, t), device_dtype, l1)
     row.message = "\n".join(messages)
 
 
-def _layer1(m: dict[str, float | None], messages: list[str], b: np.ndarray, d: np.ndarray, err: M.ErrorArrays,
-            max_abs: np.floating, device_dtype: str, l1: Mapping[str, Any]) -> str:
-    """cosine -> max-abs short-circuit -> 双百/双千/双万 (fp16/bf16 vs fp32/fp64 branches)."""
-    cos, cos_ok, msg = M.cosine(b, d, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"],
-                                bench_absmax=np.max(err.abs_bench))
+def _layer1(m: dict[str, float | None], messages: list[str], cosine: tuple[float | None, bool, str],
+            max_abs: np.floating, dual: Callable[[float], tuple[float, bool]], device_dtype: str,
+            l1: Mapping[str, Any]) -> str:
+    """cosine -> max-abs short-circuit -> 双百/双千/双万 (fp16/bf16 vs fp32/fp64 branches); `dual(t)`: the
+    fraction of relative errors below t and whether it passes."""
+    cos, cos_ok, msg = cosine
     m["cosine"] = cos
     if msg:
         messages.append(msg)
@@ -224,15 +293,15 @@ def _layer1(m: dict[str, float | None], messages: list[str], b: np.ndarray, d: n
         return PASS
     t = l1["dual_ratio"]
     if device_dtype in l1["half_dtypes"]:
-        m["dual_hundredth"], ok100 = M.dual_ratio(err.rel_err, t["hundredth"])
+        m["dual_hundredth"], ok100 = dual(t["hundredth"])
         if not ok100:
             messages.append(MSG_R100_ERROR)
             return ERROR
-        m["dual_thousandth"], ok1000 = M.dual_ratio(err.rel_err, t["thousandth"])
+        m["dual_thousandth"], ok1000 = dual(t["thousandth"])
         messages.append(MSG_R1000_PASS if ok1000 else MSG_R1000_WARNING)
         return PASS if ok1000 else WARNING
-    m["dual_thousandth"], ok1000 = M.dual_ratio(err.rel_err, t["thousandth"])
-    m["dual_ten_thousandth"], ok10000 = M.dual_ratio(err.rel_err, t["ten_thousandth"])
+    m["dual_thousandth"], ok1000 = dual(t["thousandth"])
+    m["dual_ten_thousandth"], ok10000 = dual(t["ten_thousandth"])
     if device_dtype in l1["full_dtypes"]:
         if not ok1000:
             messages.append(MSG_R1000_ERROR)

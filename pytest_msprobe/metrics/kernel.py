@@ -1,0 +1,361 @@
+"""msprobe's metric statistics of one output in one compiled pass (numba): metrics/fused.py defines them.
+
+The pass walks numpy's pairwise-summation tree of the output (leaves of at most 128 elements, in order),
+so each leaf's elements are read once from bench and device and every statistic of the leaf is taken while
+they are in cache; the two sums that numpy takes as a pairwise `mean` over the whole output (the RMSE's
+squares, the ULP errors) come out bitwise numpy's. Each element is computed by numpy's operations in
+numpy's dtypes (metrics/vectorised.py, which stays the oracle): `b` is the bench in its own dtype (the
+error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64).
+
+Imported on the first check, never at collection; the compiled code is cached on disk (`cache=True`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar, cast
+
+import numpy as np
+from numba import njit
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def compiled(fn: _F) -> _F:
+    """numba's njit with IEEE arithmetic (no fastmath), numpy's error model (x / 0 is inf, not an
+    exception), no GIL (a helper thread may run a check beside the item's thread), and the compiled code
+    cached on disk (numba's cache: __pycache__ beside this file, else NUMBA_CACHE_DIR or ~/.cache)."""
+    return cast(_F, njit(cache=True, nogil=True, error_model="numpy")(fn))
+
+
+_PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
+
+# float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
+P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
+# float results (`out`, float64 holding values of the bench dtype where they are msprobe's)
+(F_MAX_AE, F_BENCH_ABSMAX, F_DEV_MAX, F_DEV_MIN, F_DOT_DB, F_DOT_DD, F_DOT_BB, F_MAX_REL, F_SUM_REL, F_SUM_SQ,
+ F_MAX_ULP, F_SUM_ULP, F_PW_REL) = range(13)
+# integer results (`iout`)
+(I_WORST, I_LT100, I_LT1000, I_LT10000, I_SMALL, I_SMALL_OVER, I_NORMAL, I_NORMAL_OVER, I_UP, I_DOWN,
+ I_NONFINITE, I_DIFFER, I_ULP_OVER) = range(13)
+# how the bench becomes msprobe's `bench_dev` (the bench in the device's numpy dtype, then d's dtype)
+DEV_SAME, DEV_ARRAY, DEV_FP32 = 0, 1, 2  # DEV_ARRAY: given (`bd`, fp16 outputs), DEV_FP32: float32(b)
+
+
+@compiled
+def _leaf_sum(a: Any, n: int, start: Any) -> Any:
+    """numpy's pairwise leaf of a[:n] (n <= 128) in a's dtype: in order below 8 terms (from `start`,
+    numpy 2's -0.0), else in 8 accumulators."""
+    if n < 8:
+        res = start
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    i = 8
+    while i < n - (n % 8):
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def _float64_sums(dw: Any, bs: Any, rl: Any, n: int, facc: Any) -> None:
+    """The cosine's dot products and the relative errors' sum in float64, reassociated (vector code): these
+    sums are taken in another order than numpy's anyway (fused.py's tolerances)."""
+    db = dd = bb = sr = 0.0
+    for j in range(n):
+        fd, fb = np.float64(dw[j]), np.float64(bs[j])
+        db += fd * fb
+        dd += fd * fd
+        bb += fb * fb
+        sr += np.float64(rl[j])
+    facc[F_DOT_DB] += db
+    facc[F_DOT_DD] += dd
+    facc[F_DOT_BB] += bb
+    facc[F_SUM_REL] += sr
+
+
+# the maxima, kept as integer keys of the float bits (integer maxima compile to vector code, float ones
+# with numpy's NaN rule do not): a non-negative float's bits order as its value, NaN above inf
+M_AE, M_BABS, M_DMAX, M_DMIN, M_REL, M_ULP = range(6)
+
+
+@compiled
+def _top(bits: Any, n: int) -> Any:
+    """The largest of bits[:n] (bits of non-negative floats or NaN)."""
+    top = bits[0]
+    for j in range(1, n):
+        top = bits[j] if bits[j] > top else top
+    return top
+
+
+@compiled
+def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
+           do_binary: bool, log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, buf: Any,
+           ibuf: Any,
+           ebuf: Any, absmask: int, inf_key: int, keys: Any, facc: Any, cnt: Any) -> None:
+    """The statistics of the elements lo..lo + n (whole pairwise leaves) into keys (maxima), facc (float64
+    sums) and cnt (counts); their squares, ULP errors and normal relative errors into buf[0], buf[1], buf[2]
+    (rows of at least n) for the pairwise sums. Each loop has one kind of job, so that it compiles to
+    vector code."""
+    eps, small, atol, rtol = c[P_EPS], c[P_SMALL], c[P_ATOL], c[P_RTOL]
+    t100, t1000, t10000 = c[P_T100], c[P_T1000], c[P_T10000]
+    zero = c[P_EPS] * 0
+    sq, ul, rl, ae = buf[0], buf[1], buf[2], buf[3]
+    bs = b[lo:lo + n]
+    ds = d[lo:lo + n]
+    bds = bd[lo:lo + n] if dev == DEV_ARRAY else bs  # the bench in the device's dtype (fp16 outputs)
+    lt100 = lt1000 = lt10000 = n_small = small_over = n_normal = normal_over = up = down = nonfinite = 0
+    for j in range(n):
+        bj, dj = bs[j], ds[j]
+        # msprobe's bench_dev: the bench in the device's numpy dtype (compared in the error dtype, which
+        # holds it exactly): float32 for fp32 outputs of a float64 bench, given for fp16 ones
+        bv = np.float32(bj) if dev == DEV_FP32 else bds[j]
+        e = abs(dj - bj)
+        ab = abs(bj)
+        rel = e / (ab + eps)
+        ae[j] = e
+        lt100 += rel < t100
+        lt1000 += rel < t1000
+        lt10000 += rel < t10000
+        fin = (abs(dj) < np.inf) & (abs(bv) < np.inf)
+        sm = fin & (ab <= small)
+        nm = fin & (ab > small)
+        nonfinite += not fin
+        n_small += sm
+        small_over += sm & (e > atol)
+        n_normal += nm
+        normal_over += nm & (rel > rtol)
+        k = e if nm else zero
+        sq[j] = k * k
+        rl[j] = rel if nm else zero
+        up += dj > bv
+        down += dj < bv
+    cnt[I_LT100] += lt100
+    cnt[I_LT1000] += lt1000
+    cnt[I_LT10000] += lt10000
+    cnt[I_SMALL] += n_small
+    cnt[I_SMALL_OVER] += small_over
+    cnt[I_NORMAL] += n_normal
+    cnt[I_NORMAL_OVER] += normal_over
+    cnt[I_UP] += up
+    cnt[I_DOWN] += down
+    cnt[I_NONFINITE] += nonfinite
+    _float64_sums(ds, bs, rl, n, facc)
+    # np.argmax of ae: the first NaN, else the first largest (NaN's bits lie above every number's)
+    iae = ibuf[3]
+    t = _top(iae, n)
+    if t > keys[M_AE] and keys[M_AE] <= inf_key:  # (not once a NaN is found)
+            for j in range(n):
+                if iae[j] == t or (t > inf_key and iae[j] > inf_key):
+                    keys[M_AE], cnt[I_WORST] = iae[j], lo + j
+                    break
+    keys[M_REL] = max(keys[M_REL], _top(ibuf[2], n))
+    # max |b|, max d and min d: the bits of |b|; d's bits made to order as its values (NaN beyond +-inf)
+    babs, dmax, dmin = keys[M_BABS], keys[M_DMAX], keys[M_DMIN]
+    bb = bbits[lo:lo + n]
+    idw = dbits[lo:lo + n]
+    for j in range(n):
+        v = bb[j] & absmask
+        babs = v if v > babs else babs
+        x = idw[j]
+        kx = x ^ ((x >> (8 * idw.itemsize - 1)) & absmask)
+        dmax = kx if kx > dmax else dmax
+        dmin = kx if kx < dmin else dmin
+    keys[M_BABS], keys[M_DMAX], keys[M_DMIN] = babs, dmax, dmin
+    if do_binary:
+        differ = 0
+        for j in range(n):
+            differ += bs[j] != ds[j]
+        cnt[I_DIFFER] += differ
+    if do_ulp:
+        _ulps(bs, ds, bb, n, log2_fix, top, exp2, odd, kmin, mb, emin, ul, ibuf[1], buf[4], ibuf[4], ebuf,
+              c[P_ULP_THR], keys, cnt)
+
+
+@compiled
+def _ulps(bs: Any, ds: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int,
+          emin: int, ul: Any, iul: Any, scale: Any, iscale: Any, eb: Any, thr: Any, keys: Any, cnt: Any) -> None:
+    """ul[:n] = vectorised.ulp_errors of the leaf (`iul`: ul's bits); their maximum (NaN wins) and count
+    above `thr`. The scale 2**(mb - eb) is built from its bits, numpy's own exp2 taken where it is not that
+    power of two (`odd`: the indices into `exp2` of those exponents)."""
+    narrow = bits.itemsize == 4
+    width, bias, allexp = (23, 127, 255) if narrow else (52, 1023, 2047)
+    first = (np.int64(1) << width) - top
+    mask = (np.int64(1) << width) - 1
+    near = 0
+    for j in range(n):  # max(floor(log2|b|), emin) from the bits; 0 for b == 0 (msprobe's quirk)
+        x = np.int64(bits[j])
+        biased = (x >> width) & allexp
+        mant = x & mask
+        e = biased - bias if biased - bias > emin else emin
+        e = emin if biased == 0 else e  # subnormal: below every format's smallest normal
+        e = (0 if emin < 0 else emin) if (biased == 0) & (mant == 0) else e
+        e = mb if biased == allexp else e  # NaN / inf bench: any scale, the error is NaN below
+        eb[j] = mb - e - kmin
+        kb = mb - e + bias  # the scale's biased exponent: inf beyond the largest
+        iscale[j] = (allexp if kb >= allexp else kb) << width
+        near += (mant >= first) & (biased != allexp) & (biased != 0) | (kb <= 0)
+    if near:  # numpy's log2 rounds up to the next integer just below a power of two; subnormal scales
+        for j in range(n):
+            x = np.int64(bits[j])
+            biased = (x >> width) & allexp
+            mant = x & mask
+            if mant >= first and biased != allexp and biased != 0:
+                eb[j] = mb - max(biased - bias + log2_fix[biased, mant - first], emin) - kmin
+                scale[j] = exp2[eb[j]]
+            if eb[j] + kmin + bias <= 0:
+                scale[j] = exp2[eb[j]]
+    for k in odd:
+        hits = 0
+        for j in range(n):
+            hits += eb[j] == k
+        if hits:
+            for j in range(n):
+                if eb[j] == k:
+                    scale[j] = exp2[k]
+    over = 0
+    nan = thr * 0 + np.nan
+    for j in range(n):
+        x = np.int64(bits[j])
+        special = ((x >> width) & allexp) == allexp  # NaN or inf bench: log2 gives NaN / inf: the error is NaN
+        u = abs((ds[j] - bs[j]) * scale[j])
+        u = nan if special else u
+        ul[j] = u
+        over += u > thr
+    cnt[I_ULP_OVER] += over
+    keys[M_ULP] = max(keys[M_ULP], _top(iul, n))
+
+
+@compiled
+def _leaves(n: int, los: Any, lens: Any) -> int:
+    """The leaves of numpy's pairwise sum of n terms, in order, into los / lens; returns their number.
+    Halves (the first a multiple of 8) down to leaves of at most 128 terms, walked without recursion."""
+    start, size, stage = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, np.int64)
+    start[0], size[0], stage[0] = 0, n, 0
+    top, count = 0, 0
+    while top >= 0:
+        if size[top] <= _PW_BLOCK:
+            los[count], lens[count] = start[top], size[top]
+            count += 1
+            top -= 1
+            while top >= 0 and stage[top] == 2:  # a right half done: its node is done
+                top -= 1
+            if top < 0:
+                break
+            stage[top] = 2  # a left half done: on to the right half
+            half = size[top] // 2
+            half -= half % 8
+            start[top + 1], size[top + 1], stage[top + 1] = start[top] + half, size[top] - half, 0
+        else:
+            half = size[top] // 2
+            half -= half % 8
+            stage[top] = 1
+            start[top + 1], size[top + 1], stage[top + 1] = start[top], half, 0
+        top += 1
+    return count
+
+
+@compiled
+def _combine(n: int, sums: Any) -> Any:
+    """numpy's pairwise sum of n terms from its leaves' sums (in _leaves' order): the same tree, added
+    back in the same order."""
+    size, stage, left = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, sums.dtype)
+    size[0], stage[0] = n, 0
+    top, leaf = 0, 0
+    while True:
+        if size[top] <= _PW_BLOCK:
+            value = sums[leaf]
+            leaf += 1
+            top -= 1
+            while top >= 0 and stage[top] == 2:
+                value = left[top] + value
+                top -= 1
+            if top < 0:
+                return value
+            left[top], stage[top] = value, 2
+            half = size[top] // 2
+            half -= half % 8
+            size[top + 1], stage[top + 1] = size[top] - half, 0
+        else:
+            half = size[top] // 2
+            half -= half % 8
+            stage[top] = 1
+            size[top + 1], stage[top + 1] = half, 0
+        top += 1
+
+
+CHUNK = 2048  # elements per chunk of whole leaves: its buffers stay in the first two cache levels
+
+
+@compiled
+def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
+                 log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, out: Any,
+                 iout: Any) -> None:
+    """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `bd`: the
+    bench in the device dtype where `dev` is DEV_ARRAY; `ints`: an empty signed integer array of b's width
+    (the keys of the maxima); `log2_fix`, `top`: fused._log2_fix; `exp2`, `odd`, `kmin`: fused._exp2; `mb`, `emin`:
+    the ULP's mantissa bits and smallest exponent."""
+    n = d.size
+    c = np.empty(len(params), b.dtype)  # the parameters in the bench dtype, as numpy's operands are
+    for k in range(len(params)):
+        c[k] = params[k]
+    leaf_start = c[P_LEAF]
+    buf = np.empty((5, CHUNK), b.dtype)
+    ibuf = buf.view(ints.dtype)
+    ebuf = np.empty(CHUNK, np.int64)
+    sq, ul, rl = buf[0], buf[1], buf[2]
+    iout[:] = 0
+    bbits, dbits = b.view(ints.dtype), d.view(ints.dtype)
+    narrow = bbits.itemsize == 4
+    lowest = -0x80000000 if narrow else -0x8000000000000000
+    absmask = 0x7FFFFFFF if narrow else 0x7FFFFFFFFFFFFFFF
+    inf_key = 0x7F800000 if narrow else 0x7FF0000000000000
+    keys = np.empty(6, ints.dtype)
+    keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
+    keys[M_DMIN] = -(lowest + 1)
+    facc = np.zeros(len(out))  # float64 sums
+    los, lens = np.empty(n // 32 + 2, np.int64), np.empty(n // 32 + 2, np.int64)
+    count = _leaves(n, los, lens)
+    sums = np.empty((3, count), b.dtype)  # each leaf's sum of squares, of ULP errors, of relative errors
+    first = 0
+    while first < count:  # chunks of whole leaves
+        last, lo = first, los[first]
+        while last + 1 < count and los[last + 1] + lens[last + 1] - lo <= CHUNK:
+            last += 1
+        m = los[last] + lens[last] - lo
+        _chunk(b, d, bd, bbits, dbits, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
+               buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
+        for i in range(first, last + 1):
+            off = los[i] - lo
+            sums[0, i] = _leaf_sum(sq[off:off + lens[i]], lens[i], leaf_start)
+            sums[1, i] = _leaf_sum(ul[off:off + lens[i]], lens[i], leaf_start) if do_ulp else leaf_start
+            sums[2, i] = _leaf_sum(rl[off:off + lens[i]], lens[i], leaf_start)
+        first = last + 1
+    # the keys back to floats, through one row of the buffer
+    kb, fb = ibuf[0], buf[0]
+    kb[0], kb[1], kb[2], kb[3], kb[4] = keys[M_AE], keys[M_BABS], keys[M_REL], keys[M_ULP], keys[M_DMAX]
+    kb[5] = keys[M_DMIN]
+    for j in (4, 5):
+        x = kb[j]
+        kb[j] = x ^ ((x >> (8 * kb.itemsize - 1)) & absmask)
+    out[F_MAX_AE], out[F_BENCH_ABSMAX], out[F_MAX_REL], out[F_MAX_ULP] = fb[0], fb[1], fb[2], fb[3]
+    out[F_DEV_MAX], out[F_DEV_MIN] = fb[4], fb[5]
+    if out[F_DEV_MAX] != out[F_DEV_MAX] or out[F_DEV_MIN] != out[F_DEV_MIN]:
+        out[F_DEV_MAX] = out[F_DEV_MIN] = np.nan  # np.max and np.min: NaN wins
+    for k in (F_DOT_DB, F_DOT_DD, F_DOT_BB, F_SUM_REL):
+        out[k] = facc[k]
+    zero = c[P_EPS] * 0
+    out[F_SUM_SQ] = zero + _combine(n, sums[0])  # numpy's reduce: the identity plus the pairwise sum
+    out[F_SUM_ULP] = zero + _combine(n, sums[1])
+    out[F_PW_REL] = zero + _combine(n, sums[2])

@@ -1,0 +1,171 @@
+"""msprobe's metric columns from the compiled pass (metrics/kernel.py, metrics/fused.py) against numpy's
+(metrics/vectorised.py, the oracle): the same arrays give the same row, bit for bit, except two sums
+taken in another order (fused.py): the cosine (float64 dot products, within 1e-12) and the mean relative
+error where some elements are small or non-finite (within 1e-5 relative; bitwise where none is)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_msprobe.metrics import fused
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict import standards, strict
+
+SPECS = load_specs()
+DTYPES = ["torch.bfloat16", "torch.float16", "torch.float32", "torch.float64"]
+# one API of each of msprobe 8.x's algorithms (categories.yaml), and one under msprobe 26.x
+APIS = ["gelu", "linear", "add", "conv2d", "test_api", "__and__", "equal"]
+SPECIAL = [0.0, -0.0, math.nan, math.inf, -math.inf, 1e-45, -1e-45, 2.0 ** -133, 2.0 ** -126, 5.96e-8, 6.1e-5,
+           65504.0, 65520.0, -65519.0, 3.3895e38, 3.4028235e38, 1e300, 1e-300, 1.0, -1.0, 0.5, 1.5,
+           1.9999999, 0.99999994, 2.0 ** 127 * 1.9999998, 9.5367431640625e-07, 0.0009765625]
+
+
+@contextmanager
+def numpy_metrics() -> Iterator[None]:
+    """standards' numpy path (the oracle) for every pair."""
+    original = fused.supported
+    fused.supported = lambda *args, **kwargs: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        fused.supported = original
+
+
+def _key(x: Any) -> Any:
+    if isinstance(x, float):
+        return "nan" if math.isnan(x) else (x, math.copysign(1.0, x))
+    return x
+
+
+def _close(a: float | None, b: float | None, rel: float) -> bool:
+    if a is None or b is None or math.isnan(a) or math.isnan(b) or math.isinf(a) or math.isinf(b):
+        return _key(a) == _key(b)
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def both(b: np.ndarray, d: np.ndarray, dtype: str, api: str, standard: str = "msprobe") -> tuple[Any, Any]:
+    """(compiled row, numpy row) of one pair, after checking they agree; the compiled path must be taken."""
+    kwargs = {"bench_dtype": str(b.dtype), "device_dtype": dtype, "api_name": api, "specs": SPECS,
+              "standard": standard}
+    fast = standards.compare_tensor("x", b, d, **kwargs)
+    with numpy_metrics():
+        slow = standards.compare_tensor("x", b, d, **kwargs)
+    assert (fast.status, fast.message, fast.algorithm) == (slow.status, slow.message, slow.algorithm)
+    assert {k: _key(v) for k, v in (fast.worst or {}).items()} == {k: _key(v) for k, v in (slow.worst or {}).items()}
+    for k, v in fast.metrics.items():
+        w = slow.metrics[k]
+        if k == "cosine":
+            assert _close(v, w, 1e-12), (k, v, w)
+        elif k == "mean_rel_err" and v is not None and w is not None:
+            assert _close(v, w, 1e-5), (k, v, w)
+        else:
+            assert _key(v) == _key(w), (k, v, w)
+    return fast, slow
+
+
+def _device(rng: np.random.Generator, bench: np.ndarray, dtype: str, spread: float) -> np.ndarray:
+    """The bench moved by a relative error of about `spread`, rounded to the dtype, in its numpy holder."""
+    with np.errstate(all="ignore"):
+        moved = bench.astype(np.float64) * (1 + spread * rng.standard_normal(bench.shape))
+        out = strict.round_to(moved.reshape(-1), dtype).reshape(bench.shape)
+    return out.astype(np.float16 if dtype == "torch.float16" else np.float64 if dtype == "torch.float64"
+                      else np.float32)
+
+
+elements = st.one_of(st.sampled_from(SPECIAL), st.floats(-1e4, 1e4, width=32),
+                     st.floats(-2.0 ** -10, 2.0 ** -10, width=32), st.floats(allow_nan=True, allow_infinity=True, width=64))
+
+
+@settings(max_examples=400, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), api=st.sampled_from(APIS), values=st.lists(elements, max_size=300),
+       seed=st.integers(0, 2 ** 32 - 1), spread=st.sampled_from([0.0, 1e-4, 1e-2, 1.0]), bench64=st.booleans(),
+       zero_d=st.booleans(), standard=st.sampled_from(["msprobe", "msprobe26"]), holes=st.booleans())
+def test_the_compiled_metrics_equal_the_numpy_oracle(dtype: str, api: str, values: list[float], seed: int,
+                                                     spread: float, bench64: bool, zero_d: bool, standard: str,
+                                                     holes: bool) -> None:
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        bench = np.array(values, dtype=np.float64 if bench64 or dtype in ("torch.float32", "torch.float64")
+                         else np.float32)
+    if zero_d and bench.size:
+        bench = bench[:1].reshape(())
+    device = _device(rng, bench, dtype, spread)
+    if holes and device.size:  # NaN and inf on the device side only, and exact elements
+        flat = device.reshape(-1)
+        flat[rng.random(flat.size) < 0.1] = np.nan
+        flat[rng.random(flat.size) < 0.1] = -np.inf
+        exact = rng.random(flat.size) < 0.2
+        flat[exact] = bench.reshape(-1)[exact]
+    both(bench, device, dtype, api, standard)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("api", APIS)
+def test_large_outputs_are_the_oracles(dtype: str, api: str) -> None:
+    """Many chunks and pairwise leaves, magnitudes over 40 binades (small values, subnormals of the
+    dtype), some exact elements: every column the same (the mean relative error within 1e-5)."""
+    rng = np.random.default_rng(11)
+    n = 300_001
+    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-14, 14, n))).astype(
+        np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32)
+    device = _device(rng, bench, dtype, 3e-3)
+    device[::5] = bench[::5].astype(device.dtype)
+    fast, _ = both(bench, device, dtype, api)
+    assert fast.metrics["cosine"] is not None
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16", "torch.float32"])
+def test_mean_relative_error_is_bitwise_numpys_where_every_element_is_normal(dtype: str) -> None:
+    rng = np.random.default_rng(2)
+    bench = (rng.uniform(1, 2, 100_003) * rng.choice([-1, 1], 100_003)).astype(
+        np.float64 if dtype == "torch.float32" else np.float32)
+    fast, slow = both(bench, _device(rng, bench, dtype, 1e-2), dtype, "gelu")
+    assert fast.metrics["mean_rel_err"] == slow.metrics["mean_rel_err"] and fast.metrics["rmse"] == slow.metrics["rmse"]
+
+
+def test_ulp_exponents_follow_numpys_log2_across_float32_bit_patterns() -> None:
+    """msprobe's ULP unit is 2**floor(log2|b|) with numpy's log2, which rounds up just below a power of
+    two: a sweep of float32 bit patterns (every exponent, the top mantissas of each) gives numpy's ULP
+    columns, and the same holds for float64 benches at the top of each binade."""
+    bits = np.concatenate([np.arange(0, 1 << 31, 7919, dtype=np.uint64),
+                           (np.arange(1, 255, dtype=np.uint64)[:, None] << np.uint64(23)
+                            | (np.uint64((1 << 23) - 64) + np.arange(64, dtype=np.uint64))[None, :]).ravel()])
+    bench = bits.astype(np.uint32).view(np.float32)
+    device = bench * np.float32(1.0 + 2.0 ** -7)
+    for dtype in ("torch.bfloat16", "torch.float16"):
+        fast, _ = both(bench, device, dtype, "linear")
+        assert fast.algorithm == "ulp_compare"
+    # benches whose scale is 2**127, which numpy's float32 exp2 gives one ULP high: that value is used
+    tiny = np.float32(2.0 ** -120) * np.linspace(1, 1.99, 5000, dtype=np.float32)
+    fast, slow = both(tiny, tiny * np.float32(1.5), "torch.bfloat16", "linear")
+    assert fast.metrics["max_ulp_err"] == slow.metrics["max_ulp_err"] != 2.0 ** 127 * 2.0 ** -121
+    top = (np.arange(1, 2047, dtype=np.uint64)[:, None] << np.uint64(52)
+           | (np.uint64((1 << 52) - 256) + np.arange(0, 256, 17, dtype=np.uint64))[None, :]).ravel()
+    bench64 = top.view(np.float64)
+    bench64 = bench64[np.abs(bench64) < 1e38]
+    both(bench64, (bench64 * (1 + 2.0 ** -20)).astype(np.float32), "torch.float32", "linear")
+
+
+def test_unsupported_pairs_take_numpys_path() -> None:
+    """A float64 device output beside a float32 bench (error dtype float64, not the bench's) is left to
+    numpy, with the same row as before."""
+    bench = np.linspace(-2, 2, 1000, dtype=np.float32)
+    assert not fused.supported(bench, bench.astype(np.float64), np.dtype(np.float64))
+    both(bench, bench.astype(np.float64) * (1 + 1e-9), "torch.float64", "gelu")
+
+
+def test_an_output_of_more_than_2_to_the_24_elements_is_the_oracles() -> None:
+    """Counts and the pairwise tree beyond float32's exact integers (numpy divides the mean in float64)."""
+    rng = np.random.default_rng(4)
+    n = (1 << 24) + 3
+    bench = rng.standard_normal(n, dtype=np.float32)
+    device = _device(rng, bench, "torch.bfloat16", 1e-2)
+    fast, slow = both(bench, device, "torch.bfloat16", "gelu")
+    assert fast.metrics["rmse"] == slow.metrics["rmse"] and fast.metrics["error_balance"] == slow.metrics["error_balance"]
