@@ -142,7 +142,7 @@ def test_sound_kernels_pass_forward_and_backward(dump_bf16: Path, arm: str) -> N
     ("flash_rowsum16", ["NPU.npu_fusion_attention.0.forward", "NPU.npu_fusion_attention.0.backward"]),
     ("flash_scale", ["NPU.npu_fusion_attention.0.forward", "NPU.npu_fusion_attention.0.backward"]),
     ("flash_dk_scale", ["NPU.npu_fusion_attention.0.backward"]),
-    ("rms_msq16", ["NPU.npu_rms_norm.0.forward"]),
+    ("rms_msq16", ["NPU.npu_rms_norm.0.forward", "NPU.npu_rms_norm.0.backward"]),  # backward: the row check
     ("rotary_sign", ["NPU.npu_rotary_mul.0.forward", "NPU.npu_rotary_mul.0.backward"]),
     ("rotary_back", ["NPU.npu_rotary_mul.0.backward"]),
     ("swiglu_swap", ["NPU.npu_swiglu.0.forward", "NPU.npu_swiglu.0.backward"]),
