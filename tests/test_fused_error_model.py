@@ -142,7 +142,7 @@ def test_sound_kernels_pass_forward_and_backward(dump_bf16: Path, arm: str) -> N
     ("flash_rowsum16", ["NPU.npu_fusion_attention.0.forward", "NPU.npu_fusion_attention.0.backward"]),
     ("flash_scale", ["NPU.npu_fusion_attention.0.forward", "NPU.npu_fusion_attention.0.backward"]),
     ("flash_dk_scale", ["NPU.npu_fusion_attention.0.backward"]),
-    ("rms_msq16", ["NPU.npu_rms_norm.0.forward"]),
+    ("rms_msq16", ["NPU.npu_rms_norm.0.forward", "NPU.npu_rms_norm.0.backward"]),  # backward: the row check
     ("rotary_sign", ["NPU.npu_rotary_mul.0.forward", "NPU.npu_rotary_mul.0.backward"]),
     ("rotary_back", ["NPU.npu_rotary_mul.0.backward"]),
     ("swiglu_swap", ["NPU.npu_swiglu.0.forward", "NPU.npu_swiglu.0.backward"]),
@@ -178,6 +178,26 @@ def test_end_to_end_a_sound_flash_kernel_passes_and_a_buggy_one_fails(pytester: 
                                           "--msprobe-out", "buggy")
     assert buggy.parseoutcomes().get("failed") == 2, buggy.stdout.str()
     buggy.stdout.fnmatch_lines(["*NPU.npu_fusion_attention.0.forward*error*"])
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+def test_end_to_end_a_norm_whose_rows_share_an_error_fails_its_backward_item(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: tuple[str, ...]) -> None:
+    """RMSNorm's mean of squares in bf16 (each row of dx scaled by its own error) fails the backward item
+    on the row check; Hugging Face's sound RMSNorm passes both items."""
+    torch.manual_seed(5)
+    d = fused_dump.Dump()
+    d.call("npu_rms_norm", [torch.randn(2, 64, 256).bfloat16(), (1 + 0.1 * torch.randn(256)).bfloat16()],
+           {"epsilon": 1e-6}, grad=(0, 1))
+    dump = d.write(pytester.path / "rms")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    sound = pytester.runpytest_subprocess(str(dump), "--msprobe-kernels", f"{SPEC}.rms_hf", *workers)
+    assert sound.parseoutcomes() == {"passed": 2}, sound.stdout.str()
+    buggy = pytester.runpytest_subprocess(str(dump), "--msprobe-kernels", f"{SPEC}.rms_msq16", *workers,
+                                          "--msprobe-out", "buggy")
+    assert buggy.parseoutcomes().get("failed") == 2, buggy.stdout.str()
+    backward = api_records(pytester, "buggy")["NPU.npu_rms_norm.0.backward"]
+    assert any("row error: " in (o.get("verdict_message") or "") for o in backward["outputs"]), backward
 
 
 def test_the_worked_example_sound_kernel_passes_and_the_bf16_rowsum_fails(pytester: pytest.Pytester) -> None:

@@ -349,3 +349,34 @@ def test_a_correctly_rounded_output_of_repeated_values_is_not_biased(dtype: str)
     result = judge(bench, rounded, dtype, torch_run=torch_run, row=64)
     assert result.status == "pass", result.message
     assert result.stats["bias"] == 0.0 and result.stats["bias_zero"] == 0.0
+
+
+def _rows_with_noise(rng: np.random.Generator, bench: np.ndarray, dtype: str, per_row: float) -> np.ndarray:
+    """bench rounded after a relative error of about a third of an ULP per element (independent), plus one
+    shared by each row of about `per_row` ULP (a row statistic such as rstd computed in low precision)."""
+    unit = 2.0 ** -8
+    element = rng.uniform(-0.6, 0.6, bench.shape) * unit
+    row = rng.normal(0, per_row * unit, (bench.shape[0], 1))
+    return strict.round_to(bench * (1 + element + row), dtype)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_errors_shared_by_whole_rows_fail_a_norm_and_independent_ones_pass(seed: int) -> None:
+    """RMSNorm's mean of squares in bf16 scales each row of its gradient by its own error (about 0.35 ULP):
+    the mean error stays near a sound kernel's, the spread over rows of the mean error towards zero does not."""
+    specs = load_specs()
+    assert "npu_rms_norm" in specs["error_model"]["row_statistic"]
+    rng = np.random.default_rng(seed)
+    dtype = "torch.bfloat16"
+    bench = rng.normal(size=(128, 256))
+    torch_run = _rows_with_noise(rng, bench, dtype, 0.0)
+    sound = _rows_with_noise(rng, bench, dtype, 0.0)
+    buggy = _rows_with_noise(rng, bench, dtype, 0.35)
+    args = {"torch_run": torch_run, "row": 256}
+    assert judge(bench, sound, dtype, "reduction", "row_statistic", **args).status == "pass"
+    got = judge(bench, buggy, dtype, "reduction", "row_statistic", **args)
+    assert got.status == "error" and got.message.startswith("row error: "), got.message
+    assert got.stats["row_spread"] > 3 * got.stats["ref_row_spread"]
+    # only the norms listed get the check: the other checks alone pass this kernel
+    assert judge(bench, buggy, dtype, "reduction", **args).status == "pass"

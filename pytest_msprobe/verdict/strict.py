@@ -21,13 +21,15 @@ A zero (of either sign) where the bench lies below the device dtype's normal ran
 correctly rounded result: flushing a subnormal result to zero is what NPUs, GPUs and 16-bit CPU dot
 products do, not a bug.
 
-Then four checks, all numbers in api_specs/thresholds.yaml (`strict:`):
+Then these checks, all numbers in api_specs/thresholds.yaml (`strict:`):
 1. NaN and inf sit where the rounded bench (or the torch run) has them, with the same signs.
 2. No element is grossly wrong: normalised error <= gross.
 3. The typical error is not larger than the torch run's: mean <= mean_ref_factor * its mean + slack.
 4. The errors are not biased (in one direction, or towards zero as truncation is): a t-test over rows
    of the signed errors (in ULPs from the correctly rounded result, clipped to +-1), significant and
    larger than the torch run's bias.
+5. Where error_model.yaml lists the op under `row_statistic` (norms, whose rstd scales a whole row):
+   the mean error towards zero does not spread over rows much more than the torch run's.
 """
 from __future__ import annotations
 
@@ -402,7 +404,28 @@ def _bias(acc: _Totals, rules: Mapping[str, Any], stats: dict[str, float], refer
             problems.append(f"bias: errors biased {_direction(key, mean)}: {abs(mean):.3g} ULP on average, each "
                             f"error clipped to ±1 ULP (limit {size_limit:.3g} ULP; {reference}: {abs(ref_mean):.3g} ULP "
                             f"{_direction(key, ref_mean)}), t-statistic {abs(t_dev):.3g} > {t_limit:.3g}")
+    problems += _row_spread(acc, counts, rules, stats, reference)
     return problems
+
+
+def _row_spread(acc: _Totals, counts: np.ndarray, rules: Mapping[str, Any], stats: dict[str, float],
+                reference: str) -> list[str]:
+    """Errors shared by a whole row, as a row statistic (a norm's rstd) computed in low precision leaves:
+    the spread over rows of the mean error towards zero, against the third run's. Independent roundings
+    average out over a row; a wrong per-row factor does not, whatever its sign. Only where the rules ask
+    for it (api_specs error_model.yaml `row_statistic`)."""
+    factor = float(rules.get("row_spread_factor", 0.0))
+    if factor <= 0 or counts.size < int(rules["bias_min_groups"]):
+        return []
+    spread, ref_spread = (float(np.std(np.concatenate(acc.bias[key]) / counts, ddof=1))
+                          for key in ("bias_zero", "ref_bias_zero"))
+    stats["row_spread"], stats["ref_row_spread"] = spread, ref_spread
+    limit = factor * ref_spread + float(rules["row_spread_min_ulp"])
+    if spread <= limit:
+        return []
+    return [f"row error: the mean error towards zero spreads over rows by {spread:.3g} ULP (limit {limit:.3g} ULP; "
+            f"{reference}: {ref_spread:.3g} ULP): errors shared by whole rows, as of a row statistic kept in low "
+            f"precision"]
 
 
 def _direction(key: str, mean: float) -> str:
