@@ -125,3 +125,14 @@ def strict_warm_up() -> None:
                           ("torch.float64", np.float64)):
         rules = _rules(load_specs()["thresholds"]["strict"], dtype)
         strict.strict_compare(bench, strict.round_to(bench, dtype).astype(holder), dtype, rules)
+    draw_warm_up()
+
+
+def draw_warm_up() -> None:
+    """The compiled random draw (inputs/draw.py) of each output kind, for the same reason."""
+    import numpy as np
+
+    from pytest_msprobe.inputs.draw import uniform_into
+
+    for holder in (np.uint16, np.float32):
+        uniform_into(np.random.default_rng(0), np.empty(8, holder), -1.0, 1.0)
