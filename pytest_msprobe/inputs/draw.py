@@ -12,12 +12,15 @@ compares with numpy's own path). Imported with the inputs, at the first item, ne
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 from numba import njit
 
-MIN_ELEMENTS = 4096  # below it numpy's own draw is as fast (the generator's state is read and set here)
+# below it numpy's own draw is as fast (the generator's state is read and set here); a big-endian machine
+# (none that torch ships wheels for) would split the words in the other order, so it keeps numpy's draw
+MIN_ELEMENTS = 4096 if sys.byteorder == "little" else 1 << 62
 _BLOCK = 16384  # float32 values per block of a bfloat16 fill (64 KiB)
 _SCALE = np.float32(1.0 / 16777216.0)  # numpy's next_float: the top 24 bits of a 32-bit word, times 2**-24
 
