@@ -14,6 +14,13 @@ runs (device, bench, reference); at -n 2 the phase sums hold both workers' time,
 2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker loses (the phase sums against 2 x wall:
 start-up, idle time at the end, pytest and xdist).
 
+With benchmarks/run_probe.py in every process, each run's wall and CPU time is broken down step by
+step (interpreter and pytest start-up, plugin load, collection, the first item's torch and numba
+imports, the items' phases and their per-item overhead, the files written at sessionfinish, teardown),
+per process, and -n 2's loss against a perfect 2x of -n 0 is laid out: the CPU bound (-n 0 already
+keeps a helper thread busy), the controller's CPU and its reports, each worker's start-up and
+collection, the items' extra CPU, idle workers at the end. The round of least CPU time is shown.
+
 Every figure names the CPU model and whether it has native bf16 (the API runs of a bf16 dump are fast
 only with it, so the checker's own work shows). Measure on a quiet machine: on a shared one the CPU time
 and the per-element costs are the figures to trust.
@@ -25,6 +32,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +69,104 @@ def element_counts(dump: Path, out: Path) -> tuple[int, int]:
     return generated, compared
 
 
+def load_processes(folder: Path) -> dict[str, dict[str, Any]]:
+    """benchmarks/run_probe.py's file of every process of one run: "main" (the controller, or the one
+    process of -n 0) and the xdist workers ("gw0", ...)."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def _span(proc: dict[str, Any], a: str, b: str) -> tuple[float, float]:
+    """(wall, CPU) seconds between two marks of one process; (0, 0) when one is missing."""
+    marks = proc["marks"]
+    if a not in marks or b not in marks:
+        return 0.0, 0.0
+    return marks[b][0] - marks[a][0], marks[b][1] - marks[a][1]
+
+
+def breakdown(proc: dict[str, Any], end_wall: float | None = None) -> list[tuple[str, float, float]]:
+    """(step, wall s, CPU s) of one process from its start to its end: every second of it in one step."""
+    marks, counts, p = proc["marks"], proc["counts"], proc["phases"]
+    rows = [("interpreter and pytest start-up", *_span(proc, "start", "probe_imported")),
+            ("plugin load and configure", *_span(proc, "probe_imported", "configured")),
+            ("collection", *_span(proc, "configured", "collected"))]
+    if counts["items"]:
+        rows += [("wait for the first item", *_span(proc, "collected", "first_item")),
+                 ("import torch (first item)", *_span(proc, "first_item", "torch_imported")),
+                 ("import numba (first item)", *_span(proc, "torch_imported", "numba_imported"))]
+        phase_sum = sum(p.values())
+        for name in ("inputs", "device", "bench", "reference", "compare"):
+            rows.append((f"  {'checks' if name == 'compare' else name} (phase sums)", p[name], float("nan")))
+        rows.append(("  per-item overhead (pytest, hooks, records, report)", counts["items_wall"] - phase_sum,
+                     float("nan")))
+        rows.append(("items, all of the above", counts["items_wall"], counts["items_cpu"]))
+        rows.append(("between items and at the end (idle, xdist)", *_minus(_span(proc, "numba_imported",
+                                                                                  "sessionfinish_start"),
+                                                                            (counts["items_wall"], counts["items_cpu"]))))
+    else:
+        rows.append(("workers running (controller: scheduling, reports)", *_span(proc, "collected",
+                                                                                 "sessionfinish_start")))
+    rows.append(("sessionfinish (files written, workers stopped)", *_span(proc, "sessionfinish_start",
+                                                                          "sessionfinish_done")))
+    rows.append(("unconfigure", *_span(proc, "unconfigure_start", "unconfigure_done")))
+    if end_wall is not None:
+        rows.append(("teardown (interpreter exit)", end_wall - marks["unconfigure_done"][0], float("nan")))
+    return rows
+
+
+def _minus(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return a[0] - b[0], a[1] - b[1]
+
+
+def print_breakdown(run: dict[str, Any]) -> None:
+    procs = run["processes"]
+    names = sorted(procs, key=lambda n: (n != "main", n))
+    tables = {n: breakdown(procs[n], run["end"] if n == "main" else None) for n in names}
+    print(f"  {'step (wall s / CPU s)':52}" + "".join(f"{n:>16}" for n in names))
+    for step in dict.fromkeys(row[0] for n in sorted(names, key=lambda n: -len(tables[n])) for row in tables[n]):
+        cells = []
+        for n in names:
+            row = next((r for r in tables[n] if r[0] == step), None)
+            cells.append(f"{'':>16}" if row is None else f"{row[1]:>8.2f}" + (
+                f"{'':>8}" if math.isnan(row[2]) else f"{row[2]:>8.2f}"))
+        print(f"  {step:52}" + "".join(cells))
+    print(f"  {'items run':52}" + "".join(f"{procs[n]['counts']['items']:>16.0f}" for n in names))
+    totals = [f"{procs[n]['marks']['unconfigure_done'][1]:>16.2f}" for n in names]
+    print(f"  {'process CPU (to unconfigure)':52}" + "".join(totals))
+
+
+def loss_analysis(one: dict[str, Any], two: dict[str, Any]) -> None:
+    """Where -n 2 loses against a perfect 2x of -n 0, from both runs' per-process marks."""
+    w0, w2 = one["wall"], two["wall"]
+    cpu0, cpu2 = one["cpu"], two["cpu"]
+    main0 = one["processes"]["main"]
+    workers = {n: p for n, p in two["processes"].items() if n != "main"}
+    ctrl = two["processes"].get("main")
+    print(f"\n-n 2 against -n 0: {w0 / w2:.2f}x (target 1.8x); CPU -n 0 {cpu0:.1f} s in {w0:.1f} s wall = "
+          f"{cpu0 / w0:.2f} cores busy, -n 2 {cpu2:.1f} s in {w2:.1f} s = {cpu2 / w2:.2f} cores")
+    print(f"  bound from CPU alone: 2 cores x {w0:.1f} s / {cpu2:.1f} s CPU of -n 2 = {2 * w0 / cpu2:.2f}x; with no "
+          f"extra CPU at all, 2 / {cpu0 / w0:.2f} cores already used by -n 0 = {2 * w0 / cpu0:.2f}x")
+    if ctrl is not None:
+        c = ctrl["counts"]
+        print(f"  controller: {ctrl['marks']['unconfigure_done'][1]:.2f} s CPU ({_span(ctrl, 'start', 'configured')[1]:.2f} "
+              f"start-up and configure, {_span(ctrl, 'collected', 'sessionfinish_start')[1]:.2f} while workers ran: "
+              f"{c['reports']:.0f} reports, {c['report_bytes'] / max(c['reports'], 1):.0f} bytes each, "
+              f"{_span(ctrl, 'sessionfinish_start', 'sessionfinish_done')[1]:.2f} writing the files)")
+    start0 = _span(main0, "start", "numba_imported")[1]
+    for n, p in sorted(workers.items()):
+        ready = _span(p, "start", "numba_imported")
+        print(f"  {n}: start-up to its first item's work {ready[1]:.2f} s CPU ({ready[0]:.2f} s wall; -n 0's process "
+              f"{start0:.2f} s CPU), collection again {_span(p, 'configured', 'collected')[1]:.2f} s CPU, items "
+              f"{p['counts']['items']:.0f} in {p['counts']['items_cpu']:.2f} s CPU, idle at the end "
+              f"{max(q['marks']['last_item_done'][0] for q in workers.values()) - p['marks']['last_item_done'][0]:.2f} s")
+    items0 = main0["counts"]["items_cpu"]
+    items2 = sum(p["counts"]["items_cpu"] for p in workers.values())
+    print(f"  items' CPU: -n 0 {items0:.2f} s (its helper thread included), -n 2 {items2:.2f} s (+{items2 - items0:.2f}: "
+          f"two processes share caches and memory bandwidth, each faults its own heap in and loads numba's cache)")
+    extra = cpu2 - cpu0
+    print(f"  -n 2 spends {extra:.1f} s more CPU than -n 0: a second process's start-up, the controller, and the items' "
+          "extra above")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dump", nargs="?", type=Path, default=next((d for d in DUMPS if d.is_file()), None))
@@ -71,18 +177,24 @@ def main() -> None:
     args = parser.parse_args()
     if args.dump is None or not args.dump.is_file():
         raise SystemExit("no dump: pass a dump.json")
-    print(f"dump {args.dump}; CPU: {_cpu()}")
+    cpu = _cpu()
+    print(f"dump {args.dump}; CPU: {cpu}")
     best: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for _ in range(args.repeat):
+        for round_ in range(args.repeat):
             for workers in args.workers:
                 print(f"  load {load()}: -n {workers}", flush=True)
-                run = ours(args.dump, args.standard, workers, work, args.pytest_args)
+                folder = work / f"processes-{workers}-{round_}"
+                folder.mkdir()
+                run = ours(args.dump, args.standard, workers, work, args.pytest_args, processes=folder)
+                run["end"] = time.time()
+                run["processes"] = load_processes(folder)
                 out = max(work.glob(f"out-{args.standard}-{workers}-*"), key=lambda p: p.stat().st_mtime)
                 run["generated"], run["compared"] = element_counts(args.dump, out)
-                if workers not in best or run["wall"] < best[workers]["wall"]:
+                if workers not in best or run["cpu"] < best[workers]["cpu"]:
                     best[workers] = run
+    print(f"\nthe round of least CPU time of each setting (of {args.repeat}); CPU: {cpu}")
     for workers, run in sorted(best.items()):
         p, procs = run["phases"], max(1, workers)
         api = p["device"] + p["bench"] + p["reference"]
@@ -97,8 +209,9 @@ def main() -> None:
               f"{p['compare'] / max(run['compared'], 1) * 1e9:.2f} ns per compared element ({run['compared']:,})")
         rest = procs * run["wall"] - sum(p.values())
         print(f"  outside the phases (start-up, pytest, xdist, idle workers, reports): {rest:.1f} s")
+        print_breakdown(run)
     if 0 in best and 2 in best:
-        print(f"\n-n 2 is {best[0]['wall'] / best[2]['wall']:.2f}x -n 0")
+        loss_analysis(best[0], best[2])
 
 
 if __name__ == "__main__":

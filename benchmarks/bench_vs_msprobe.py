@@ -73,21 +73,28 @@ def wait(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, 
             os.waitstatus_to_exitcode(status))
 
 
+PHASES = ("inputs", "device", "bench", "reference", "compare")
+
+
+def add_phases(sums: dict[str, float], t: dict[str, float]) -> None:
+    """Add one record's `timings` to per-phase sums (the backward passes moved out of compare_s)."""
+    backward = t.get("device_backward_s", 0.0) + t.get("bench_backward_s", 0.0) + t.get("reference_backward_s", 0.0)
+    sums["inputs"] += t.get("inputs_s", 0.0)
+    sums["device"] += t.get("device_s", 0.0) + t.get("device_backward_s", 0.0)
+    sums["bench"] += t.get("bench_s", 0.0) + t.get("bench_backward_s", 0.0)
+    sums["reference"] += sum(v for k, v in t.items() if k.startswith("reference"))
+    sums["compare"] += t.get("compare_s", 0.0) - backward  # compare_s spans the backward passes
+
+
 def phases(out: Path) -> tuple[int, dict[str, float]]:
     (path,) = out.glob("msprobe_records_*.jsonl")
-    sums = dict.fromkeys(("inputs", "device", "bench", "reference", "compare"), 0.0)
+    sums = dict.fromkeys(PHASES, 0.0)
     count = 0
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
         count += 1
-        t = json.loads(line).get("timings") or {}
-        backward = t.get("device_backward_s", 0.0) + t.get("bench_backward_s", 0.0) + t.get("reference_backward_s", 0.0)
-        sums["inputs"] += t.get("inputs_s", 0.0)
-        sums["device"] += t.get("device_s", 0.0) + t.get("device_backward_s", 0.0)
-        sums["bench"] += t.get("bench_s", 0.0) + t.get("bench_backward_s", 0.0)
-        sums["reference"] += sum(v for k, v in t.items() if k.startswith("reference"))
-        sums["compare"] += t.get("compare_s", 0.0) - backward  # compare_s spans the backward passes
+        add_phases(sums, json.loads(line).get("timings") or {})
     return count, sums
 
 
@@ -95,10 +102,16 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def ours(dump: Path, standard: str, workers: int, work: Path, extra: list[str]) -> dict[str, Any]:
+def ours(dump: Path, standard: str, workers: int, work: Path, extra: list[str],
+         processes: Path | None = None) -> dict[str, Any]:
+    """One pytest-msprobe run; with `processes`, a directory, benchmarks/run_probe.py writes each
+    process's marks there."""
     out = work / f"out-{standard}-{workers}-{time.monotonic_ns()}"
     probe = work / "probe.json"
     env = {**os.environ, "BENCH_VS_MSPROBE_OUT": str(probe), "PYTHONPATH": str(ROOT)}
+    if processes is not None:
+        env["MSPROBE_RUN_PROBE_DIR"] = str(processes)
+        extra = ["-p", "benchmarks.run_probe", *extra]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
            "-p", "benchmarks.bench_vs_msprobe", str(dump), "--msprobe-device", "cpu", "--msprobe-standard", standard,
            "--msprobe-out", str(out), "-n", str(workers), *extra]

@@ -130,3 +130,14 @@ def strict_warm_up() -> None:
         # and msprobe's metrics' pass (metrics/kernel.py), of each bench dtype it is compiled for
         b = bench.astype(np.float32 if dtype == "torch.bfloat16" else np.float64)
         standards.compare_tensor("warm", b, device, bench_dtype=str(b.dtype), device_dtype=dtype, api_name="add")
+    draw_warm_up()
+
+
+def draw_warm_up() -> None:
+    """The compiled random draw (inputs/draw.py) of each output kind, for the same reason."""
+    import numpy as np
+
+    from pytest_msprobe.inputs.draw import uniform_into
+
+    for holder in (np.uint16, np.float32):
+        uniform_into(np.random.default_rng(0), np.empty(8, holder), -1.0, 1.0)

