@@ -182,13 +182,19 @@ _WARM: list[bool] = []
 
 
 def warm_up(standard: str) -> None:
-    """Load the compiled checks (numba's on-disk cache; on a cold one, compile them) once per process,
-    before its first item, so that no item's --msprobe-timeout pays for it: msprobe's metric pass and,
-    under `strict`, the strict pass, in their float32 signatures (bf16, fp16 and fp32 outputs)."""
+    """Load the compiled passes (numba's on-disk cache; on a cold one, compile them) once per process,
+    before its first item, so that no item's --msprobe-timeout pays for it: the random draw of inputs,
+    msprobe's metric pass and, under `strict`, the strict pass, in their float32 signatures (bf16, fp16
+    and fp32 outputs)."""
     if _WARM:
         return
     _WARM.append(True)
     import numpy as np
+
+    from ..inputs.draw import uniform_into
+
+    for holder in (np.uint16, np.float32):  # bf16 and fp16/fp32 draws
+        uniform_into(np.random.default_rng(0), np.empty(8, holder), -1.0, 1.0)
 
     values = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
     dtype = "torch.bfloat16"

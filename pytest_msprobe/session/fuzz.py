@@ -49,7 +49,7 @@ from .fuzz_inputs import (  # noqa: F401  (re-exported: the fuzz API of tests an
     strategy,
     tensor_space,
 )
-from .items import fuzz_failure_text, rerun_command
+from .items import FUZZ_SUFFIX, fuzz_failure_text, rerun_command
 from .stash import SETTINGS_KEY
 
 
@@ -104,7 +104,7 @@ def extra_items(parent: pytest.Collector, item: pytest.Item) -> Iterator[pytest.
     """The `[fuzz]` item of a forward API item, when --msprobe-fuzz N > 0 (called by DumpFile.collect)."""
     if not parent.config.getoption("msprobe_fuzz", 0) or not item.name.endswith(".forward"):
         return
-    fuzz = FuzzItem.from_parent(parent, name=f"{item.name}[fuzz]", target=item.name, order=getattr(item, "order", 0))
+    fuzz = FuzzItem.from_parent(parent, name=f"{item.name}{FUZZ_SUFFIX}", target=item.name, order=getattr(item, "order", 0))
     for marker in item.iter_markers():
         fuzz.add_marker(marker.name)
     fuzz.add_marker("fuzz")

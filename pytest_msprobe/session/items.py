@@ -24,6 +24,9 @@ KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "i
                 "int64", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "int4")
 
 
+FUZZ_SUFFIX = "[fuzz]"  # an API item's --msprobe-fuzz item is named <entry>[fuzz]
+
+
 class ApiCheckFailed(Exception):
     """Raised by an item whose verdict is error (or Warning with --msprobe-warning-as-error)."""
 

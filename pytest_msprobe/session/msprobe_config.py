@@ -109,18 +109,20 @@ class ConfigFilter:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         from ..dump.reader import parse_entry_name
-        from .fuzz import FuzzItem
-        from .items import ApiItem
+        from .items import FUZZ_SUFFIX, ApiItem
 
         keep: list[pytest.Item] = []
         drop: list[pytest.Item] = []
+        dropped: set[str] = set()
         for item in items:
-            # an API's [fuzz] item goes with it
-            entry = item.name if isinstance(item, ApiItem) else item.target if isinstance(item, FuzzItem) else None
             try:
-                excluded = entry is not None and self.cfg.excluded(parse_entry_name(entry).api_name)
+                excluded = isinstance(item, ApiItem) and self.cfg.excluded(parse_entry_name(item.name).api_name)
             except ValueError:
                 excluded = False
+            if excluded:
+                dropped.add(item.nodeid)
+            elif item.nodeid.endswith(FUZZ_SUFFIX) and item.nodeid[:-len(FUZZ_SUFFIX)] in dropped:
+                excluded = True  # the API's <entry>[fuzz] item (--msprobe-fuzz), which follows it
             (drop if excluded else keep).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)
