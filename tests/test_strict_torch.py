@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from pytest_msprobe.check.compare import checks_device
 from pytest_msprobe.settings import CheckOptions
@@ -20,7 +19,7 @@ from pytest_msprobe.verdict.judge import _rules
 
 from .helpers import EXAMPLES, by_api, copy_dump, device_side_conftest, records
 from .strict_oracle import numpy_strict
-from .test_strict_kernel import DTYPES, KINDS, THRESHOLDS, _device_side, elements
+from .test_strict_kernel import CASES, DTYPES, KINDS, THRESHOLDS, _device_side, strict_case
 
 # relative, on sums, means and t statistics: far below the 3 significant digits of a message and any margin
 # a verdict is taken with (the sums of a few million terms in another order differ by about 1e-13)
@@ -61,31 +60,13 @@ def on_torch(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, row: 
 
 
 @settings(max_examples=300, deadline=None)
-@given(dtype=st.sampled_from(DTYPES), kind=st.sampled_from(KINDS), values=st.lists(elements, max_size=200),
-       seed=st.integers(0, 2 ** 32 - 1), spread=st.sampled_from([0, 1, 3, 100]),
-       third=st.sampled_from(["none", "torch", "magnitude", "estimated"]), product=st.booleans(),
-       bench64=st.booleans(), row=st.integers(1, 70), zero_d=st.booleans())
+@given(**CASES)
 def test_the_torch_pass_agrees_with_the_oracle(dtype: str, kind: str, values: list[float], seed: int, spread: int,
                                                third: str, product: bool, bench64: bool, row: int,
                                                zero_d: bool) -> None:
     """NaN, inf, subnormals of every format, empty and 0-d outputs, each kind and third run."""
-    rng = np.random.default_rng(seed)
-    with np.errstate(over="ignore"):
-        bench = np.array(values, dtype=np.float64 if bench64 or dtype == "torch.float64" else np.float32)
-    if zero_d and bench.size:
-        bench = bench[:1].reshape(())
-    device = _device_side(rng, bench, dtype, spread)
-    extra: dict[str, Any] = {}
-    if third in ("torch", "estimated"):
-        extra["torch_run"] = _device_side(rng, bench, dtype, 1)
-    if third == "estimated":
-        extra["estimated"] = rng.random(bench.shape) < 0.5
-    if third == "magnitude":
-        with np.errstate(over="ignore"):
-            extra["magnitude"] = np.abs(bench) * rng.uniform(1, 4, bench.shape).astype(bench.dtype)
-    if product:
-        extra["product"] = _device_side(rng, bench, dtype, 2)
-    result, oracle, compiled = on_torch(bench, device, dtype, kind, min(row, max(bench.size, 1)), **extra)
+    bench, device, extra = strict_case(dtype, values, seed, spread, third, product, bench64, row, zero_d)
+    result, oracle, compiled = on_torch(bench, device, dtype, kind, **extra)
     assert agree(result, oracle), (result, oracle)
     assert agree(result, compiled)
 
