@@ -32,6 +32,8 @@ parser.add_argument("--hidden", type=int, default=64)
 parser.add_argument("--rank", type=int, default=-1, help="with --world 2: this process's rank (gloo on CPU)")
 parser.add_argument("--world", type=int, default=1)
 parser.add_argument("--init", default="")
+parser.add_argument("--layers", type=int, default=2)
+parser.add_argument("--trace", action="store_true", help="log each frame the client writes and each ack it reads")
 args = parser.parse_args()
 
 if args.bug:
@@ -53,6 +55,73 @@ if args.world > 1:
     dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world)
 
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402 - after the planted bug, as a model's own code
+
+if args.trace:
+    # what the client itself puts on the wire and reads back, counted on its side (not the receiver's)
+    from msprobe.pytorch.api_accuracy_checker.tensor_transport_layer import client as _client
+
+    _send, _received = _client.ClientProtocol.send_wrapped_data, _client.ClientProtocol.dataReceived
+
+    from twisted.internet import tcp as _tcp
+
+    _wire = {"queued": 0, "written": 0}
+    _write_some = _tcp.Connection.writeSomeData
+
+    def write_some(self, data):  # what the reactor hands to the kernel
+        n = _write_some(self, data)
+        if isinstance(n, int) and n > 0:
+            _wire["written"] += n
+        return n
+
+    _tcp.Connection.writeSomeData = write_some
+
+    def send_wrapped_data(self, data, sequence_number=0, rank=0, step=0):
+        kind = "STOP" if data == b"STOP_" else "CALL"
+        _wire["queued"] += 32 + (8 if self.check_sum else 0) + len(data)
+        print(f"WIRE SEND {kind} {sequence_number} {rank} {step} {len(data)}", file=sys.stderr, flush=True)
+        return _send(self, data, sequence_number=sequence_number, rank=rank, step=step)
+
+    def data_received(self, data):
+        for i in range(0, len(data) - 28, 29):
+            word, seq = data[i:i + 5].decode(errors="replace"), int.from_bytes(data[i + 5:i + 13], "big")
+            print(f"WIRE ACK {word} {seq}", file=sys.stderr, flush=True)
+        return _received(self, data)
+
+    _client.ClientProtocol.send_wrapped_data = send_wrapped_data
+    _client.ClientProtocol.dataReceived = data_received
+    _last_send = [time.monotonic()]
+    _send_traced = send_wrapped_data
+
+    def send_wrapped_data(self, data, sequence_number=0, rank=0, step=0):  # noqa: F811 - the timed wrapper
+        _last_send[0] = time.monotonic()
+        return _send_traced(self, data, sequence_number=sequence_number, rank=rank, step=step)
+
+    _client.ClientProtocol.send_wrapped_data = send_wrapped_data
+    _tcp_init = _client.TCPClient.__init__
+
+    def tcp_init(self, *a, **k):
+        _tcp_init(self, *a, **k)
+        me = self
+
+        def watch():  # a client that has sent nothing for 20 s: its state and every thread's stack, once
+            import faulthandler
+            while True:
+                time.sleep(2)
+                if time.monotonic() - _last_send[0] > 20:
+                    p = me.tcp_manager
+                    t = getattr(p, "transport", None)
+                    print(f"WIRE STALL resend_dict {sorted(me.resend_dict)} send_queue {me.send_queue.qsize()} "
+                          f"ack_queue {p.ack_queue.qsize()} defer_called {getattr(p.defer, 'called', None)} "
+                          f"producer {getattr(t, 'producer', None)} tempDataLen {getattr(t, '_tempDataLen', None)} "
+                          f"dataBuffer {len(getattr(t, 'dataBuffer', b'') or b'')} signal_exit {me._ready_to_exit()} "
+                          f"queued {_wire['queued']} written {_wire['written']}",
+                          file=sys.stderr, flush=True)
+                    faulthandler.dump_traceback(file=sys.stderr)
+                    _last_send[0] = time.monotonic() + 1e9
+        import threading
+        threading.Thread(target=watch, daemon=True).start()
+
+    _client.TCPClient.__init__ = tcp_init
 
 
 class RMSNorm(torch.nn.Module):
@@ -104,7 +173,7 @@ class Llama(torch.nn.Module):
 
 torch.manual_seed(0)
 if args.model == "llama":
-    model = Llama(dim=args.hidden)
+    model = Llama(dim=args.hidden, layers=args.layers)
     tokens = torch.randint(0, 128, (2, 16))
     inputs, target = tokens[:, :-1], tokens[:, 1:]
 
@@ -145,6 +214,8 @@ for step in range(args.steps + 1):  # the extra start() sees step > max(step) an
     if debugger is not None:
         debugger.stop()
         debugger.step()
+if args.trace:
+    print(f"WIRE TOTAL queued {_wire['queued']} written {_wire['written']}", file=sys.stderr, flush=True)
 print("STEP_SECONDS", " ".join(f"{s:.4f}" for s in step_seconds))
 print("CLIENT DONE", flush=True)
 sys.stdout.flush()
