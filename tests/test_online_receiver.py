@@ -179,15 +179,15 @@ def test_a_call_the_client_numbered_but_never_sent_is_asked_for_again_at_stop() 
         for sequence in (0, 2):  # 1 never comes
             sock.sendall(protocol.frame(encode(_call(rank=1, step=0)), sequence, rank=1))
             assert _ack(sock) == (protocol.OK, sequence, 1, 0)
-        sock.sendall(protocol.frame(protocol.STOP, 3, rank=1))
-        assert _ack(sock) == (protocol.ERROR, 1, 1, 0)
-        assert _ack(sock) == (protocol.OVER, 3, 1, 0)
+        sock.sendall(protocol.frame(protocol.STOP, 3))  # msprobe's client gives its STOP_ frames rank 0, step 0
+        assert _ack(sock) == (protocol.ERROR, 1, 1, 0)  # the rank and step of the calls: the client's key
+        assert _ack(sock) == (protocol.OVER, 3, 0, 0)
         time.sleep(0.2)
         assert not receiver.finished.is_set()  # waiting for the call it asked for
         sock.sendall(protocol.frame(encode(_call(rank=1, step=0)), 1, rank=1))  # the client's resend
         assert _ack(sock) == (protocol.OK, 1, 1, 0)
-        sock.sendall(protocol.frame(protocol.STOP, 4, rank=1))  # msprobe's client repeats STOP_ every 2 s
-        assert _ack(sock) == (protocol.OVER, 4, 1, 0)
+        sock.sendall(protocol.frame(protocol.STOP, 4))  # msprobe's client repeats STOP_ every 2 s
+        assert _ack(sock) == (protocol.OVER, 4, 0, 0)
         assert _ack(sock)[0] == protocol.KILL
     assert receiver.finished.wait(5) and receiver.stats.lost == 0
     assert sorted(receiver.calls.get(timeout=5).sequence for _ in range(3)) == [0, 1, 2]
@@ -195,22 +195,27 @@ def test_a_call_the_client_numbered_but_never_sent_is_asked_for_again_at_stop() 
     receiver.close()
 
 
-def test_calls_still_missing_after_two_asks_are_counted_lost() -> None:
+def test_calls_still_missing_after_two_asks_are_counted_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_msprobe.online import receiver as module
+
+    monkeypatch.setattr(module, "ASK_AGAIN_S", 0.0)
+    monkeypatch.setattr(module, "GAP_WAIT_S", 1.0)
     receiver = _start()
     with _connect(receiver) as sock:
-        sock.sendall(protocol.frame(encode(_call(step=0)), 0))
-        sock.sendall(protocol.frame(encode(_call(step=1)), 3, step=1))  # 1 and 2 lost, at a step boundary
+        sock.sendall(protocol.frame(encode(_call(rank=2, step=0)), 0, rank=2))
+        sock.sendall(protocol.frame(encode(_call(rank=2, step=1)), 3, rank=2, step=1))  # 1, 2 lost at a step change
         assert [_ack(sock)[:2] for _ in range(2)] == [(protocol.OK, 0), (protocol.OK, 3)]
         for stop in (4, 5):
-            sock.sendall(protocol.frame(protocol.STOP, stop, step=1))
+            sock.sendall(protocol.frame(protocol.STOP, stop))
             # each missing number with both steps it may carry: the client's table is keyed by all three
-            assert {_ack(sock) for _ in range(4)} == {(protocol.ERROR, s, 0, t) for s in (1, 2) for t in (0, 1)}
-            assert _ack(sock) == (protocol.OVER, stop, 0, 1)
-        sock.sendall(protocol.frame(protocol.STOP, 6, step=1))  # no third ERROR: msprobe's client would crash
-        assert _ack(sock) == (protocol.OVER, 6, 0, 1)
+            assert {_ack(sock) for _ in range(4)} == {(protocol.ERROR, s, 2, t) for s in (1, 2) for t in (0, 1)}
+            assert _ack(sock) == (protocol.OVER, stop, 0, 0)
+        sock.sendall(protocol.frame(protocol.STOP, 6))  # no third ERROR: msprobe's client would crash
+        assert _ack(sock) == (protocol.OVER, 6, 0, 0)
+        assert not receiver.finished.is_set()  # still waiting, GAP_WAIT_S from the first ask
         assert _ack(sock)[0] == protocol.KILL
     assert receiver.finished.wait(5) and receiver.stats.lost == 2
-    assert any("2 call(s) it numbered never arrived (sequence 1, 2)" in line for line in receiver.stats.lines)
+    assert any("rank 2: 2 call(s) it numbered never arrived (sequence 1, 2)" in line for line in receiver.stats.lines)
     receiver.close()
 
 

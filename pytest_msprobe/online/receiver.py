@@ -21,6 +21,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -35,7 +36,9 @@ KEEPALIVE_REPEATS = 50  # ... at most this many times per quiet spell: msprobe 8
 _LIMIT = 1 << 31  # ranks and steps at or above this are garbage, not a training job
 ASK_ROUNDS = 2  # ERROR acks per missing sequence number: msprobe 8.1.2 resends a call twice at most (a third
 # ERROR for it crashes its ack thread: it pops the call by an int key from a table keyed by strings)
-GAP_WAIT_S = 10.0  # after a client's first STOP_, how long its missing calls may take to come again
+ASK_AGAIN_S = 5.0  # the second ERROR for a missing call no sooner than this after the first: msprobe 8.1.2's
+# client reads one ack per 0.1 s, so its resend may take seconds to come
+GAP_WAIT_S = 20.0  # after a client's first STOP_, how long its missing calls may take to come again
 _MAX_MISSING = 4096  # sequence numbers remembered as missing per connection (a hostile peer's jumps count only)
 
 
@@ -91,23 +94,29 @@ class _Conn:
         self.missing: dict[int, set[int]] = {}  # skipped sequence number -> the steps it may carry
         self.untracked = 0  # skipped numbers beyond _MAX_MISSING
         self.asked = 0  # rounds of ERROR acks for the missing ones
+        self.asked_at = -float("inf")  # time.monotonic() of the last round
         self.rank = 0
 
-    def track(self, h: protocol.Header) -> None:
-        """Note a good frame's sequence number: the numbers it skipped are missing; a resend fills its gap."""
-        if not self.data and not self.stopped and self.next_sequence == 0:
-            self.last_step = h.step
-        self.rank = h.rank
+    def track(self, h: protocol.Header, call: bool) -> None:
+        """Note a good frame's sequence number: the numbers it skipped are missing; a resend fills its gap.
+        Only calls tell the rank and step: msprobe's client numbers its STOP_ frames in the same sequence but
+        gives them rank 0 and step 0."""
+        if call:
+            if not self.data:
+                self.last_step = h.step
+            self.rank = h.rank
         if h.sequence >= self.next_sequence:
             gap = h.sequence - self.next_sequence
             room = max(0, _MAX_MISSING - len(self.missing))
+            steps = {self.last_step, h.step} if call else {self.last_step}
             for sequence in range(self.next_sequence, self.next_sequence + min(gap, room)):
-                self.missing[sequence] = {self.last_step, h.step}
+                self.missing[sequence] = steps
             self.untracked += max(0, gap - room)
             self.next_sequence = h.sequence + 1
         else:
             self.missing.pop(h.sequence, None)
-        self.last_step = h.step
+        if call:
+            self.last_step = h.step
 
     def send(self, word: bytes, sequence: int, rank: int, step: int) -> None:
         with self.lock:
@@ -247,7 +256,7 @@ class Receiver:
                 self.stats.crc_errors += 1
             conn.send(ERROR, h.sequence, h.rank, h.step)
             return True
-        conn.track(h)
+        conn.track(h, call=body != STOP)
         if body == STOP:
             self._stop(conn, h)
             return True
@@ -303,23 +312,25 @@ class Receiver:
         writes to its twisted transport from its sending thread while the reactor thread flushes it, and now
         and then a frame is lost in its buffer, never sent and never resent (it has no resend timer): each
         such number gets ERROR (ASK_ROUNDS at most), which makes it send the call again from its table of
-        unacknowledged calls. It repeats STOP_ every 2 s, so the next STOP_ finds the gap filled or asks again;
-        after GAP_WAIT_S what is still missing is counted as lost."""
-        if conn.missing and conn.asked < ASK_ROUNDS:
+        unacknowledged calls. It repeats STOP_ every 2 s: a later STOP_ finds the gap filled, or asks again
+        (after ASK_AGAIN_S); after GAP_WAIT_S what is still missing is counted as lost."""
+        if not conn.missing:
+            conn.send(OVER, h.sequence, h.rank, h.step)
+            self._finish(conn)
+            return
+        if conn.asked < ASK_ROUNDS and time.monotonic() - conn.asked_at >= ASK_AGAIN_S:
             conn.asked += 1
+            conn.asked_at = time.monotonic()
             for sequence, steps in sorted(conn.missing.items()):
                 for step in sorted(steps):
-                    conn.send(ERROR, sequence, h.rank, step)
-            conn.send(OVER, h.sequence, h.rank, h.step)
+                    conn.send(ERROR, sequence, conn.rank, step)
             if conn.asked == 1:
-                self.log(f"msprobe online: {conn.peer}: rank {h.rank} stopped with {len(conn.missing)} call(s) it "
+                self.log(f"msprobe online: {conn.peer}: rank {conn.rank} stopped with {len(conn.missing)} call(s) it "
                          f"numbered never received ({_numbers(conn.missing)}): asked for them again")
                 timer = threading.Timer(GAP_WAIT_S, self._finish, args=(conn,))
                 timer.daemon = True
                 timer.start()
-            return
         conn.send(OVER, h.sequence, h.rank, h.step)
-        self._finish(conn)
 
     def _finish(self, conn: _Conn, stopped: bool = True) -> None:
         """The client is done (it stopped, or its connection ended): what it numbered and never sent is

@@ -34,6 +34,10 @@ parser.add_argument("--world", type=int, default=1)
 parser.add_argument("--init", default="")
 parser.add_argument("--layers", type=int, default=2)
 parser.add_argument("--trace", action="store_true", help="log each frame the client writes and each ack it reads")
+parser.add_argument("--lose", type=int, default=-1, metavar="SEQUENCE",
+                    help="with --trace: the first write of this frame goes nowhere, as when the client's sending thread "
+                         "races its reactor thread (twisted's write buffer is swapped under it) and the frame is lost "
+                         "before the wire; it stays in the client's table of unacknowledged calls")
 args = parser.parse_args()
 
 if args.bug:
@@ -57,70 +61,60 @@ if args.world > 1:
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402 - after the planted bug, as a model's own code
 
 if args.trace:
-    # what the client itself puts on the wire and reads back, counted on its side (not the receiver's)
+    # What the client itself puts on the wire, counted on its side (not the receiver's): each frame handed to
+    # its send function (WIRE SEND), the bytes its reactor gave the kernel (WIRE TOTAL), each ack it read (WIRE
+    # ACK, assuming acks are not split across reads), and, when it sent nothing for 20 s, its state and stacks.
+    import faulthandler
+    import threading
+
     from msprobe.pytorch.api_accuracy_checker.tensor_transport_layer import client as _client
-
-    _send, _received = _client.ClientProtocol.send_wrapped_data, _client.ClientProtocol.dataReceived
-
     from twisted.internet import tcp as _tcp
 
-    _wire = {"queued": 0, "written": 0}
-    _write_some = _tcp.Connection.writeSomeData
+    _wire = {"queued": 0, "written": 0, "last": time.monotonic()}
+    _send, _received = _client.ClientProtocol.send_wrapped_data, _client.ClientProtocol.dataReceived
+    _write_some, _tcp_init = _tcp.Connection.writeSomeData, _client.TCPClient.__init__
 
-    def write_some(self, data):  # what the reactor hands to the kernel
+    def write_some(self, data):
         n = _write_some(self, data)
         if isinstance(n, int) and n > 0:
             _wire["written"] += n
         return n
 
-    _tcp.Connection.writeSomeData = write_some
-
     def send_wrapped_data(self, data, sequence_number=0, rank=0, step=0):
         kind = "STOP" if data == b"STOP_" else "CALL"
         _wire["queued"] += 32 + (8 if self.check_sum else 0) + len(data)
+        _wire["last"] = time.monotonic()
         print(f"WIRE SEND {kind} {sequence_number} {rank} {step} {len(data)}", file=sys.stderr, flush=True)
+        if sequence_number == args.lose and kind == "CALL":
+            args.lose = -1
+            _wire["queued"] -= 32 + (8 if self.check_sum else 0) + len(data)
+            print(f"WIRE LOST {sequence_number}", file=sys.stderr, flush=True)
+            return None
         return _send(self, data, sequence_number=sequence_number, rank=rank, step=step)
 
     def data_received(self, data):
         for i in range(0, len(data) - 28, 29):
-            word, seq = data[i:i + 5].decode(errors="replace"), int.from_bytes(data[i + 5:i + 13], "big")
-            print(f"WIRE ACK {word} {seq}", file=sys.stderr, flush=True)
+            print(f"WIRE ACK {data[i:i + 5].decode(errors='replace')} {int.from_bytes(data[i + 5:i + 13], 'big')}",
+                  file=sys.stderr, flush=True)
         return _received(self, data)
-
-    _client.ClientProtocol.send_wrapped_data = send_wrapped_data
-    _client.ClientProtocol.dataReceived = data_received
-    _last_send = [time.monotonic()]
-    _send_traced = send_wrapped_data
-
-    def send_wrapped_data(self, data, sequence_number=0, rank=0, step=0):  # noqa: F811 - the timed wrapper
-        _last_send[0] = time.monotonic()
-        return _send_traced(self, data, sequence_number=sequence_number, rank=rank, step=step)
-
-    _client.ClientProtocol.send_wrapped_data = send_wrapped_data
-    _tcp_init = _client.TCPClient.__init__
 
     def tcp_init(self, *a, **k):
         _tcp_init(self, *a, **k)
-        me = self
 
-        def watch():  # a client that has sent nothing for 20 s: its state and every thread's stack, once
-            import faulthandler
-            while True:
+        def watch():
+            while time.monotonic() - _wire["last"] < 20:
                 time.sleep(2)
-                if time.monotonic() - _last_send[0] > 20:
-                    p = me.tcp_manager
-                    t = getattr(p, "transport", None)
-                    print(f"WIRE STALL resend_dict {sorted(me.resend_dict)} send_queue {me.send_queue.qsize()} "
-                          f"ack_queue {p.ack_queue.qsize()} defer_called {getattr(p.defer, 'called', None)} "
-                          f"producer {getattr(t, 'producer', None)} tempDataLen {getattr(t, '_tempDataLen', None)} "
-                          f"dataBuffer {len(getattr(t, 'dataBuffer', b'') or b'')} signal_exit {me._ready_to_exit()} "
-                          f"queued {_wire['queued']} written {_wire['written']}",
-                          file=sys.stderr, flush=True)
-                    faulthandler.dump_traceback(file=sys.stderr)
-                    _last_send[0] = time.monotonic() + 1e9
-        import threading
+            p = self.tcp_manager
+            print(f"WIRE STALL unacknowledged {sorted(self.resend_dict)} send_queue {self.send_queue.qsize()} "
+                  f"ack_queue {p.ack_queue.qsize()} defer_called {getattr(p.defer, 'called', None)} "
+                  f"queued {_wire['queued']} written {_wire['written']}", file=sys.stderr, flush=True)
+            faulthandler.dump_traceback(file=sys.stderr)
+
         threading.Thread(target=watch, daemon=True).start()
 
+    _tcp.Connection.writeSomeData = write_some
+    _client.ClientProtocol.send_wrapped_data = send_wrapped_data
+    _client.ClientProtocol.dataReceived = data_received
     _client.TCPClient.__init__ = tcp_init
 
 
