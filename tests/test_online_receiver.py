@@ -122,6 +122,22 @@ def test_full_queue_answers_busy_then_ok_when_there_is_room() -> None:
     receiver.close()
 
 
+def test_room_coming_soon_gets_no_busy() -> None:
+    """msprobe 8.1.2's client spends 0.1 s on every ack it reads: a queue that is full for a moment (the
+    session finishing a check) holds the frame without BUSY_, which would only slow the training step."""
+    receiver = _start(queue_size=1)
+    body = encode(_call())
+    with _connect(receiver) as sock:
+        sock.sendall(protocol.frame(body, 0))
+        assert _ack(sock)[0] == protocol.OK
+        sock.sendall(protocol.frame(body, 1))
+        time.sleep(0.1)
+        receiver.calls.get(timeout=5)  # room within BUSY_AFTER_S
+        assert _ack(sock) == (protocol.OK, 1, 0, 0)
+    assert receiver.calls.get(timeout=5).sequence == 1
+    receiver.close()
+
+
 def test_oversized_frame_refused_unread_and_other_connections_go_on() -> None:
     receiver = _start(max_frame=1000)
     with _connect(receiver) as other, _connect(receiver) as sock:

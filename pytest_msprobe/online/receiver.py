@@ -3,8 +3,8 @@
 One thread accepts; one thread per connection reads frames with blocking `recv_into` through a 1 MiB buffer
 (_Reader: many small frames per system call, large bodies straight into their own bytearray; the GIL is
 released while the kernel copies) and puts each body on a `queue.Queue` of `queue_size` calls. When the queue
-is full the client gets `BUSY_` once and the frame waits for room (msprobe's rule), so the memory held is the
-queue plus one frame and the buffer per connection.
+stays full for BUSY_AFTER_S the client gets `BUSY_` once and the frame waits for room (msprobe's rule), so
+the memory held is the queue plus one frame and the buffer per connection.
 
 A frame that cannot be one of msprobe's (a length over `max_frame`, a zero length, a CRC field that is not
 8 hex digits, a rank or step beyond 2**31), a half frame and a dropped connection end that connection only,
@@ -38,6 +38,9 @@ ASK_ROUNDS = 2  # ERROR acks per missing sequence number: msprobe 8.1.2 resends 
 # ERROR for it crashes its ack thread: it pops the call by an int key from a table keyed by strings)
 ASK_AGAIN_S = 5.0  # the second ERROR for a missing call no sooner than this after the first: msprobe 8.1.2's
 # client reads one ack per 0.1 s, so its resend may take seconds to come
+BUSY_AFTER_S = 0.5  # a full queue gets BUSY_ only when no room comes within this: msprobe 8.1.2's client
+# spends 0.1 s on every ack it reads, a BUSY_ too, while a short wait for room costs it nothing (it has acks
+# of earlier calls to read meanwhile)
 GAP_WAIT_S = 20.0  # after a client's first STOP_, how long its missing calls may take to come again
 _MAX_MISSING = 4096  # sequence numbers remembered as missing per connection (a hostile peer's jumps count only)
 
@@ -272,7 +275,7 @@ class Receiver:
         conn.data = True
         call = Call(h.rank, h.step, h.sequence, body, conn.peer)
         try:
-            self.calls.put_nowait(call)
+            self.calls.put(call, timeout=BUSY_AFTER_S)
         except queue.Full:
             conn.send(BUSY, h.sequence, h.rank, h.step)
             while True:
