@@ -246,6 +246,11 @@ def two_ranks(python: str, cwd: Path, layers: int) -> None:
         print(f"two ranks ({layers} layers): rank {r} wrote {wire_calls(text)} calls, the session received "
               f"{received.get(r)}; the client's own drops after 60 s waits: "
               f"{text.count('send_queue put send_data timeout')}")
+    for r, text in enumerate(texts):  # a client that went quiet: its state and stacks, as --trace printed them
+        stall = text[text.find("WIRE STALL"):] if "WIRE STALL" in text else ""
+        if stall:
+            print(f"  rank {r}: " + "\n    ".join(ln for ln in stall.splitlines()[:60] if not ln.startswith("WIRE ")
+                                                  or ln.startswith("WIRE STALL")))
     print(f"  session peak RSS {rss:.0f} MiB")
     for line in out.splitlines():
         if line.startswith("msprobe online:") or line.startswith(("FAILED", "=")) and "passed" in line:
