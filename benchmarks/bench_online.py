@@ -235,11 +235,18 @@ def two_ranks(python: str, cwd: Path, layers: int) -> None:
     proc = session(cwd, port, clients=2)
     wait_port(port)
     init = f"file://{cwd / f'gloo_init_{port}'}"
-    ranks = [subprocess.Popen([python, str(CLIENT), "--model", "llama", "--layers", str(layers), "--steps", "1",
-                               "--mode", "tcp", "--port", str(port), "--world", "2", "--rank", str(r), "--init", init,
-                               "--trace"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in (0, 1)]
-    texts = [p.communicate(timeout=1800)[0] for p in ranks]
+    # each client's output to a file: a pipe that is not read while the other client is waited for fills up
+    # (64 KiB, about 700 calls of msprobe's log), and the client then blocks in its logging, silently
+    logs = [cwd / f"client_rank{r}_{port}.log" for r in (0, 1)]
+    ranks = []
+    for r, log in enumerate(logs):
+        with log.open("w") as out:
+            ranks.append(subprocess.Popen([python, str(CLIENT), "--model", "llama", "--layers", str(layers), "--steps",
+                                           "1", "--mode", "tcp", "--port", str(port), "--world", "2", "--rank", str(r),
+                                           "--init", init, "--trace"], cwd=cwd, stdout=out, stderr=subprocess.STDOUT))
+    for p in ranks:
+        p.wait(timeout=1800)
+    texts = [log.read_text() for log in logs]
     out, rss = finish(proc)
     received = {int(r): int(n) for r, n in re.findall(r"msprobe online: rank(\d+): received (\d+) =", out)}
     for r, text in enumerate(texts):
