@@ -349,8 +349,9 @@ class Receiver:
             lost = len(conn.missing) + conn.untracked
             self.stats.lost += lost
         if lost:
+            asked = ", though ERROR asked for them again" if conn.asked else ""
             self.log(f"msprobe online: {conn.peer}: rank {conn.rank}: {lost} call(s) it numbered never arrived "
-                     f"({_numbers(conn.missing)}), though ERROR asked for them again: lost in the client")
+                     f"({_numbers(conn.missing)}){asked}: counted as lost")
         elif conn.asked:
             self.log(f"msprobe online: {conn.peer}: rank {conn.rank}: every call asked for again arrived")
         self._check_done()
