@@ -2,12 +2,14 @@
 own receiver (its twisted TCPServer, which runs on CPU even though its run_ut side needs a GPU):
 
 * receive: MB/s and calls/s of tensor payload a receiver takes (frames sent by a raw-socket process that reads
-  the acks; the receiving side drains its queue without checking);
+  the acks; the receiving side drains its queue without checking), ours and msprobe's run after one another,
+  --runs times; the median, and MB/s per second of the receiving process's CPU (one core's worth);
 * client: the training step's time with msprobe 8.1.2's client sending to our session, to msprobe's receiver,
-  and without msprobe (the Llama-style step of tests/data/online/msprobe81_client.py);
-* session: peak RSS of the session (queue 50) over that step, and every call accounted for with two ranks.
+  and without msprobe, interleaved (the MLP and the Llama-style step of tests/data/online/msprobe81_client.py);
+* session: peak RSS of the session (queue 50) over that step, and two ranks at once: what each client wrote
+  (counted in the client, --trace) against the session's per-rank received = checked + skipped + refused.
 
-    MSPROBE81_PYTHON=/path/to/venv-msprobe81/bin/python python benchmarks/bench_online.py [--quick]
+    MSPROBE81_PYTHON=/path/to/venv-msprobe81/bin/python python benchmarks/bench_online.py [--quick] [--runs 5]
 
 Without MSPROBE81_PYTHON only our receiver's figures are measured.
 
@@ -136,26 +138,24 @@ def step_times(text: str) -> list[float]:
     return [float(x) for x in match.group(1).split()] if match else []
 
 
-def run_client(python: str, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    out = subprocess.run([python, str(CLIENT), *args], cwd=cwd, capture_output=True, text=True, timeout=1800,
-                         env={**os.environ, **(env or {})})
+def run_client(python: str, args: list[str], cwd: Path) -> str:
+    out = subprocess.run([python, str(CLIENT), *args], cwd=cwd, capture_output=True, text=True, timeout=1800)
     text = out.stdout + out.stderr
     if "CLIENT DONE" not in text:
         raise RuntimeError(text[-3000:])
     return text
 
 
-def sent_calls(text: str) -> int:
-    dumped = re.findall(r"tools is dumping api: (\S+), rank", text)
-    unsaved = set(re.findall(r"\] (\S+) can not be saved, skip", text))
-    return sum(1 for d in dumped if d not in unsaved)
+def wire_calls(text: str) -> int:
+    """Calls the client wrote to its connection (--trace), each sequence number once (resends reuse it)."""
+    return len(set(re.findall(r"WIRE SEND CALL (\d+) ", text)))
 
 
-def session(cwd: Path, port: int, clients: int = 1, extra: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+def session(cwd: Path, port: int, clients: int = 1) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-online",
                              f"tcp://127.0.0.1:{port}", "--msprobe-online-clients", str(clients),
-                             "--msprobe-online-idle", "300", "--msprobe-out", "results", *extra],
+                             "--msprobe-online-idle", "300", "--msprobe-out", "results"],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -262,10 +262,116 @@ def workers_bench(opts: argparse.Namespace) -> None:
               f"{max(r[1][1] for r in runs):.0f} MiB summed, largest process {max(r[1][2] for r in runs):.0f} MiB")
 
 
+def cpu_name() -> str:
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = re.search(r"model name\s*:\s*(.+)", info)
+    bf16 = "yes" if "avx512_bf16" in info else "no"
+    return f"{model.group(1).strip() if model else 'unknown CPU'}, {os.cpu_count()} cores, avx512_bf16: {bf16}"
+
+
+def receive(python: str, runs: int, quick: bool) -> None:
+    size, count = 8 << 20, (32 if quick else 64)
+    ours, cores, theirs = [], [], []
+    for _ in range(runs):  # interleaved, so that the shared machine's load falls on both alike
+        seconds, cpu = receive_ours(size, count)
+        ours.append(size * count / seconds / 1e6)
+        cores.append(size * count / cpu / 1e6)
+        if python:
+            theirs.append(size * count / receive_msprobe(python, size, count) / 1e6)
+    print(f"receive: {count} frames of {size >> 20} MiB over loopback, {runs} runs ({cpu_name()})")
+    print(f"  ours:    median {statistics.median(ours):6.0f} MB/s (runs {' '.join(f'{x:.0f}' for x in ours)}); "
+          f"{statistics.median(cores):.0f} MB/s per second of the receiving process's CPU")
+    if theirs:
+        print(f"  msprobe: median {statistics.median(theirs):6.0f} MB/s (runs {' '.join(f'{x:.0f}' for x in theirs)})")
+    small, n = 64 << 10, 2000
+    ours_small, theirs_small = [], []
+    for _ in range(max(3, runs // 2)):
+        ours_small.append(n / receive_ours(small, n)[0])
+        if python:
+            theirs_small.append(n / receive_msprobe(python, small, n))
+    print(f"  {n} frames of 64 KiB: ours median {statistics.median(ours_small):.0f} calls/s "
+          f"(runs {' '.join(f'{x:.0f}' for x in ours_small)})" +
+          (f", msprobe median {statistics.median(theirs_small):.0f} calls/s "
+           f"(runs {' '.join(f'{x:.0f}' for x in theirs_small)})" if theirs_small else ""))
+
+
+def msprobe_receiver(python: str) -> tuple[subprocess.Popen[str], int]:
+    port = free_port()
+    server = subprocess.Popen([python, "-c", MSPROBE_RECEIVER, str(port)], stdout=subprocess.PIPE, text=True,
+                              stderr=subprocess.DEVNULL)
+    assert server.stdout is not None
+    server.stdout.readline()
+    time.sleep(1)
+    return server, port
+
+
+def client_steps(python: str, cwd: Path, model: str, steps: int, rounds: int) -> None:
+    """The training step's median time without msprobe, streaming to our session and to msprobe's receiver,
+    interleaved `rounds` times."""
+    args = ["--model", model, "--steps", str(steps)]
+    times: dict[str, list[float]] = {"without msprobe": [], "to our session": [], "to msprobe 8.1.2's receiver": []}
+    summary, rss, sent = "", 0.0, 0
+    for _ in range(rounds):
+        times["without msprobe"] += step_times(run_client(python, [*args, "--mode", "off"], cwd))
+        port = free_port()
+        proc = session(cwd, port)
+        wait_port(port)
+        text = run_client(python, [*args, "--mode", "tcp", "--port", str(port), "--trace"], cwd)
+        times["to our session"] += step_times(text)
+        sent = wire_calls(text)
+        out, rss = finish(proc)
+        summary = next((ln for ln in out.splitlines() if "received" in ln), out[-2000:])
+        server, port = msprobe_receiver(python)
+        times["to msprobe 8.1.2's receiver"] += step_times(run_client(python, [*args, "--mode", "tcp", "--port",
+                                                                               str(port)], cwd))
+        server.wait(120)
+    print(f"client step ({model}, {steps} step(s) x {rounds} rounds, {sent} calls per run): " +
+          ", ".join(f"{k} {statistics.median(v):.3f} s" for k, v in times.items() if v))
+    print(f"  our session: {summary}; peak RSS {rss:.0f} MiB (queue 50)")
+
+
+def two_ranks(python: str, cwd: Path, layers: int) -> None:
+    """Two ranks at once (gloo on CPU), each streaming its own Llama-style step to one session."""
+    port = free_port()
+    proc = session(cwd, port, clients=2)
+    wait_port(port)
+    init = f"file://{cwd / f'gloo_init_{port}'}"
+    # each client's output to a file: a pipe that is not read while the other client is waited for fills up
+    # (64 KiB, about 700 calls of msprobe's log), and the client then blocks in its logging, silently
+    logs = [cwd / f"client_rank{r}_{port}.log" for r in (0, 1)]
+    ranks = []
+    for r, log in enumerate(logs):
+        with log.open("w") as out:
+            ranks.append(subprocess.Popen([python, str(CLIENT), "--model", "llama", "--layers", str(layers), "--steps",
+                                           "1", "--mode", "tcp", "--port", str(port), "--world", "2", "--rank", str(r),
+                                           "--init", init, "--trace"], cwd=cwd, stdout=out, stderr=subprocess.STDOUT))
+    for p in ranks:
+        p.wait(timeout=1800)
+    texts = [log.read_text() for log in logs]
+    out, rss = finish(proc)
+    received = {int(r): int(n) for r, n in re.findall(r"msprobe online: rank(\d+): received (\d+) =", out)}
+    for r, text in enumerate(texts):
+        print(f"two ranks ({layers} layers): rank {r} wrote {wire_calls(text)} calls, the session received "
+              f"{received.get(r)}; the client's own drops after 60 s waits: "
+              f"{text.count('send_queue put send_data timeout')}")
+    for r, text in enumerate(texts):  # a client that went quiet: its state and stacks, as --trace printed them
+        stall = text[text.find("WIRE STALL"):] if "WIRE STALL" in text else ""
+        if stall:
+            print(f"  rank {r}: " + "\n    ".join(ln for ln in stall.splitlines()[:60] if not ln.startswith("WIRE ")
+                                                  or ln.startswith("WIRE STALL")))
+    print(f"  session peak RSS {rss:.0f} MiB")
+    for line in out.splitlines():
+        if line.startswith("msprobe online:") or line.startswith(("FAILED", "=")) and "passed" in line:
+            print("  " + line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runs", type=int, default=5, help="interleaved runs of each receive figure (median)")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the client-step comparison")
+    parser.add_argument("--only", choices=["receive", "client", "ranks"], default=None)
     parser.add_argument("--workers", type=int, nargs="*", default=None,
                         help="measure parallel checking with these --msprobe-online-workers values instead")
     parser.add_argument("--calls", type=int, default=60)
@@ -276,65 +382,19 @@ def main() -> None:
         workers_bench(opts)
         return
     python = os.environ.get("MSPROBE81_PYTHON", "")
-    size, count = 8 << 20, (32 if opts.quick else 128)
-    print(f"receive: {count} frames of {size >> 20} MiB over loopback (CPU: {os.cpu_count()} cores)")
-    for _ in range(1 if opts.quick else 3):
-        seconds, cpu = receive_ours(size, count)
-        print(f"  ours:    {size * count / seconds / 1e6:8.0f} MB/s  {count / seconds:7.1f} calls/s  "
-              f"(receiving process CPU {cpu:.2f} s for {seconds:.2f} s)")
-        if python:
-            seconds = receive_msprobe(python, size, count)
-            print(f"  msprobe: {size * count / seconds / 1e6:8.0f} MB/s  {count / seconds:7.1f} calls/s")
-    small = 64 << 10
-    seconds, _ = receive_ours(small, 2000)
-    print(f"  ours, 2000 frames of 64 KiB: {2000 / seconds:.0f} calls/s")
-    if python:
-        print(f"  msprobe, 2000 frames of 64 KiB: {2000 / receive_msprobe(python, small, 2000):.0f} calls/s")
+    if opts.only in (None, "receive"):
+        receive(python, opts.runs, opts.quick)
     if not python:
         print("MSPROBE81_PYTHON not set: no client figures")
         return
-
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
-        args = ["--model", "llama", "--steps", str(opts.steps)]
-        off = step_times(run_client(python, [*args, "--mode", "off"], cwd))
-        port = free_port()
-        proc = session(cwd, port)
-        wait_port(port)
-        text = run_client(python, [*args, "--mode", "tcp", "--port", str(port)], cwd)
-        ours = step_times(text)
-        out, rss = finish(proc)
-        summary = [ln for ln in out.splitlines() if "received" in ln]
-        print(f"client step (Llama-style, {opts.steps} steps, {sent_calls(text)} calls sent): "
-              f"without msprobe {statistics.median(off):.3f} s, to our session {statistics.median(ours):.3f} s")
-        print(f"  session: {summary[0] if summary else out[-2000:]}; peak RSS {rss:.0f} MiB (queue 50)")
-        port = free_port()
-        server = subprocess.Popen([python, "-c", MSPROBE_RECEIVER, str(port)], stdout=subprocess.PIPE, text=True,
-                                  stderr=subprocess.DEVNULL)
-        assert server.stdout is not None
-        server.stdout.readline()
-        time.sleep(1)
-        theirs = step_times(run_client(python, [*args, "--mode", "tcp", "--port", str(port)], cwd))
-        server.wait(120)
-        print(f"  to msprobe 8.1.2's receiver {statistics.median(theirs):.3f} s")
-
-        # two ranks at once (gloo on CPU), each streaming its own step to one session
-        port = free_port()
-        proc = session(cwd, port, clients=2)
-        wait_port(port)
-        init = f"file://{cwd / 'gloo_init'}"
-        ranks = [subprocess.Popen([python, str(CLIENT), "--model", "llama", "--steps", "1", "--mode", "tcp",
-                                   "--port", str(port), "--world", "2", "--rank", str(r), "--init", init], cwd=cwd,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
-        texts = [p.communicate(timeout=1800)[0] for p in ranks]
-        sent = [sent_calls(t) for t in texts]
-        dropped = [t.count("send_queue put send_data timeout") for t in texts]  # the client's own 60 s drops
-        out, rss = finish(proc)
-        print(f"two ranks: sent {sent[0]} + {sent[1]} calls (the client itself dropped {dropped[0]} + {dropped[1]} "
-              f"after 60 s waits); session peak RSS {rss:.0f} MiB")
-        for line in out.splitlines():
-            if line.startswith("msprobe online:") or line.startswith(("FAILED", "=")) and "passed" in line:
-                print("  " + line)
+        if opts.only in (None, "client"):
+            client_steps(python, cwd, "mlp", opts.steps, opts.rounds)
+            if not opts.quick:
+                client_steps(python, cwd, "llama", 1, 1)
+        if opts.only in (None, "ranks"):
+            two_ranks(python, cwd, 1 if opts.quick else 2)
 
 
 if __name__ == "__main__":

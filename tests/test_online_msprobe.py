@@ -5,7 +5,9 @@ own (it needs twisted, pyOpenSSL==24.2.1, cryptography<44, service_identity==24.
 
 Over TCP, TLS and nfs_path: every call the client sent is accounted for (its log names each call it sends or
 could not save); a gelu bug planted in the client's model fails exactly the gelu call; the online verdicts equal
-those of an offline replay of the same step recorded by the same client as an L1 tensor dump.
+those of an offline replay of the same step recorded by the same client as an L1 tensor dump. Two ranks at once
+(two client processes, gloo on CPU) each stream a Llama-style step of more than 400 calls to one session, and
+each rank's received count equals the calls its client wrote to its connection, counted inside the client.
 """
 from __future__ import annotations
 
@@ -123,3 +125,36 @@ def test_gpu_side_config_as_it_is(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=len(kept))
     result.stdout.fnmatch_lines([f"msprobe online: rank0: received {len(sent)} = checked {len(kept)} + skipped "
                                  f"{len(sent) - len(kept)} + refused 0"])
+
+
+def _wire(client: Client) -> int:
+    """Calls the client wrote to its connection, counted in the client (msprobe81_client.py --trace wraps its
+    send function): each sequence number once, as a resend reuses it."""
+    client.join(450)
+    out = client.output()
+    assert "CLIENT DONE" in out, out[-3000:]
+    return len(set(re.findall(r"WIRE SEND CALL (\d+) ", out)))
+
+
+@pytest.mark.slow
+def test_two_ranks_at_once_every_call_accounted(pytester: pytest.Pytester) -> None:
+    """Rank 1's client loses its frame 300 before the wire, as msprobe 8.1.2's client now and then does by
+    itself (its sending thread writes to twisted's buffer while the reactor thread swaps it): the session asks
+    for it again when the client stops, and the client sends it from its table of unacknowledged calls."""
+    port = free_port()
+    init = f"file://{pytester.path / 'gloo_init'}"
+    clients = [_client(pytester, "--mode", "tcp", "--port", str(port), "--model", "llama", "--layers", "1",
+                       "--world", "2", "--rank", str(rank), "--init", init, "--trace", *(["--lose", "300"] * rank),
+                       port=port) for rank in (0, 1)]
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-online-clients",
+                                          "2", *SAFETY)
+    wrote = [_wire(c) for c in clients]
+    assert min(wrote) >= 400, wrote
+    assert [len(_sent(c)) for c in clients] == wrote  # its log agrees: every call it dumped went out
+    result.stdout.fnmatch_lines([f"msprobe online: rank{rank}: received {n} = checked * + skipped * + refused 0"
+                                 for rank, n in enumerate(wrote)])
+    assert "WIRE LOST 300" in clients[1].output()
+    result.stdout.fnmatch_lines(["msprobe online: *: rank 1 stopped with * call(s) it numbered never received *",
+                                 "msprobe online: *: rank 1: every call asked for again arrived"])
+    assert "lost by a client" not in result.stdout.str()
+    assert result.ret == 0

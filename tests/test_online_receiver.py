@@ -122,6 +122,25 @@ def test_full_queue_answers_busy_then_ok_when_there_is_room() -> None:
     receiver.close()
 
 
+def test_room_coming_soon_gets_no_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """msprobe 8.1.2's client spends 0.1 s on every ack it reads: a queue that is full for a moment (the
+    session finishing a check) holds the frame without BUSY_, which would only slow the training step."""
+    from pytest_msprobe.online import receiver as module
+
+    monkeypatch.setattr(module, "BUSY_AFTER_S", 5.0)  # far longer than the test needs, even on a loaded machine
+    receiver = _start(queue_size=1)
+    body = encode(_call())
+    with _connect(receiver) as sock:
+        sock.sendall(protocol.frame(body, 0))
+        assert _ack(sock)[0] == protocol.OK
+        sock.sendall(protocol.frame(body, 1))
+        time.sleep(0.1)
+        receiver.calls.get(timeout=5)  # room within BUSY_AFTER_S
+        assert _ack(sock) == (protocol.OK, 1, 0, 0)
+    assert receiver.calls.get(timeout=5).sequence == 1
+    receiver.close()
+
+
 def test_oversized_frame_refused_unread_and_other_connections_go_on() -> None:
     receiver = _start(max_frame=1000)
     with _connect(receiver) as other, _connect(receiver) as sock:
@@ -167,6 +186,90 @@ def test_stop_gets_over_then_kill_when_every_client_stopped() -> None:
         assert _ack(b)[0] == protocol.OVER
         assert _ack(a)[0] == _ack(b)[0] == protocol.KILL  # no repeats after OVER_: a stopped client is quiet
     assert receiver.finished.wait(5) and receiver.stats.stopped_ranks == {0, 1}
+    receiver.close()
+
+
+def test_a_call_the_client_numbered_but_never_sent_is_asked_for_again_at_stop() -> None:
+    """msprobe 8.1.2's client sometimes loses a frame in its own twisted buffer (it writes from a thread that
+    races the reactor) and never resends it by itself: the receiver sees the gap in its sequence numbers and,
+    when the client stops, answers ERROR for the missing number, which makes the client send it again."""
+    receiver = _start()
+    with _connect(receiver) as sock:
+        for sequence in (0, 2):  # 1 never comes
+            sock.sendall(protocol.frame(encode(_call(rank=1, step=0)), sequence, rank=1))
+            assert _ack(sock) == (protocol.OK, sequence, 1, 0)
+        sock.sendall(protocol.frame(protocol.STOP, 3))  # msprobe's client gives its STOP_ frames rank 0, step 0
+        assert _ack(sock) == (protocol.ERROR, 1, 1, 0)  # the rank and step of the calls: the client's key
+        assert _ack(sock) == (protocol.OVER, 3, 0, 0)
+        time.sleep(0.2)
+        assert not receiver.finished.is_set()  # waiting for the call it asked for
+        sock.sendall(protocol.frame(encode(_call(rank=1, step=0)), 1, rank=1))  # the client's resend
+        assert _ack(sock) == (protocol.OK, 1, 1, 0)
+        sock.sendall(protocol.frame(protocol.STOP, 4))  # msprobe's client repeats STOP_ every 2 s
+        assert _ack(sock) == (protocol.OVER, 4, 0, 0)
+        assert _ack(sock)[0] == protocol.KILL
+    assert receiver.finished.wait(5) and receiver.stats.lost == 0
+    assert sorted(receiver.calls.get(timeout=5).sequence for _ in range(3)) == [0, 1, 2]
+    assert any("asked for them again" in line for line in receiver.stats.lines)
+    receiver.close()
+
+
+def test_calls_still_missing_after_two_asks_are_counted_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_msprobe.online import receiver as module
+
+    monkeypatch.setattr(module, "ASK_AGAIN_S", 0.0)
+    monkeypatch.setattr(module, "GAP_WAIT_S", 3.0)
+    receiver = _start()
+    with _connect(receiver) as sock:
+        sock.sendall(protocol.frame(encode(_call(rank=2, step=0)), 0, rank=2))
+        sock.sendall(protocol.frame(encode(_call(rank=2, step=1)), 3, rank=2, step=1))  # 1, 2 lost at a step change
+        assert [_ack(sock)[:2] for _ in range(2)] == [(protocol.OK, 0), (protocol.OK, 3)]
+        for stop in (4, 5):
+            sock.sendall(protocol.frame(protocol.STOP, stop))
+            # each missing number with both steps it may carry: the client's table is keyed by all three
+            assert {_ack(sock) for _ in range(4)} == {(protocol.ERROR, s, 2, t) for s in (1, 2) for t in (0, 1)}
+            assert _ack(sock) == (protocol.OVER, stop, 0, 0)
+        sock.sendall(protocol.frame(protocol.STOP, 6))  # no third ERROR: msprobe's client would crash
+        assert _ack(sock) == (protocol.OVER, 6, 0, 0)
+        assert not receiver.finished.is_set()  # still waiting, GAP_WAIT_S from the first ask
+        assert _ack(sock)[0] == protocol.KILL
+    assert receiver.finished.wait(5) and receiver.stats.lost == 2
+    assert any("rank 2: 2 call(s) it numbered never arrived (sequence 1, 2)" in line for line in receiver.stats.lines)
+    receiver.close()
+
+
+def test_a_client_stopping_once_with_a_gap_is_done_after_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_msprobe.online import receiver as module
+
+    monkeypatch.setattr(module, "GAP_WAIT_S", 0.3)
+    receiver = _start()
+    with _connect(receiver) as sock:
+        sock.sendall(protocol.frame(encode(_call()), 1))  # 0 never came
+        assert _ack(sock)[0] == protocol.OK
+        sock.sendall(protocol.frame(protocol.STOP, 2))
+        assert _ack(sock) == (protocol.ERROR, 0, 0, 0)
+        assert _ack(sock)[0] == protocol.OVER
+        assert receiver.finished.wait(5) and receiver.stats.lost == 1
+    receiver.close()
+
+
+@pytest.mark.parametrize("size", [1, 100_000, 300_000, 3_000_000])
+def test_frames_of_every_size_back_to_back_arrive_whole(size: int) -> None:
+    """Many frames written at once (several per read for small ones, one larger than the read buffer): each
+    body arrives whole and in order, and a bad CRC among them is still caught."""
+    receiver = _start(queue_size=64, max_frame=4 << 20)
+    bodies = [os.urandom(size) for _ in range(6)]
+    wire = [protocol.frame(body, i) for i, body in enumerate(bodies)]
+    broken = bytearray(wire[3])
+    broken[-1] ^= 1
+    wire[3] = bytes(broken)
+    with _connect(receiver) as sock:
+        sock.sendall(b"".join(wire))
+        acks = [_ack(sock) for _ in range(6)]
+        assert [a[:2] for a in acks] == [(protocol.OK, 0), (protocol.OK, 1), (protocol.OK, 2), (protocol.ERROR, 3),
+                                         (protocol.OK, 4), (protocol.OK, 5)]
+    got = [receiver.calls.get(timeout=5) for _ in range(5)]
+    assert [bytes(c.body) for c in got] == [b for i, b in enumerate(bodies) if i != 3]
     receiver.close()
 
 

@@ -162,8 +162,8 @@ class OnlineSession:
             if self.pool is not None:
                 self.pool.close()
         refused = sum(sum(c.refused.values()) for c in self.counts.values())
-        if refused or self.idle_ended:
-            session.testsfailed += 1  # refused calls or a client that never stopped: the gate is not green
+        if refused or self.idle_ended or self.receiver.stats.lost:
+            session.testsfailed += 1  # refused or lost calls, or a client that never stopped: not green
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -332,6 +332,7 @@ class OnlineSession:
         lines += stats.lines[-20:]  # bad peers and refused frames, as logged while they happened
         extra = [f"{k} {v}" for k, v in (("connections", stats.connections), ("CRC errors resent", stats.crc_errors),
                                           ("duplicates dropped", stats.duplicates),
+                                          ("calls lost by a client", stats.lost),
                                           ("frames refused unread", stats.refused_frames),
                                           ("connections ended on bad input", stats.dropped)) if v]
         if extra:

@@ -32,6 +32,12 @@ parser.add_argument("--hidden", type=int, default=64)
 parser.add_argument("--rank", type=int, default=-1, help="with --world 2: this process's rank (gloo on CPU)")
 parser.add_argument("--world", type=int, default=1)
 parser.add_argument("--init", default="")
+parser.add_argument("--layers", type=int, default=2)
+parser.add_argument("--trace", action="store_true", help="log each frame the client writes and each ack it reads")
+parser.add_argument("--lose", type=int, default=-1, metavar="SEQUENCE",
+                    help="with --trace: the first write of this frame goes nowhere, as when the client's sending thread "
+                         "races its reactor thread (twisted's write buffer is swapped under it) and the frame is lost "
+                         "before the wire; it stays in the client's table of unacknowledged calls")
 args = parser.parse_args()
 
 if args.bug:
@@ -53,6 +59,63 @@ if args.world > 1:
     dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world)
 
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402 - after the planted bug, as a model's own code
+
+if args.trace:
+    # What the client itself puts on the wire, counted on its side (not the receiver's): each frame handed to
+    # its send function (WIRE SEND), the bytes its reactor gave the kernel (WIRE TOTAL), each ack it read (WIRE
+    # ACK, assuming acks are not split across reads), and, when it sent nothing for 20 s, its state and stacks.
+    import faulthandler
+    import threading
+
+    from msprobe.pytorch.api_accuracy_checker.tensor_transport_layer import client as _client
+    from twisted.internet import tcp as _tcp
+
+    _wire = {"queued": 0, "written": 0, "last": time.monotonic()}
+    _send, _received = _client.ClientProtocol.send_wrapped_data, _client.ClientProtocol.dataReceived
+    _write_some, _tcp_init = _tcp.Connection.writeSomeData, _client.TCPClient.__init__
+
+    def write_some(self, data):
+        n = _write_some(self, data)
+        if isinstance(n, int) and n > 0:
+            _wire["written"] += n
+        return n
+
+    def send_wrapped_data(self, data, sequence_number=0, rank=0, step=0):
+        kind = "STOP" if data == b"STOP_" else "CALL"
+        _wire["queued"] += 32 + (8 if self.check_sum else 0) + len(data)
+        _wire["last"] = time.monotonic()
+        print(f"WIRE SEND {kind} {sequence_number} {rank} {step} {len(data)}", file=sys.stderr, flush=True)
+        if sequence_number == args.lose and kind == "CALL":
+            args.lose = -1
+            _wire["queued"] -= 32 + (8 if self.check_sum else 0) + len(data)
+            print(f"WIRE LOST {sequence_number}", file=sys.stderr, flush=True)
+            return None
+        return _send(self, data, sequence_number=sequence_number, rank=rank, step=step)
+
+    def data_received(self, data):
+        for i in range(0, len(data) - 28, 29):
+            print(f"WIRE ACK {data[i:i + 5].decode(errors='replace')} {int.from_bytes(data[i + 5:i + 13], 'big')}",
+                  file=sys.stderr, flush=True)
+        return _received(self, data)
+
+    def tcp_init(self, *a, **k):
+        _tcp_init(self, *a, **k)
+
+        def watch():
+            while time.monotonic() - _wire["last"] < 20:
+                time.sleep(2)
+            p = self.tcp_manager
+            print(f"WIRE STALL unacknowledged {sorted(self.resend_dict)} send_queue {self.send_queue.qsize()} "
+                  f"ack_queue {p.ack_queue.qsize()} defer_called {getattr(p.defer, 'called', None)} "
+                  f"queued {_wire['queued']} written {_wire['written']}", file=sys.stderr, flush=True)
+            faulthandler.dump_traceback(file=sys.stderr)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    _tcp.Connection.writeSomeData = write_some
+    _client.ClientProtocol.send_wrapped_data = send_wrapped_data
+    _client.ClientProtocol.dataReceived = data_received
+    _client.TCPClient.__init__ = tcp_init
 
 
 class RMSNorm(torch.nn.Module):
@@ -104,7 +167,7 @@ class Llama(torch.nn.Module):
 
 torch.manual_seed(0)
 if args.model == "llama":
-    model = Llama(dim=args.hidden)
+    model = Llama(dim=args.hidden, layers=args.layers)
     tokens = torch.randint(0, 128, (2, 16))
     inputs, target = tokens[:, :-1], tokens[:, 1:]
 
@@ -145,6 +208,8 @@ for step in range(args.steps + 1):  # the extra start() sees step > max(step) an
     if debugger is not None:
         debugger.stop()
         debugger.step()
+if args.trace:
+    print(f"WIRE TOTAL queued {_wire['queued']} written {_wire['written']}", file=sys.stderr, flush=True)
 print("STEP_SECONDS", " ".join(f"{s:.4f}" for s in step_seconds))
 print("CLIENT DONE", flush=True)
 sys.stdout.flush()
