@@ -16,7 +16,8 @@ import sys
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from ..compiled import compiled
 
 # below it numpy's own draw is as fast (the generator's state is read and set here); a big-endian machine
 # (none that torch ships wheels for) would split the words in the other order, so it keeps numpy's draw
@@ -25,7 +26,7 @@ _BLOCK = 16384  # float32 values per block of a bfloat16 fill (64 KiB)
 _SCALE = np.float32(1.0 / 16777216.0)  # numpy's next_float: the top 24 bits of a 32-bit word, times 2**-24
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _fill_f32(words: Any, span: Any, lo: Any, hi: Any, out: Any) -> None:
     """out[i] = min(u_i * span + lo, hi) in float32, u_i from the 32-bit word words[i] as numpy makes it."""
     for i in range(out.shape[0]):
@@ -33,7 +34,7 @@ def _fill_f32(words: Any, span: Any, lo: Any, hi: Any, out: Any) -> None:
         out[i] = x if x < hi else hi
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _round_bf16(values: Any, out: Any) -> None:
     """The bits of each float32 value rounded to bfloat16 (to nearest, ties to even, as torch rounds a
     finite float32)."""
@@ -43,7 +44,7 @@ def _round_bf16(values: Any, out: Any) -> None:
         out[i] = (b + ((b >> 16) & 1) + 0x7FFF) >> 16
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@compiled
 def _fill_bf16(words: Any, span: Any, lo: Any, hi: Any, out: Any) -> None:
     """As _fill_f32, rounded to bfloat16 and stored as 16 bits, a block at a time through a float32
     buffer kept in cache (two functions: one loop that writes the buffer and reads its bits does not

@@ -11,20 +11,12 @@ Imported on the first check, never at collection; the compiled code is cached on
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar, cast
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def compiled(fn: _F) -> _F:
-    """numba's njit with IEEE arithmetic (no fastmath), numpy's error model (x / 0 is inf, not an
-    exception), no GIL (a helper thread may run a check beside the item's thread), and the compiled code
-    cached on disk (numba's cache: __pycache__ beside this file, else NUMBA_CACHE_DIR or ~/.cache)."""
-    return cast(_F, njit(cache=True, nogil=True, error_model="numpy")(fn))
-
+from ..compiled import compiled
 
 _PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
 

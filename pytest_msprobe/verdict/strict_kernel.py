@@ -13,19 +13,11 @@ its on-disk cache (`cache=True`) costs a fraction of a second once per process.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, TypeVar, cast
+from typing import Any
 
 import numpy as np
-from numba import njit
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def compiled(fn: _F) -> _F:
-    """numba's njit with IEEE arithmetic (no fastmath), numpy's error model (x / 0 is inf, not an
-    exception), no GIL (the helper thread runs a check beside the item's thread), and the compiled code
-    cached on disk (numba's cache: __pycache__ beside this file, else NUMBA_CACHE_DIR or ~/.cache)."""
-    return cast(_F, njit(cache=True, nogil=True, error_model="numpy")(fn))
+from ..compiled import compiled
 
 _PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
