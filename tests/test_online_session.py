@@ -230,8 +230,10 @@ def test_ctrl_c_writes_the_results_so_far(pytester: pytest.Pytester, workers: st
     port = free_port()
     session = subprocess.Popen([sys.executable, "-m", "pytest", "--msprobe-online", f"tcp://127.0.0.1:{port}",
                                 "-p", "no:cacheprovider", "--msprobe-online-workers", workers], cwd=pytester.path,
-                               env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               # as in a terminal: a run started in the background (nohup, `&`) ignores SIGINT,
+                               # and its children inherit that
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     client = Client([sys.executable, "-c", _HALF_CLIENT, str(port)], port, pytester.path, _env(), timeout=150)
     client.start()
     deadline = time.monotonic() + 120
