@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CLIENT = ROOT / "tests" / "data" / "online" / "msprobe81_client.py"
 
+from benchmarks.verify_strict_kernel import _cpu  # noqa: E402  (the CPU model and native bf16, as every benchmark prints it)
 from tests.online_helpers import free_port, wait_for_port  # noqa: E402  (the tests' own port helpers)
 
 SENDER = r'''
@@ -262,13 +263,6 @@ def workers_bench(opts: argparse.Namespace) -> None:
               f"{max(r[1][1] for r in runs):.0f} MiB summed, largest process {max(r[1][2] for r in runs):.0f} MiB")
 
 
-def cpu_name() -> str:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = re.search(r"model name\s*:\s*(.+)", info)
-    bf16 = "yes" if "avx512_bf16" in info else "no"
-    return f"{model.group(1).strip() if model else 'unknown CPU'}, {os.cpu_count()} cores, avx512_bf16: {bf16}"
-
-
 def receive(python: str, runs: int, quick: bool) -> None:
     size, count = 8 << 20, (32 if quick else 64)
     ours, cores, theirs = [], [], []
@@ -278,7 +272,7 @@ def receive(python: str, runs: int, quick: bool) -> None:
         cores.append(size * count / cpu / 1e6)
         if python:
             theirs.append(size * count / receive_msprobe(python, size, count) / 1e6)
-    print(f"receive: {count} frames of {size >> 20} MiB over loopback, {runs} runs ({cpu_name()})")
+    print(f"receive: {count} frames of {size >> 20} MiB over loopback, {runs} runs ({_cpu()}, {os.cpu_count()} cores)")
     print(f"  ours:    median {statistics.median(ours):6.0f} MB/s (runs {' '.join(f'{x:.0f}' for x in ours)}); "
           f"{statistics.median(cores):.0f} MB/s per second of the receiving process's CPU")
     if theirs:
