@@ -112,9 +112,9 @@ def two_ranks_same_names(pytester: pytest.Pytester) -> None:
 
 
 def strict_warm_up() -> None:
-    """One strict check and one of msprobe's metrics of a tiny output of each device dtype: imports numba
-    and loads (or compiles, once per machine) the kernels' signatures, so no test's item pays for it
-    inside a timeout."""
+    """One strict check and one of msprobe's metrics of a tiny output of each device dtype, and the random
+    draw: imports numba and loads (or compiles, once per machine) the kernels' signatures, so no test's item
+    pays for it inside a timeout."""
     import numpy as np
 
     from pytest_msprobe.specs.loader import load_specs
@@ -130,14 +130,6 @@ def strict_warm_up() -> None:
         # and msprobe's metrics' pass (metrics/kernel.py), of each bench dtype it is compiled for
         b = bench.astype(np.float32 if dtype == "torch.bfloat16" else np.float64)
         standards.compare_tensor("warm", b, device, bench_dtype=str(b.dtype), device_dtype=dtype, api_name="add")
-    draw_warm_up()
+    from pytest_msprobe.check.compare import warm_up
 
-
-def draw_warm_up() -> None:
-    """The compiled random draw (inputs/draw.py) of each output kind, for the same reason."""
-    import numpy as np
-
-    from pytest_msprobe.inputs.draw import uniform_into
-
-    for holder in (np.uint16, np.float32):
-        uniform_into(np.random.default_rng(0), np.empty(8, holder), -1.0, 1.0)
+    warm_up("strict")  # and the compiled random draw, as each process does before its first item
