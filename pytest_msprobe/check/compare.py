@@ -191,10 +191,9 @@ def warm_up(standard: str) -> None:
     _WARM.append(True)
     import numpy as np
 
-    from ..inputs.draw import uniform_into
+    from ..inputs.draw import warm_up as warm_draw
 
-    for holder in (np.uint16, np.float32):  # bf16 and fp16/fp32 draws
-        uniform_into(np.random.default_rng(0), np.empty(8, holder), -1.0, 1.0)
+    warm_draw()
 
     values = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
     dtype = "torch.bfloat16"

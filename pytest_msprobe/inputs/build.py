@@ -1,9 +1,10 @@
 """Rebuilding a recorded call's arguments: random from statistics, or the saved tensors.
 
 Random tensors keep msprobe's contract (the recorded Min sits at flat index 0 and Max at the
-last index). They are drawn in float32 (float64 for float64 tensors) and rounded once to the target
-dtype: 5-10x faster than the earlier float64 draw and cast, without a float64 copy; a range wider
-than the dtype's largest value is drawn as a convex combination in float64, so it cannot overflow.
+last index). Floats are drawn in float32 (float64 for float64 tensors) and rounded once to the target
+dtype; a range wider than the dtype's largest value is drawn as a convex combination in float64, so it
+cannot overflow. Every value (floats, integers, bools) comes from the counter-based generator of
+inputs/draw.py: one stream per random tensor, fixed by the item's seed and the tensor's place in the call.
 Non-finite statistics no longer turn a whole tensor into NaN/inf: finite values are drawn and the
 non-finite ones are planted at fixed positions.
 """
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
 
 from ..dump.reader import Dump, resolve_tensor_path
 from ..helper import helper
-from .draw import MIN_ELEMENTS, uniform_into
+from .draw import integers_into, tensor_key, uniform_16, uniform_into
 
 TENSOR_TYPES = (
     "torch.Tensor",
@@ -57,7 +58,7 @@ class BuildContext:
     notes: list[str] = field(default_factory=list)
     loaded_files: int = 0
     devices: set[str] = field(default_factory=set)  # device types of the loaded .pt files' storages ("npu", "cpu")
-    rng: np.random.Generator | None = None  # float draws (_uniform), seeded from `generator`
+    draws: int = 0  # random tensors drawn so far: the next one's stream is the next of `generator`'s seed
     threads: int = 1  # threads that draw a large tensor (CheckOptions.work_threads: this one and the helper);
     # the values do not depend on it
 
@@ -249,7 +250,7 @@ def _random(
         hi = max(hi, lo)
     if dtype == torch.bool:
         low, high = sorted((int(lo), int(hi)))
-        flat = torch.randint(low, high + 1, (numel,), generator=ctx.generator) > 0
+        flat = _integers(numel, low, high, ctx, where, as_bool=True)
         flat[0], flat[-1] = bool(lo), bool(hi)
         return flat.reshape(shape)
     if dtype.is_complex:
@@ -258,7 +259,7 @@ def _random(
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise InputError(f"{where}: integer tensor with non-finite statistics Min={lo} Max={hi}")
         low, high = sorted((math.floor(lo), math.floor(hi)))
-        flat = torch.randint(low, high + 1, (numel,), generator=ctx.generator, dtype=torch.int64)
+        flat = _integers(numel, low, high, ctx, where)
         flat[0], flat[-1] = math.floor(lo), math.floor(hi)
         return flat.reshape(shape).to(dtype)
     return _random_float(leaf, ctx, where, dtype, shape, lo, hi)
@@ -310,61 +311,60 @@ def _random_float(
 
 
 def _uniform(numel: int, dtype: torch.dtype, lo: float, hi: float, ctx: BuildContext) -> torch.Tensor:
-    """`numel` values in [lo, hi] of `dtype`, computed in float32 (float64 for float64) and rounded once.
-
-    numpy's PCG64 draws float32 about 3x faster than torch's generator; it is seeded from the item's
-    torch generator, so the values depend only on the item's seed. A tensor of more than _CHUNK elements
-    is drawn in chunks, each from its own generator spawned from one draw of the item's: the values do
-    not depend on which thread draws a chunk, so ctx.threads threads may (numpy and torch free the GIL).
-    A float32, float16 or bfloat16 part of MIN_ELEMENTS or more is drawn by the compiled pass of
-    inputs/draw.py, which gives the same values in one pass (1.6 ns per bf16 element instead of 2.6).
-    """
-    if ctx.rng is None:
-        ctx.rng = np.random.default_rng(ctx.generator.initial_seed())
-    chunks = max(1, -(-numel // _CHUNK))
-    rngs = [ctx.rng] if chunks == 1 else [  # spawning costs ~65 us: only for tensors of a million elements
-        np.random.Generator(np.random.PCG64(seed))
-        for seed in np.random.SeedSequence(int(ctx.rng.integers(1 << 63))).spawn(chunks)]
+    """`numel` values in [lo, hi] of `dtype`, computed in float32 (float64 for float64) and rounded once,
+    from the next stream of the item (inputs/draw.py: element i of a stream depends only on the stream's key
+    and i). A range too wide for hi - lo is drawn in float64 as a convex combination, so it cannot overflow."""
+    key = _next_key(ctx)
     narrow = hi - lo <= torch.finfo(dtype).max / 2  # else hi - lo overflows
     result = torch.empty(numel, dtype=dtype)
-    direct = narrow and dtype in (torch.float32, torch.float64)  # drawn into the result itself
+    if not narrow and dtype != torch.float64:
+        wide = np.empty(numel, np.float64)
+        _fill(numel, ctx, lambda start, stop: uniform_into(key, start, wide[start:stop], lo, hi, wide=True))
+        return result.copy_(torch.from_numpy(wide))  # rounded once to dtype
+    if dtype in (torch.bfloat16, torch.float16):
+        bits = result.view(torch.uint16).numpy()
+        half = dtype == torch.float16
+        _fill(numel, ctx, lambda start, stop: uniform_16(key, start, bits[start:stop], lo, hi, half=half))
+        return result
+    direct = dtype in (torch.float32, torch.float64)  # else (a float type numpy lacks) through a float32 buffer
+    out = result.numpy() if direct else np.empty(numel, np.float32)
+    _fill(numel, ctx, lambda start, stop: uniform_into(key, start, out[start:stop], lo, hi, wide=not narrow))
+    return result if direct else result.copy_(torch.from_numpy(out))
 
-    def fill(j: int) -> None:
-        start, stop = j * _CHUNK, min(numel, (j + 1) * _CHUNK)
-        part = result if chunks == 1 else result[start:stop]
-        if narrow and dtype != torch.float64 and stop - start >= MIN_ELEMENTS:  # the same values, compiled
-            bits = dtype == torch.bfloat16  # written as bfloat16 bits; float16 through a float32 buffer
-            out = part.view(torch.uint16).numpy() if bits else part.numpy() if direct else \
-                np.empty(stop - start, np.float32)
-            uniform_into(rngs[j], out, lo, hi)
-            if not (bits or direct):
-                part.copy_(torch.from_numpy(out))  # rounded once to dtype
-            return
-        u: Any = part.numpy() if direct else \
-            np.empty(stop - start, np.float32 if narrow and dtype != torch.float64 else np.float64)
-        rngs[j].random(dtype=u.dtype, out=u)
-        if narrow:
-            u *= hi - lo
-            u += lo  # lo + a non-negative number never rounds below lo ...
-            np.minimum(u, hi, out=u)  # ... but may round above hi
-        else:  # a convex combination in float64 cannot overflow, even for a range that wide
-            np.clip(u * hi + (1.0 - u) * lo, lo, hi, out=u)
-        if not direct:
-            part.copy_(torch.from_numpy(u))  # rounded once to dtype
 
+def _integers(numel: int, low: int, high: int, ctx: BuildContext, where: str, *, as_bool: bool = False) -> torch.Tensor:
+    """`numel` integers in [low, high] (int64), or whether each is > 0 (bool), from the item's next stream."""
+    if low < -(1 << 63) or high >= 1 << 63:
+        raise InputError(f"{where}: integer statistics Min={low} Max={high} are beyond int64; the dump is corrupt")
+    key = _next_key(ctx)
+    result = torch.empty(numel, dtype=torch.bool if as_bool else torch.int64)
+    out = result.numpy()
+    _fill(numel, ctx, lambda start, stop: integers_into(key, start, out[start:stop], low, high))
+    return result
+
+
+def _next_key(ctx: BuildContext) -> int:
+    """The stream key of the item's next random tensor (the n-th of the context's generator seed)."""
+    ctx.draws += 1
+    return tensor_key(ctx.generator.initial_seed(), ctx.draws - 1)
+
+
+def _fill(numel: int, ctx: BuildContext, fill: Callable[[int, int], None]) -> None:
+    """fill(start, stop) over [0, numel) in chunks of _CHUNK elements; with ctx.threads > 1 the helper thread
+    takes chunks beside this one (the values do not depend on which thread fills a chunk)."""
+    chunks = max(1, -(-numel // _CHUNK))
     todo = iter(range(chunks))  # both threads take the next chunk from it (atomic under the GIL)
 
     def fill_rest() -> None:
         for j in todo:
-            fill(j)
+            fill(j * _CHUNK, min(numel, (j + 1) * _CHUNK))
 
     # the helper joins in when it is free; when it is busy (building the next item's inputs) this thread
-    # draws every chunk, and the helper's turn, not started yet, is cancelled
+    # fills every chunk, and the helper's turn, not started yet, is cancelled
     joined = helper().submit(fill_rest) if ctx.threads > 1 and chunks > 1 else None
     fill_rest()
     if joined is not None and not joined.cancel():
-        joined.result()  # the chunk the helper is drawing
-    return result
+        joined.result()  # the chunk the helper is filling
 
 
-_CHUNK = 1 << 20  # elements per generator of a large tensor
+_CHUNK = 1 << 20  # elements a thread fills at a time (a larger tensor may be shared with the helper thread)
