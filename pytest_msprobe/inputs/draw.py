@@ -64,7 +64,10 @@ def _word(key: Any, i: Any) -> Any:
 
 @compiled
 def _fill_f32(key: Any, first: Any, span: Any, lo: Any, hi: Any, out: Any) -> None:
-    """out[j] = min(u * span + lo, hi) in float32 for element first + j."""
+    """out[j] = min(u * span + lo, hi) in float32 for element first + j (key: the uint64 key as an int64,
+    the bounds as float64 numbers: numba's dispatch of plain Python numbers costs 10x less than of numpy
+    scalars)."""
+    key, span, lo, hi = np.uint64(key), np.float32(span), np.float32(lo), np.float32(hi)
     for j in range(out.shape[0]):
         x = np.float32(_word(key, first + j) >> _S40) * _SCALE24 * span + lo
         out[j] = x if x < hi else hi
@@ -74,7 +77,7 @@ def _fill_f32(key: Any, first: Any, span: Any, lo: Any, hi: Any, out: Any) -> No
 def _fill_f64(key: Any, first: Any, lo: Any, hi: Any, wide: Any, out: Any) -> None:
     """out[j] in float64 for element first + j: min(u * (hi - lo) + lo, hi), or for a `wide` range the
     convex combination clipped to [lo, hi]."""
-    span = hi - lo
+    key, span = np.uint64(key), hi - lo
     for j in range(out.shape[0]):
         u = np.float64(_word(key, first + j) >> _S11) * _SCALE53
         x = u * hi + (1.0 - u) * lo if wide else u * span + lo
@@ -112,6 +115,7 @@ def _fill_16(key: Any, first: Any, span: Any, lo: Any, hi: Any, half: Any, out: 
     """As _fill_f32, rounded to bfloat16 (or float16 when `half`) and stored as 16 bits, a block at a time
     through a float32 buffer kept in cache (one loop that writes the buffer and reads its bits does not
     vectorise, and ran 3x slower)."""
+    span, lo, hi = np.float32(span), np.float32(lo), np.float32(hi)
     block = np.empty(_BLOCK, dtype=np.float32)
     n = out.shape[0]
     for start in range(0, n, _BLOCK):
@@ -139,6 +143,7 @@ def _bounded(word: Any, span: Any) -> Any:
 @compiled
 def _fill_int(key: Any, first: Any, low: Any, span: Any, out: Any) -> None:
     """out[j] = low + floor(word * span / 2**64) for element first + j, in int64 (two's complement)."""
+    key, low, span = np.uint64(key), np.uint64(low), np.uint64(span)
     for j in range(out.shape[0]):
         out[j] = np.int64(low + _bounded(_word(key, first + j), span))
 
@@ -146,6 +151,7 @@ def _fill_int(key: Any, first: Any, low: Any, span: Any, out: Any) -> None:
 @compiled
 def _fill_bool(key: Any, first: Any, low: Any, span: Any, out: Any) -> None:
     """out[j] = (low + floor(word * span / 2**64)) > 0 for element first + j."""
+    key, low, span = np.uint64(key), np.uint64(low), np.uint64(span)
     for j in range(out.shape[0]):
         out[j] = np.int64(low + _bounded(_word(key, first + j), span)) > 0
 
@@ -154,11 +160,10 @@ def uniform_into(key: int, first: int, out: Any, lo: float, hi: float, *, wide: 
     """Fill the float32 or float64 array `out` with elements first, first + 1, ... of stream `key` in
     [lo, hi] (16-bit dtypes: uniform_16). A `wide` range (hi - lo beyond the dtype's largest value) is drawn
     into a float64 `out`."""
-    k, f = np.uint64(key), np.int64(first)
     if out.dtype == np.float64:
-        _fill_f64(k, f, np.float64(lo), np.float64(hi), wide, out)
+        _fill_f64(_signed(key), first, float(lo), float(hi), wide, out)
     elif out.dtype == np.float32:
-        _fill_f32(k, f, np.float32(hi - lo), np.float32(lo), np.float32(hi), out)
+        _fill_f32(_signed(key), first, float(hi - lo), float(lo), float(hi), out)
     else:
         raise TypeError(f"uniform_into fills float32 or float64, not {out.dtype}")
 
@@ -166,13 +171,19 @@ def uniform_into(key: int, first: int, out: Any, lo: float, hi: float, *, wide: 
 def uniform_16(key: int, first: int, out: Any, lo: float, hi: float, *, half: bool) -> None:
     """Fill the uint16 array `out` with the bits of elements first, ... of stream `key` in [lo, hi], as
     float16 (`half`) or bfloat16, drawn in float32 and rounded once."""
-    _fill_16(np.uint64(key), np.int64(first), np.float32(hi - lo), np.float32(lo), np.float32(hi), half, out)
+    _fill_16(_signed(key), first, float(hi - lo), float(lo), float(hi), half, out)
 
 
 def integers_into(key: int, first: int, out: Any, low: int, high: int) -> None:
     """Fill the int64 (or bool: value > 0) array `out` with integers in [low, high], both within int64."""
     fill = _fill_bool if out.dtype == np.bool_ else _fill_int
-    fill(np.uint64(key), np.int64(first), np.uint64(low & _MASK), np.uint64((high - low + 1) & _MASK), out)
+    fill(_signed(key), first, _signed(low), _signed(high - low + 1), out)
+
+
+def _signed(value: int) -> int:
+    """`value` mod 2**64 as a signed 64-bit number (the compiled passes take it back as uint64)."""
+    value &= _MASK
+    return value - (1 << 64) if value >> 63 else value
 
 
 def warm_up() -> None:

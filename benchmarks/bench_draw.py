@@ -1,0 +1,104 @@
+"""Cost of one random input tensor drawn from a dump's statistics, per generated element, on one core.
+
+    python benchmarks/bench_draw.py [--repeat 5]                      # this tree
+    python benchmarks/bench_draw.py --trees OLD NEW [--rounds 3]      # two trees, interleaved A/B
+
+Each cell builds one tensor argument (`inputs.build.build` of a statistics leaf: the draw, the scaling, the
+rounding to the dtype and msprobe's planted Min/Max) with one thread, and keeps the least CPU time of this
+thread over `repeat` builds after a warm-up (a shared machine's load does not count). With --trees, each
+round runs this script once per tree in a fresh process (OLD, NEW, OLD, NEW, ...) and each cell keeps the
+least of its rounds. OLD and NEW are source trees of pytest-msprobe (e.g. `git archive` of a commit).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64", "torch.int64", "torch.bool")
+SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 24)
+
+
+def measure(repeat: int) -> dict[str, dict[str, float]]:
+    """{dtype: {numel: ns per element}} for the tree on sys.path."""
+    import torch
+
+    from pytest_msprobe.inputs.build import BuildContext, build
+
+    torch.set_num_threads(1)
+    table: dict[str, dict[str, float]] = {}
+    for dtype in DTYPES:
+        integer = dtype in ("torch.int64", "torch.bool")
+        leaf = {"type": "torch.Tensor", "dtype": dtype, "Max": 1 if dtype == "torch.bool" else 7.5 if not integer
+                else 50000, "Min": 0 if integer else -2.25, "requires_grad": False}
+        for numel in SIZES:
+            enc = {**leaf, "shape": [numel]}
+            best = math.inf
+            for seed in range(repeat + 1):
+                ctx = BuildContext(None, torch.Generator().manual_seed(seed), False, 1 << 34, threads=1)  # type: ignore[arg-type]
+                start = time.thread_time()
+                tensor = build(enc, ctx, "input_args.0")
+                spent = time.thread_time() - start
+                if seed:  # the first build loads the compiled code
+                    best = min(best, spent)
+                del tensor
+            table.setdefault(dtype, {})[str(numel)] = best / numel * 1e9
+    return table
+
+
+def _cpu() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").is_file() else "unknown CPU"
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    return f"{model}, avx512_bf16: {'yes' if 'avx512_bf16' in flags else 'no'}"
+
+
+def _print(columns: dict[str, dict[str, dict[str, float]]]) -> None:
+    print(f"ns per generated element, least thread CPU; {_cpu()}")
+    names = list(columns)
+    print("| dtype | elements | " + " | ".join(names) + " |")
+    print("|---|---:|" + "---:|" * len(names))
+    for dtype in DTYPES:
+        for numel in SIZES:
+            cells = " | ".join(f"{columns[n][dtype][str(numel)]:.2f}" for n in names)
+            print(f"| {dtype.split('.')[1]} | {numel:,} | {cells} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trees", nargs="+", type=Path, help="source trees to compare, interleaved")
+    parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)  # one child process of --trees
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.trees:
+        runs: dict[str, list[dict[str, dict[str, float]]]] = {str(t): [] for t in args.trees}
+        for _ in range(args.rounds):
+            for tree in args.trees:
+                out = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--json", "--repeat",
+                                      str(args.repeat)], check=True, capture_output=True, text=True).stdout
+                runs[str(tree)].append(json.loads(out))
+        columns = {name: {d: {s: min(r[d][s] for r in rounds) for s in rounds[0][d]} for d in rounds[0]}
+                   for name, rounds in runs.items()}
+        print(json.dumps(columns) if args.json else "", end="")
+        if not args.json:
+            _print(columns)
+        return
+    sys.path.insert(0, str((args.tree or Path(__file__).resolve().parents[1]).resolve()))
+    table = measure(args.repeat)
+    if args.json:
+        print(json.dumps(table))
+    else:
+        _print({"this tree": table})
+
+
+if __name__ == "__main__":
+    main()
