@@ -210,3 +210,14 @@ def test_16_bit_rounding_is_torchs_at_ties_and_subnormals() -> None:
             draw.uniform_16(3, 0, one, float(v), float(v), half=name == "torch.float16")
             got.append(int(one[0]))
         assert got == torch.from_numpy(values).to(dtype).view(torch.uint16).numpy().tolist(), name
+
+
+def test_a_journal_of_another_generator_is_rerun_on_resume(monkeypatch) -> None:
+    """Records of a journal written with other random inputs for the same seeds are not reused."""
+    from pytest_msprobe.session import journal
+    from pytest_msprobe.settings import CheckOptions, Settings
+
+    settings = Settings(CheckOptions(device="cpu"))
+    ours = journal.run_fingerprint(settings)
+    monkeypatch.setattr(journal, "GENERATOR", "pcg64-numpy")
+    assert journal.run_fingerprint(settings) != ours
