@@ -5,7 +5,8 @@
 
 Each cell builds one tensor argument (`inputs.build.build` of a statistics leaf: the draw, the scaling, the
 rounding to the dtype and msprobe's planted Min/Max) with one thread, and keeps the least CPU time of this
-thread over `repeat` builds after a warm-up (a shared machine's load does not count). With --trees, each
+thread over `repeat` builds after a warm-up (a shared machine's load does not count), with glibc's malloc
+thresholds fixed as in a process that runs items (runs/memory.keep_freed_memory). With --trees, each
 round runs this script once per tree in a fresh process (OLD, NEW, OLD, NEW, ...) and each cell keeps the
 least of its rounds. OLD and NEW are source trees of pytest-msprobe (e.g. `git archive` of a commit).
 """
@@ -33,6 +34,11 @@ def measure(repeat: int) -> dict[str, dict[str, float]]:
     from pytest_msprobe.inputs.build import BuildContext, build
 
     torch.set_num_threads(1)
+    try:  # glibc's thresholds as a process that runs items sets them (freed blocks reused, not faulted again)
+        from pytest_msprobe.runs.memory import keep_freed_memory
+        keep_freed_memory()
+    except ImportError:
+        pass
     table: dict[str, dict[str, float]] = {}
     for dtype in DTYPES:
         integer = dtype in ("torch.int64", "torch.bool")

@@ -1,12 +1,14 @@
 """Freed memory goes back to the OS between items (runs/memory.py)."""
 from __future__ import annotations
 
+import math
 import platform
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import torch
 
 from pytest_msprobe.runs import memory
 
@@ -64,3 +66,24 @@ def test_a_freed_block_is_reused_without_faulting_its_pages_in_again() -> None:
     default = faults("default")  # glibc gave the block back, and maps and zeroes it again
     assert default >= 100  # a fault per 4 KiB page, or per larger folio where the kernel maps those
     assert faults("keep") * 20 < default  # kept in the heap: its pages are still there
+
+
+@pytest.mark.parametrize("shape, dtype", [((1 << 22,), torch.float32), ((2048, 1536), torch.bfloat16), ((7,), torch.float16)])
+def test_cpu_copy_is_a_fresh_copy_in_advised_memory(monkeypatch, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """The side copies (runs/execution.make_side) are torch's own copy, strides included, in memory advised for
+    huge pages (page-aligned, inside the tensor's storage) when large, and never the input's memory."""
+    advised: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(memory, "_madvise", lambda: lambda start, length, advice: advised.append((start, length, advice)))
+    source = torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape)
+    source = source.t() if source.dim() == 2 else source  # non-contiguous: strides are preserved as .to does
+    copy = memory.cpu_copy(source, dtype)
+    expected = source.to(device="cpu", dtype=dtype, copy=True)
+    assert torch.equal(copy, expected) and copy.stride() == expected.stride() and copy.dtype == dtype
+    assert copy.untyped_storage().data_ptr() != source.untyped_storage().data_ptr()
+    large = copy.numel() * dtype.itemsize >= memory.HUGE_PAGES_FROM
+    assert len(advised) == int(large)
+    if large:
+        start, length, advice = advised[0]
+        begin, nbytes = copy.untyped_storage().data_ptr(), copy.untyped_storage().nbytes()
+        assert advice == 14 and start % 4096 == 0 and length % 4096 == 0
+        assert begin <= start and start + length <= begin + nbytes and length >= nbytes - 2 * 4096

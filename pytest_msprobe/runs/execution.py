@@ -17,6 +17,7 @@ import torch
 from ..inputs.build import DeviceArg, InputError
 from ..specs.loader import error_kind
 from .leaves import output_leaves  # re-exported: the bench, the device side and triage flatten results alike
+from .memory import cpu_copy
 
 RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -54,7 +55,7 @@ class Device:
     def to_device(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A fresh copy on this device, as its backend moves tensors."""
         if self.backend is None:
-            return tensor.to(device=self.name, dtype=dtype, copy=True)
+            return cpu_copy(tensor, dtype) if self.kind == "cpu" else tensor.to(device=self.name, dtype=dtype, copy=True)
         moved: torch.Tensor = self.backend.to_device(tensor, self.name, dtype).detach()
         if moved.device == tensor.device and moved.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
             moved = moved.clone()  # never share memory with the inputs the bench and reference copy
@@ -296,8 +297,8 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
             return v
         position = counter[0]
         counter[0] += 1
-        t = move(v.detach(), dtype_for(v)) if move is not None else \
-            v.detach().to(device=device, dtype=dtype_for(v), copy=True)
+        t = move(v.detach(), dtype_for(v)) if move is not None else cpu_copy(v.detach(), dtype_for(v)) \
+            if device == "cpu" else v.detach().to(device=device, dtype=dtype_for(v), copy=True)
         if want_grad and id(v) in requires_grad and key != "out" and t.dtype.is_floating_point:
             leaf = t.requires_grad_(True)
             side.grad_leaves.append((position, leaf))

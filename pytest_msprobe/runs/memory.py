@@ -18,6 +18,8 @@ import os
 from typing import Any
 
 TRIM_ABOVE = 768 << 20  # bytes of resident memory
+HUGE_PAGES_FROM = 4 << 20  # bytes: fresh copies this large ask for transparent huge pages (numpy's limit too)
+_MADV_HUGEPAGE = 14  # Linux's madvise advice
 MMAP_THRESHOLD = 32 << 20  # blocks below this come from the heap: glibc's largest (64-bit)
 # mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -54,3 +56,42 @@ def release_freed_memory(above: int = TRIM_ABOVE) -> None:
     trim = _libc_function("malloc_trim")
     if trim is not None and resident_bytes() > above:
         trim(0)
+
+
+@functools.cache
+def _madvise() -> Any:
+    madvise = _libc_function("madvise")
+    if madvise is not None:
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return madvise
+
+
+def cpu_copy(tensor: Any, dtype: Any) -> Any:
+    """A fresh CPU copy of `tensor` in `dtype`, as `tensor.to("cpu", dtype, copy=True)` makes it, in
+    cpu_empty_like's memory."""
+    if tensor.numel() * dtype.itemsize < HUGE_PAGES_FROM or _madvise() is None:
+        return tensor.to(device="cpu", dtype=dtype, copy=True)
+    return cpu_empty_like(tensor, dtype).copy_(tensor)
+
+
+def cpu_empty_like(tensor: Any, dtype: Any) -> Any:
+    """An uninitialised CPU tensor shaped (and strided) as `tensor`, in `dtype`, whose memory is advised for
+    transparent huge pages before its first touch when it is large: a block above glibc's mmap threshold is
+    mapped fresh and faulted in page by page, and 4 KiB faults cost more than a copy itself (16M bf16
+    elements: a plain copy 1.0 ns per element, 0.3 with huge pages, on an AMD EPYC with THP on madvise).
+    Where madvise is missing or refuses (no Linux, THP off) it is a plain empty tensor."""
+    import torch
+
+    fresh = torch.empty_like(tensor, dtype=dtype, device="cpu")  # preserve_format, as .to(copy=True)
+    if fresh.numel() * dtype.itemsize >= HUGE_PAGES_FROM and _madvise() is not None:
+        page = _page_size()
+        start = fresh.untyped_storage().data_ptr()
+        first, last = -(-start // page) * page, (start + fresh.untyped_storage().nbytes()) // page * page
+        if last > first:
+            _madvise()(first, last - first, _MADV_HUGEPAGE)
+    return fresh
+
+
+@functools.cache
+def _page_size() -> int:
+    return os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -20,6 +20,7 @@ from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from .backends import select as select_device
 from .execution import Device, Side, make_side, map_structure, resolve
+from .memory import cpu_empty_like
 
 
 @dataclass
@@ -101,7 +102,8 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
 
     def absolute(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
-            moved = v.abs()
+            moved = torch.abs(v, out=cpu_empty_like(v, v.dtype)) if v.device.type == "cpu" and not v.requires_grad \
+                else v.abs()
             if id(v) in requires_grad:
                 requires_grad.add(id(moved))
             return moved
