@@ -16,6 +16,7 @@ from pytest_msprobe.runs.execution import (
     HF32_BITS,
     NotCheckable,
     _getitem,
+    make_side,
     pair_cotangents,
     plan_precision,
     round_mantissa,
@@ -270,3 +271,15 @@ def test_integer_histc_input_becomes_float(write_dump, dtype: str) -> None:
     assert out["metrics"]["max_abs_err"] == 0.0
     with pytest.raises((NotImplementedError, RuntimeError)):  # what CPU histc does without the conversion
         torch.histc(torch.zeros(4, dtype=getattr(torch, dtype.split(".")[1])), bins=4)
+
+
+def test_a_side_takes_its_own_temporaries_without_a_copy_and_copies_everything_else() -> None:
+    """make_side's `owned`: a temporary made for the side alone (the magnitude run's |inputs|) is taken as
+    it is when no cast is needed; a recorded input is always copied, so an in-place API cannot reach it."""
+    temp, recorded, narrow = torch.rand(64), torch.rand(64), torch.rand(64, dtype=torch.bfloat16)
+    side = make_side([temp, recorded, narrow], {}, device="cpu", dtype_for=lambda t: torch.float32,
+                     requires_grad=set(), want_grad=False, bench=True, owned={id(temp), id(narrow)})
+    taken, copied, cast = side.args
+    assert taken.untyped_storage().data_ptr() == temp.untyped_storage().data_ptr()
+    assert copied.untyped_storage().data_ptr() != recorded.untyped_storage().data_ptr()
+    assert torch.equal(copied, recorded) and cast.dtype == torch.float32 and torch.equal(cast, narrow.float())

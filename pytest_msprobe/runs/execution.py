@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
 
@@ -284,9 +285,11 @@ class Side:
 
 def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for: Callable[[torch.Tensor], torch.dtype],
               requires_grad: set[int], want_grad: bool, bench: bool,
-              move: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None) -> Side:
+              move: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None,
+              owned: Collection[int] = ()) -> Side:
     """Fresh copies of every tensor, cast and moved (by `move`, a backend's, when given); grad-requiring
-    inputs become non-leaf clones."""
+    inputs become non-leaf clones. Tensors whose id is in `owned` are temporaries made for this side alone:
+    taken as they are when already on the CPU in the side's dtype (a copy would protect nothing)."""
     side = Side([], {})
     counter = [0]
 
@@ -297,8 +300,12 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
             return v
         position = counter[0]
         counter[0] += 1
-        t = move(v.detach(), dtype_for(v)) if move is not None else cpu_copy(v.detach(), dtype_for(v)) \
-            if device == "cpu" else v.detach().to(device=device, dtype=dtype_for(v), copy=True)
+        dtype = dtype_for(v)
+        if id(v) in owned and move is None and device == "cpu" and v.device.type == "cpu" and v.dtype == dtype:
+            t = v.detach()
+        else:
+            t = move(v.detach(), dtype) if move is not None else cpu_copy(v.detach(), dtype) if device == "cpu" \
+                else v.detach().to(device=device, dtype=dtype, copy=True)
         if want_grad and id(v) in requires_grad and key != "out" and t.dtype.is_floating_point:
             leaf = t.requires_grad_(True)
             side.grad_leaves.append((position, leaf))

@@ -100,10 +100,13 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
         return ReferenceRun(side, resolved.bench_fn, plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype")
     scalars = set(specs["error_model"].get("contraction_scalars", ()))
 
+    owned: set[int] = set()  # the |inputs| made here: the side takes them without a copy where no cast is needed
+
     def absolute(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             moved = torch.abs(v, out=cpu_empty_like(v, v.dtype)) if v.device.type == "cpu" and not v.requires_grad \
                 else v.abs()
+            owned.add(id(moved))
             if id(v) in requires_grad:
                 requires_grad.add(id(moved))
             return moved
@@ -114,7 +117,7 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
                   for k, v in kwargs.items()}
     side = make_side(abs_args, abs_kwargs, device="cpu", requires_grad=requires_grad, want_grad=want_grad, bench=True,
                      dtype_for=lambda t: t.dtype if t.dtype == torch.float64 or not t.is_floating_point()
-                     else torch.float32)
+                     else torch.float32, owned=owned)
     return ReferenceRun(side, resolved.bench_fn, None, Device("cpu"), "magnitude: the API on |inputs| in fp32",
                         "magnitude")
 
