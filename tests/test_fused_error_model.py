@@ -124,8 +124,9 @@ def test_sound_flash_and_hf_rmsnorm_failed_without_the_rounded_reference(dump_bf
     assert flash["NPU.npu_fusion_attention.0.backward"]["status"] == "error"
     rms = check(dump_bf16, "rms_hf", {"NPU.npu_rms_norm"})
     assert rms["NPU.npu_rms_norm.0.forward"]["status"] == "error"
-    assert "mean error: 0.141 > limit 0.1 (torch run: 4" in rms["NPU.npu_rms_norm.0.forward"]["outputs"][0][
-        "verdict_message"]  # the issue's figure: the plain reference loses nothing (4e-6 ULP on average)
+    assert "mean error: 0.143 > limit 0.1 (torch run: 8.85e-06)" in rms["NPU.npu_rms_norm.0.forward"]["outputs"][0][
+        "verdict_message"]  # the issue's figure (0.141 and 4e-6 with numpy's draws): the plain reference loses
+    # nothing (9e-6 ULP on average)
 
 
 @pytest.mark.parametrize("arm", ["flash_p16", "flash_p16_ds16", "flash_fp32", "rms_hf", "rotary_eager",
