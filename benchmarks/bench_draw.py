@@ -2,6 +2,7 @@
 
     python benchmarks/bench_draw.py [--repeat 5]                      # this tree
     python benchmarks/bench_draw.py --trees OLD NEW [--rounds 3]      # two trees, interleaved A/B
+    python benchmarks/bench_draw.py --dump DUMP_JSON [--trees OLD NEW] # every item of a dump
 
 Each cell builds one tensor argument (`inputs.build.build` of a statistics leaf: the draw, the scaling, the
 rounding to the dtype and msprobe's planted Min/Max) with one thread, and keeps the least CPU time of this
@@ -9,6 +10,11 @@ thread over `repeat` builds after a warm-up (a shared machine's load does not co
 thresholds fixed as in a process that runs items (runs/memory.keep_freed_memory). With --trees, each
 round runs this script once per tree in a fresh process (OLD, NEW, OLD, NEW, ...) and each cell keeps the
 least of its rounds. OLD and NEW are source trees of pytest-msprobe (e.g. `git archive` of a commit).
+
+With --dump, every checkable item of the dump instead: its inputs built from its seed (run seed 1234) as
+check/prepare.build_inputs builds them, then the copies each side makes of them (runs/execution.make_side:
+the device side in the recorded dtype, the bench side with 16-bit floats raised to fp32, the torch run's
+side in the recorded dtype), each phase's CPU time summed over items per generated input element.
 """
 from __future__ import annotations
 
@@ -59,6 +65,52 @@ def measure(repeat: int) -> dict[str, dict[str, float]]:
     return table
 
 
+def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
+    """{"dump": {phase: ns per generated element}} over every checkable item of the dump."""
+    import torch
+
+    from pytest_msprobe.check.compare import warm_up
+    from pytest_msprobe.check.prepare import build_inputs, checkable_entries, encoded_arguments
+    from pytest_msprobe.dump.reader import load_dump, parse_entry_name
+    from pytest_msprobe.inputs.seeds import item_seed
+    from pytest_msprobe.runs.execution import Device, make_side
+    from pytest_msprobe.runs.memory import keep_freed_memory
+    from pytest_msprobe.settings import CheckOptions
+    from pytest_msprobe.specs.loader import load_specs
+
+    torch.set_num_threads(1)
+    keep_freed_memory()
+    warm_up("strict")  # the compiled passes loaded, as before a process's first item
+    dump, specs, options, device = load_dump(dump_path), load_specs(), CheckOptions(device="cpu"), Device("cpu")
+    spent = dict.fromkeys(("draw", "device side", "bench side", "torch-run side"), 0.0)
+    generated = 0
+    for entry in dump.entry_names():
+        try:
+            name = parse_entry_name(entry)
+            _, forward, backward = checkable_entries(dump, name, specs)
+            args_enc, kwargs_enc = encoded_arguments(forward, name.full_name)
+        except Exception:  # not checkable: not built by a run either
+            continue
+        marks = [time.thread_time()]
+        ctx, args, kwargs, cotangents = build_inputs(dump, name.api_name, args_enc, kwargs_enc, backward,
+                                                     item_seed(1234, name.full_name), False, options, specs)
+        marks.append(time.thread_time())
+        generated += sum(t.numel() for t in [*args, *kwargs.values(), *cotangents] if isinstance(t, torch.Tensor))
+        sides = []
+        for bench, dtype_for, move in ((False, lambda t: t.dtype, device.to_device),
+                                       (True, lambda t: torch.float32 if t.dtype in (torch.bfloat16, torch.float16)
+                                        else t.dtype, None), (True, lambda t: t.dtype, None)):
+            sides.append(make_side(args, kwargs, device="cpu", dtype_for=dtype_for, requires_grad=set(),
+                                   want_grad=False, bench=bench, move=move))
+            marks.append(time.thread_time())
+        for phase, start, stop in zip(spent, marks, marks[1:]):
+            spent[phase] += stop - start
+        del ctx, args, kwargs, cotangents, sides
+    table = {phase: seconds / generated * 1e9 for phase, seconds in spent.items()}
+    table["all"] = sum(table.values())
+    return {"dump": table}
+
+
 def _cpu() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").is_file() else "unknown CPU"
@@ -69,6 +121,11 @@ def _cpu() -> str:
 def _print(columns: dict[str, dict[str, dict[str, float]]]) -> None:
     print(f"ns per generated element, least thread CPU; {_cpu()}")
     names = list(columns)
+    if "dump" in columns[names[0]]:
+        print("| phase | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
+        for phase in columns[names[0]]["dump"]:
+            print(f"| {phase} | " + " | ".join(f"{columns[n]['dump'][phase]:.2f}" for n in names) + " |")
+        return
     print("| dtype | elements | " + " | ".join(names) + " |")
     print("|---|---:|" + "---:|" * len(names))
     for dtype in DTYPES:
@@ -84,13 +141,15 @@ def main() -> None:
     parser.add_argument("--trees", nargs="+", type=Path, help="source trees to compare, interleaved")
     parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)  # one child process of --trees
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--dump", help="a dump.json: every item's inputs and side copies instead")
     args = parser.parse_args()
     if args.trees:
         runs: dict[str, list[dict[str, dict[str, float]]]] = {str(t): [] for t in args.trees}
         for _ in range(args.rounds):
             for tree in args.trees:
                 out = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--json", "--repeat",
-                                      str(args.repeat)], check=True, capture_output=True, text=True).stdout
+                                      str(args.repeat), *(["--dump", args.dump] if args.dump else [])],
+                                     check=True, capture_output=True, text=True).stdout
                 runs[str(tree)].append(json.loads(out))
         columns = {name: {d: {s: min(r[d][s] for r in rounds) for s in rounds[0][d]} for d in rounds[0]}
                    for name, rounds in runs.items()}
@@ -99,7 +158,7 @@ def main() -> None:
             _print(columns)
         return
     sys.path.insert(0, str((args.tree or Path(__file__).resolve().parents[1]).resolve()))
-    table = measure(args.repeat)
+    table = measure_dump(args.dump) if args.dump else measure(args.repeat)
     if args.json:
         print(json.dumps(table))
     else:

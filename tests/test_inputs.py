@@ -70,8 +70,9 @@ def test_same_seed_same_numbers_and_distinct_arguments(write_dump) -> None:
 
 @pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float32"])
 def test_two_threads_draw_the_same_values_chunk_by_chunk(write_dump, dtype: str) -> None:
-    """Large tensors are drawn in chunks, each from its own generator: the values do not depend on
-    how many threads draw them (CheckOptions.work_threads, 2 only with a spare core)."""
+    """Large tensors are filled in chunks, by whichever thread is free (each element depends only on its
+    tensor's stream and its index): the values do not depend on how many threads fill them
+    (CheckOptions.work_threads, 2 only with a spare core)."""
     path = write_dump({})
     enc = [tensor(dtype, [3, (1 << 20) + 5], mx=2.0, mn=-3.0), tensor(dtype, [3, (1 << 20) + 5], mx=2.0, mn=-3.0)]
     one = build(enc, ctx_for(path, seed=3), "args")
