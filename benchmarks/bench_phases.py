@@ -142,13 +142,14 @@ def print_steps(run: dict[str, Any]) -> None:
     """With --detail: what each process's items' thread spent per step, per item and in all (the
     hooks of pytest's protocol hold every plugin's work; the indented steps lie inside check_entry)."""
     for name, proc in sorted(run["processes"].items()):
-        steps, items = proc.get("steps") or {}, max(proc["counts"]["items"], 1)
+        steps, items = proc.get("steps") or {}, proc["counts"]["items"]
         if not steps:
             continue
-        print(f"\n  {name}: the items' thread, step by step ({items:.0f} items)")
+        print(f"\n  {name}: {'the items' if items else 'the main'} thread, step by step ({items:.0f} items)")
         print(f"  {'step':58}{'calls':>8}{'wall s':>9}{'CPU s':>9}{'ms/item':>9}{'longest':>9}")
         for step, (calls, wall, cpu, longest) in sorted(steps.items(), key=lambda kv: -kv[1][1]):
-            print(f"  {step:58}{calls:>8.0f}{wall:>9.3f}{cpu:>9.3f}{wall / items * 1e3:>9.2f}{longest:>9.3f}")
+            per_item = f"{wall / items * 1e3:>9.2f}" if items else f"{'-':>9}"
+            print(f"  {step:58}{calls:>8.0f}{wall:>9.3f}{cpu:>9.3f}{per_item}{longest:>9.3f}")
 
 
 def loss_analysis(one: dict[str, Any], two: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_phases import breakdown, load_processes
+from benchmarks.bench_phases import breakdown, load_processes, print_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP = ROOT / "examples" / "mlp_bf16_statistics" / "step0" / "rank0" / "dump.json"
@@ -68,3 +68,12 @@ def test_detail_times_each_items_steps(pytester: pytest.Pytester, monkeypatch: p
     assert steps["hook: makereport"][0] == steps["hook: logreport"][0] == 3 * items
     assert steps["  compare_outputs (in compare_s)"][1] <= steps["check_entry"][1] <= steps["hook: call (runtest)"][1]
     assert all(calls >= 1 and 0 <= longest <= wall for calls, wall, _, longest in steps.values())
+
+
+def test_print_steps_per_item_only_where_items_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    run = {"processes": {"main": {"counts": {"items": 0}, "steps": {"hook: logreport": [6, 0.003, 0.002, 0.001]}},
+                         "gw0": {"counts": {"items": 2}, "steps": {"check_entry": [2, 0.004, 0.002, 0.003]}}}}
+    print_steps(run)
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert lines["check_entry"][1:] == ["2", "0.004", "0.002", "2.00", "0.003"]
+    assert lines["hook:"][2:] == ["6", "0.003", "0.002", "-", "0.001"]
