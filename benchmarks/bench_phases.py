@@ -2,7 +2,7 @@
 output element, on one dump, at -n 0 and -n 2.
 
     python benchmarks/bench_phases.py [DUMP_JSON] [--workers 0 2] [--repeat 3] [--standard strict]
-           [--pytest-arg=--msprobe-threads=2 ...]
+           [--detail] [--pytest-arg=--msprobe-threads=2 ...]
 
 Each setting runs pytest-msprobe on the dump (`--msprobe-device cpu`), the settings interleaved round by
 round so that a shared machine's load drift hits each alike; the fastest round of each is shown. For
@@ -20,6 +20,8 @@ imports, the items' phases and their per-item overhead, the files written at ses
 per process, and -n 2's loss against a perfect 2x of -n 0 is laid out: the CPU bound (-n 0 already
 keeps a helper thread busy), the controller's CPU and its reports, each worker's start-up and
 collection, the items' extra CPU, idle workers at the end. The round of least CPU time is shown.
+`--detail` adds, per process, the items' thread's time step by step (run_probe.py's "steps": pytest's
+hooks, the package's calls outside the timed phases, the cyclic collector), per item and in all.
 
 Every figure names the CPU model and whether it has native bf16 (the API runs of a bf16 dump are fast
 only with it, so the checker's own work shows). Measure on a quiet machine: on a shared one the CPU time
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -40,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_vs_msprobe import DUMPS, load, ours  # noqa: E402
+from benchmarks.run_probe import DETAIL_ENV  # noqa: E402
 from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
 
 
@@ -134,6 +138,20 @@ def print_breakdown(run: dict[str, Any]) -> None:
     print(f"  {'process CPU (to unconfigure)':52}" + "".join(totals))
 
 
+def print_steps(run: dict[str, Any]) -> None:
+    """With --detail: what each process's items' thread spent per step, per item and in all (the
+    hooks of pytest's protocol hold every plugin's work; the indented steps lie inside check_entry)."""
+    for name, proc in sorted(run["processes"].items()):
+        steps, items = proc.get("steps") or {}, proc["counts"]["items"]
+        if not steps:
+            continue
+        print(f"\n  {name}: {'the items' if items else 'the main'} thread, step by step ({items:.0f} items)")
+        print(f"  {'step':58}{'calls':>8}{'wall s':>9}{'CPU s':>9}{'ms/item':>9}{'longest':>9}")
+        for step, (calls, wall, cpu, longest) in sorted(steps.items(), key=lambda kv: -kv[1][1]):
+            per_item = f"{wall / items * 1e3:>9.2f}" if items else f"{'-':>9}"
+            print(f"  {step:58}{calls:>8.0f}{wall:>9.3f}{cpu:>9.3f}{per_item}{longest:>9.3f}")
+
+
 def loss_analysis(one: dict[str, Any], two: dict[str, Any]) -> None:
     """Where -n 2 loses against a perfect 2x of -n 0, from both runs' per-process marks."""
     w0, w2 = one["wall"], two["wall"]
@@ -174,7 +192,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--standard", default="strict")
     parser.add_argument("--pytest-arg", dest="pytest_args", action="append", default=[])
+    parser.add_argument("--detail", action="store_true", help="time each item's steps outside its phases (the "
+                        "probe wraps the package's functions: a little slower)")
     args = parser.parse_args()
+    if args.detail:
+        os.environ[DETAIL_ENV] = "1"
     if args.dump is None or not args.dump.is_file():
         raise SystemExit("no dump: pass a dump.json")
     cpu = _cpu()
@@ -210,6 +232,7 @@ def main() -> None:
         rest = procs * run["wall"] - sum(p.values())
         print(f"  outside the phases (start-up, pytest, xdist, idle workers, reports): {rest:.1f} s")
         print_breakdown(run)
+        print_steps(run)
     if 0 in best and 2 in best:
         loss_analysis(best[0], best[2])
 

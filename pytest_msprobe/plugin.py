@@ -231,13 +231,20 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DumpFile |
     return None
 
 
+_WARMED: list[str] = []  # the standards this process has warmed up for
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if isinstance(item, ApiItem):
         item.next_item = nextitem  # its inputs are built while this item's API runs
-        from .check.compare import warm_up  # torch: at the first item, not at plugin load
+        standard = item.config.stash[SETTINGS_KEY].standard
+        if standard not in _WARMED:
+            with devices.long_lived():
+                from .check.compare import warm_up  # torch: at the first item, not at plugin load
 
-        warm_up(item.config.stash[SETTINGS_KEY].standard)  # the compiled checks, outside the item's timeout
+                warm_up(standard)  # the compiled checks, outside the item's timeout
+            _WARMED.append(standard)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -85,6 +85,40 @@ def test_broken_dump_is_a_collection_error_and_others_still_run(pytester: pytest
 # --------------------------------------------------------------------------- running
 
 
+GC_PROBE = """
+import gc, json
+import pytest
+
+seen = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):  # around the plugin's own (its first item imports torch)
+    if not seen:
+        seen["full_passes"] = gc.get_stats()[2]["collections"]
+    try:
+        return (yield)
+    finally:
+        if "frozen" not in seen:
+            seen["full_passes"] = gc.get_stats()[2]["collections"] - seen["full_passes"]
+            seen["frozen"] = gc.get_freeze_count()
+            with open("gc.json", "w") as f:
+                json.dump(seen, f)
+"""
+
+
+def test_the_first_items_imports_pay_no_cyclic_collection(pytester: pytest.Pytester) -> None:
+    """torch and the checks (about 10^6 objects) are imported and warmed up at the first item with the
+    cyclic collector paused, then frozen out of its way: each full pass over them cost 0.1-0.2 s, and the
+    first item paid four of them."""
+    dump = copy_dump(pytester, BF16_EXAMPLE, "mlp")
+    pytester.makeconftest(GC_PROBE)
+    result = pytester.runpytest_subprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly", "-n", "0")
+    assert result.ret == 0, result.stdout.str()
+    seen = json.loads((pytester.path / "gc.json").read_text())
+    assert seen["full_passes"] == 0 and seen["frozen"] > 100_000
+
+
 def test_real_tensor_dump_runs_and_writes_msprobe_files(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, TENSOR_EXAMPLE, "mlp")
     result = pytester.runpytest("--msprobe-api-info", str(dump), "--msprobe-device", "cpu", "-rs")

@@ -97,3 +97,27 @@ def test_items_run_in_one_process_use_the_next_items_prefetch(pytester: pytest.P
     # while the item before it ran
     assert beside.count("MainThread") == 1 and beside.count("msprobe-helper_0") == len(alone) - 1
     assert {k: _outputs(r) for k, r in first.items()} == {k: _outputs(r) for k, r in second.items()}
+
+
+def test_an_item_looks_its_dump_up_once(pytester: pytest.Pytester, monkeypatch) -> None:
+    """Each load_dump stats the file (a GIL release, which right after the next item's inputs went to the
+    helper thread waited 0.5-2 ms for the GIL): the item's check, the next item's prefetch and the
+    journal's key share one look-up."""
+    from pytest_msprobe.dump import reader
+
+    dump = copy_dump(pytester, EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0", "d")
+    calls: list[str] = []
+    plain = reader.load_dump
+
+    def counted(path: Any, *args: Any) -> Any:
+        calls.append(str(path))
+        return plain(path, *args)
+
+    for module in ("pytest_msprobe.session.items", "pytest_msprobe.session.journal"):
+        monkeypatch.setattr(f"{module}.load_dump", counted)
+    monkeypatch.setattr(devices, "work_threads", lambda threads: 2)  # the next item's prefetch, on any machine
+    result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
+                                          "--msprobe-out", "out")
+    records = api_records(pytester, "out")
+    assert result.ret == 0 and len(records) >= 10
+    assert calls == [str(dump)] * len(records)

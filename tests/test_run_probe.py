@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_phases import breakdown, load_processes
+from benchmarks.bench_phases import breakdown, load_processes, print_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP = ROOT / "examples" / "mlp_bf16_statistics" / "step0" / "rank0" / "dump.json"
@@ -47,3 +47,33 @@ def test_every_process_writes_its_marks_items_and_phases(pytester: pytest.Pytest
     if workers:
         counts = processes["main"]["counts"]
         assert counts["reports"] == 3 * items and counts["report_bytes"] > 0  # setup, call, teardown
+
+
+def test_detail_times_each_items_steps(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MSPROBE_RUN_PROBE_DETAIL=1 (bench_phases.py --detail): the items' thread's time per step, each step
+    called as often as the run calls it, the steps inside an item's check within that check's time."""
+    probe = pytester.path / "processes"
+    probe.mkdir()
+    monkeypatch.setenv("MSPROBE_RUN_PROBE_DIR", str(probe))
+    monkeypatch.setenv("MSPROBE_RUN_PROBE_DETAIL", "1")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess(str(DUMP), "-p", "benchmarks.run_probe", "-p", "no:hypothesispytest",
+                                           "--msprobe-device", "cpu", "-n", "0", "--msprobe-out", "out")
+    items = result.parseoutcomes().get("passed", 0)
+    assert items > 0
+    steps = load_processes(probe)["main"]["steps"]
+    for step in ("check_entry", "hook: call (runtest)", "hook: setup", "hook: teardown", "journal entry_key",
+                 "load_dump (item)"):
+        assert steps[step][0] == items, step
+    assert steps["hook: makereport"][0] == steps["hook: logreport"][0] == 3 * items
+    assert steps["  compare_outputs (in compare_s)"][1] <= steps["check_entry"][1] <= steps["hook: call (runtest)"][1]
+    assert all(calls >= 1 and 0 <= longest <= wall for calls, wall, _, longest in steps.values())
+
+
+def test_print_steps_per_item_only_where_items_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    run = {"processes": {"main": {"counts": {"items": 0}, "steps": {"hook: logreport": [6, 0.003, 0.002, 0.001]}},
+                         "gw0": {"counts": {"items": 2}, "steps": {"check_entry": [2, 0.004, 0.002, 0.003]}}}}
+    print_steps(run)
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert lines["check_entry"][1:] == ["2", "0.004", "0.002", "2.00", "0.003"]
+    assert lines["hook:"][2:] == ["6", "0.003", "0.002", "-", "0.001"]

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from api_specs import SPEC_DIR
 from pytest_msprobe.specs.loader import SpecError, load_specs, thresholds_for
 
 
@@ -19,6 +20,14 @@ def test_shipped_specs_hold_every_section() -> None:
     for key in ("thresholds", "categories", "unsupported_types", "precision", "backward", "apis"):
         assert key in specs
     assert specs["thresholds"]["strict"]["gross"] > 0
+
+
+def test_the_specs_are_read_once_however_the_call_names_them(tmp_path: Path) -> None:
+    """The checks' warm-up asks for load_specs(), every item for load_specs(user_file=None): one read
+    (0.1 s of YAML) per process, not one per spelling."""
+    assert load_specs() is load_specs(user_file=None) is load_specs(str(SPEC_DIR), None)
+    mine = user(tmp_path, "max_tensor_bytes: 1024\n")
+    assert load_specs(user_file=mine) is load_specs(str(SPEC_DIR), mine) is not load_specs()
 
 
 def test_user_overrides_merge_and_per_api_settings(tmp_path: Path) -> None:

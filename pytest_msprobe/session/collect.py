@@ -19,7 +19,6 @@ from typing import Any, Callable
 import pytest
 
 from ..dump.reader import KNOWN_TYPES, Dump, DumpError, load_dump, parse_entry_name
-from .fuzz import extra_items
 from .items import KNOWN_DTYPES, ApiItem, _mark, _selection, _want_dtype_markers, entry_markers
 from .stash import SETTINGS_KEY
 
@@ -49,6 +48,8 @@ class DumpFile(pytest.File):
         with_dtypes = _want_dtype_markers(config)
         fuzz_items: Callable[[pytest.Collector, pytest.Item], Iterator[pytest.Item]] | None = None
         if config.getoption("msprobe_fuzz", 0):
+            from .fuzz import extra_items  # only then: its drawing code is 10-20 ms of every process's start-up
+
             fuzz_items = extra_items
         grouping: dict[str, tuple[str, str]] = {}
         if config.stash[SETTINGS_KEY].filter_api:

@@ -15,10 +15,11 @@ Every process that runs items uses the same number of torch threads (`threads`),
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +194,22 @@ class DeviceHooks:
         return "; ".join(f"{d}: {' '.join(w) or '-'}" for d, w in by_device.items())
 
 
+@contextlib.contextmanager
+def long_lived() -> Iterator[None]:
+    """For what a process makes once and keeps, torch and the check's imports (numpy, numba,
+    bench_functions, ...: about 10^6 objects) and the compiled checks' warm-up: no cyclic collection
+    while they are made (each full pass costs 0.1-0.2 s: four of them at the first item), and none of them
+    in any later pass (pytest collects 5x at exit)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 class FirstItem:
     """Where items run: set torch's thread count and current device once, when the first dump item
     starts (torch is imported then, never earlier; other tests of the session are left alone)."""
@@ -205,19 +222,10 @@ class FirstItem:
         if self.done or not (isinstance(item, ApiItem) or item.get_closest_marker("msprobe")):
             return  # dump items: API items and their [fuzz] items (which carry the API's markers)
         self.done = True
-        # torch and the check's imports (numpy, bench_functions, ...) create ~10^6 long-lived objects:
-        # no cyclic collection while they are made, and none of them in any later one (pytest collects
-        # 5x at exit): about 0.7 s less per process
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with long_lived():  # a [fuzz] item alone (an API item has imported them in pytest_runtest_protocol)
             import torch
 
             from ..check import rerun as check  # noqa: F401
-        finally:
-            gc.freeze()
-            if enabled:
-                gc.enable()
         from ..runs.backends import make_current
 
         torch.set_num_threads(self.options.threads)

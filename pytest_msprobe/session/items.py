@@ -202,6 +202,7 @@ class ApiItem(pytest.Item):
         self.order = order
         self.reuse: tuple[str, str] | None = None  # --msprobe-filter-api: (group key, representative entry)
         self.next_item: pytest.Item | None = None  # the item this process runs next, if known
+        self.dump: Dump | None = None  # the dump as this item's check read it (the journal's key reads it too)
 
     def _check(self, entry_name: str) -> dict[str, Any]:
         from ..check import check_entry  # torch is imported here, never at collection
@@ -211,22 +212,25 @@ class ApiItem(pytest.Item):
         options = self.config.stash[SETTINGS_KEY].check_options
         keep_freed_memory()
         try:
+            # Once per item, before the helper thread gets the next item's inputs: each load_dump stats the
+            # file, and a call that releases the GIL just after that hand-off waited 0.5-2 ms for it back.
+            self.dump = dump = load_dump(self.path)
             specs = load_specs(user_file=options.specs_file)
-            self._prefetch_next(options, specs)
-            return check_entry(load_dump(self.path), entry_name, options, specs)
+            self._prefetch_next(options, specs, dump)
+            return check_entry(dump, entry_name, options, specs)
         except ValueError as exc:  # unparseable entry name
             return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
         finally:
             release_freed_memory()  # the check's tensors are gone: their memory goes back to the OS
 
-    def _prefetch_next(self, options: Any, specs: dict[str, Any]) -> None:
+    def _prefetch_next(self, options: Any, specs: dict[str, Any], dump: Dump) -> None:
         """The next item's inputs are built in the helper thread while this item runs (check/prepare.py)."""
         from ..check.prepare import prefetch
 
         nxt = self.next_item
         if isinstance(nxt, ApiItem) and (nxt.reuse is None or nxt.reuse[1] == nxt.name):
             try:
-                prefetch(load_dump(nxt.path), nxt.name, options, specs)
+                prefetch(dump if nxt.path == self.path else load_dump(nxt.path), nxt.name, options, specs)
             except DumpError:  # the next item reports it
                 pass
 

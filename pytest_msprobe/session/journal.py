@@ -37,7 +37,7 @@ from typing import IO, Any, Literal
 
 import pytest
 
-from ..dump.reader import load_dump, parse_entry_name
+from ..dump.reader import Dump, load_dump, parse_entry_name
 from ..inputs.seeds import GENERATOR
 from ..settings import Settings
 from .items import ApiItem
@@ -60,9 +60,10 @@ def run_fingerprint(settings: Settings) -> str:
     return json.dumps(fields, sort_keys=True, default=str)
 
 
-def entry_key(dump_path: Path, entry_name: str, fingerprint: str) -> str:
-    """Hash of what an item replays: its entries (the forward one for a backward item) and settings."""
-    dump = load_dump(dump_path)
+def entry_key(dump_path: Path, entry_name: str, fingerprint: str, dump: Dump | None = None) -> str:
+    """Hash of what an item replays: its entries (the forward one for a backward item) and settings.
+    `dump`: the dump at dump_path as the item read it, if it did."""
+    dump = dump or load_dump(dump_path)
     try:
         full = parse_entry_name(entry_name).full_name
         entries = [dump.entry(f"{full}.forward"), dump.entry(f"{full}.backward") if entry_name.endswith(
@@ -339,7 +340,7 @@ def item_key(item: pytest.Item, fingerprint: str | None = None) -> str:
     target = _fuzz_target(item)
     if target is not None:
         return entry_key(item.path, target, f"{fingerprint} fuzz {item.config.getoption('msprobe_fuzz')}")
-    return entry_key(item.path, item.name, fingerprint)
+    return entry_key(item.path, item.name, fingerprint, item.dump if isinstance(item, ApiItem) else None)
 
 
 def item_fingerprint(config: pytest.Config) -> str:

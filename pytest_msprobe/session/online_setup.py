@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from .online import ONLINE_KEY, OnlineSession, Selection
 from .stash import SETTINGS_KEY
 
 DEFAULT_QUEUE = 50  # msprobe's queue of received calls
@@ -48,10 +47,8 @@ def addoption(group: Any, parser: pytest.Parser) -> None:
 
 
 def configure(config: pytest.Config) -> None:
-    """Set up the online session when --msprobe-online (or an is_online config) asks for one."""
-    from ..online import endpoint as ep
-    from ..online.protocol import DEFAULT_MAX_FRAME
-
+    """Set up the online session when --msprobe-online (or an is_online config) asks for one (the online
+    modules, ssl among them, are imported only then: 20-40 ms of every other process's start-up)."""
     opt = config.option
     online_cfg = _config_section(config)
     address = opt.msprobe_online
@@ -63,6 +60,10 @@ def configure(config: pytest.Config) -> None:
             address, tls_dir = online_cfg["address"], tls_dir or online_cfg["tls_path"]
     if address is None:
         return
+    from ..online import endpoint as ep
+    from ..online.protocol import DEFAULT_MAX_FRAME
+    from .online import ONLINE_KEY, OnlineSession, Selection
+
     if getattr(opt, "numprocesses", None) or getattr(opt, "tx", None):
         raise pytest.UsageError("--msprobe-online checks the calls as they arrive: -n/xdist cannot split them ahead "
                                 "of time; leave -n out (--msprobe-online-workers N checks them in N processes)")

@@ -51,9 +51,15 @@ def _read(path: Path) -> dict[str, Any]:
     return content
 
 
-@functools.cache
 def load_specs(spec_dir: str = str(SPEC_DIR), user_file: str | None = None) -> dict[str, Any]:
-    """Merge every *.yaml of the spec folder (a top-level key in one file only), then the user file."""
+    """Merge every *.yaml of the spec folder (a top-level key in one file only), then the user file.
+    Read once per process for each pair, however it is passed (`load_specs()` and
+    `load_specs(user_file=None)` are one entry of the cache, not two reads)."""
+    return _load_specs(spec_dir, user_file)
+
+
+@functools.cache
+def _load_specs(spec_dir: str, user_file: str | None) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for path in sorted(Path(spec_dir).glob("*.yaml")):
