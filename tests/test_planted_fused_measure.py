@@ -84,3 +84,23 @@ def test_a_swapped_swiglu_is_beyond_and_hugging_faces_rmsnorm_further_than_fp32(
     hf, fp32 = (run(small, f"{SPEC}.{a}", "strict", {"NPU.npu_rms_norm"})["NPU.npu_rms_norm.0.forward"]
                 for a in ("rms_hf", "fp32"))
     assert hf["_distance"][0][0] > fp32["_distance"][0][0] > 0
+
+
+def test_the_report_prints_both_measures_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.planted_fused import report
+
+    def row(arm: str, kind: str, standard: str, flagged: bool, beyond: bool | None) -> dict[str, Any]:
+        return {**_row(arm, kind), "standard": standard, "flagged": flagged, "layer1": flagged, "dtype": "torch.bfloat16",
+                "direction": "backward", "message": "", "beyond": beyond, "distance": [[0.5, 2.0]],
+                "sound_distance": [[0.4, 2.5]]}
+
+    rows = [row("rms_dgamma16", "bug", s, s == "msprobe", True) for s in ("strict", "msprobe")]
+    rows += [row("rms_eps", "bug", s, False, False) for s in ("strict", "msprobe")]
+    rows += [row("rms_hf", "variant", s, False, None) for s in ("strict", "msprobe")]
+    report(rows, ["strict", "msprobe"])
+    out = capsys.readouterr().out
+    assert "| npu_rms_norm | backward | 0/2 | 1/2 | 0/2 |" in out  # changed: both bugs count
+    assert "| npu_rms_norm | backward | 0/1 of 2 | 1/1 of 2 | 0/1 of 2 |" in out  # beyond: rms_eps drops out
+    assert "| all | | 0/1 of 2 | 1/1 of 2 | 0/1 of 2 |" in out
+    assert "- beyond rms_dgamma16 d NPU.npu_rms_norm.0.backward: 0.5/2 vs 0.4/2.5" in out
+    assert "- within rms_eps d NPU.npu_rms_norm.0.backward" in out
