@@ -125,3 +125,15 @@ def npu_rms_norm_backward_rounded(dy: torch.Tensor, self: torch.Tensor, gamma: t
     gg = (dy * gamma.to(dy.dtype)).to(ct)
     dx = r * (gg - xhat * (gg * xhat).mean(dim=dims, keepdim=True))
     return dx.to(self.dtype), dgamma.to(gamma.dtype)
+
+
+def npu_group_norm_silu_rounded(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                group: int, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eager `F.silu(F.group_norm(x))` in the input dtype: the normalised, scaled value rounded to it before
+    silu (fp32 statistics inside torch's kernel); mean and rstd as the reference's. Its autograd is eager
+    torch's in that dtype."""
+    low = input.dtype
+    y = F.group_norm(input, group, None if weight is None else weight.to(low), None if bias is None else bias.to(low),
+                     eps)
+    _, mean, rstd = npu_group_norm_silu(input.detach(), weight, bias, group, eps)
+    return F.silu(y), mean, rstd

@@ -46,7 +46,7 @@ def statuses(records: dict[str, dict[str, Any]]) -> dict[str, str]:
 def test_every_rounded_reference_resolves_and_a_registered_reference_drops_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     declared = bench_functions._specs()["rounded"]
-    assert {"npu_fusion_attention", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu"} <= set(declared)
+    assert {"npu_fusion_attention", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu", "npu_group_norm_silu"} <= set(declared)
     for name in declared:
         assert name in bench_functions.names() and callable(bench_functions.get_rounded(name))
     assert bench_functions.get_rounded("npu_fast_gelu") is None
@@ -222,3 +222,44 @@ def test_rms_norms_bench_is_fp64_under_strict_only() -> None:
         assert plan_precision(api, x, {}, torch.bfloat16, specs, standard="msprobe").raise_to == torch.float32
     other = plan_precision("npu_scaled_masked_softmax", x[:1], {}, torch.bfloat16, specs, standard="strict")
     assert other.raise_to == torch.float32  # another reduction keeps msprobe's raise
+
+
+def test_rounded_group_norm_silu_is_the_eager_form_and_its_backward_eager_autograd() -> None:
+    torch.manual_seed(3)
+    dt = torch.bfloat16
+    x, w, b = torch.randn(2, 8, 4, 4).to(dt), (1 + 0.1 * torch.randn(8)).to(dt), (0.1 * torch.randn(8)).to(dt)
+    y, mean, rstd = norms.npu_group_norm_silu_rounded(x, w, b, 4)
+    assert torch.equal(y, F.silu(F.group_norm(x, 4, w, b, 1e-5)))  # the norm's output rounded, then silu
+    plain = norms.npu_group_norm_silu(x, w, b, 4)
+    assert not torch.equal(y, plain[0]) and torch.equal(mean, plain[1]) and torch.equal(rstd, plain[2])
+    xl, xe = (x.clone().requires_grad_(True) for _ in range(2))
+    dy = torch.randn(2, 8, 4, 4).to(dt)
+    (got,) = torch.autograd.grad(norms.npu_group_norm_silu_rounded(xl, w, b, 4)[0], xl, dy)
+    (eager,) = torch.autograd.grad(F.silu(F.group_norm(xe, 4, w, b, 1e-5)), xe, dy)
+    assert torch.equal(got, eager)
+
+
+@pytest.fixture(scope="module")
+def dump_gns(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """npu_group_norm_silu as the fused-op suite records it (small size), bf16, forward and backward."""
+    d = fused_dump.Dump()
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+    d.call("npu_group_norm_silu", [torch.randn(2, 32, 8, 8).to(dt), (1 + 0.1 * torch.randn(32)).to(dt),
+                                   (0.1 * torch.randn(32)).to(dt), 8], {}, grad=(0,))
+    return d.write(tmp_path_factory.mktemp("fused") / "gns")
+
+
+def test_sound_group_norm_silu_kernels_pass_and_eager_failed_without_the_rounded_reference(
+        dump_gns: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    apis = {"NPU.npu_group_norm_silu"}
+    for arm in ("gns_eager", "gns_silu32", "fp32"):
+        got = check(dump_gns, arm, apis)
+        assert set(statuses(got).values()) == {"pass"} and len(got) == 2, {k: r["outputs"] for k, r in got.items()}
+    assert check(dump_gns, "grad_truncate", apis)["NPU.npu_group_norm_silu.0.backward"]["status"] == "error"
+    assert check(dump_gns, "truncate", apis)["NPU.npu_group_norm_silu.0.forward"]["status"] == "error"
+    monkeypatch.setattr(bench_functions, "get_rounded", lambda name: None)
+    plain = check(dump_gns, "gns_eager", apis)  # the third run was the fp32-once reference: "torch run: 0"
+    assert statuses(plain) == {"NPU.npu_group_norm_silu.0.forward": "error",
+                               "NPU.npu_group_norm_silu.0.backward": "error"}
+    assert "mean error" in plain["NPU.npu_group_norm_silu.0.backward"]["outputs"][0]["verdict_message"]

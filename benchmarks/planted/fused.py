@@ -3,8 +3,8 @@
 Each arm is a mapping {"NPU.<op>": kernel} with torch_npu's signature, reachable as
 `benchmarks.planted.fused:TABLES.<arm>` (e.g. `--msprobe-kernels benchmarks.planted.fused:TABLES.flash_p16`).
 Sound variants are what correct kernels do differently from the fp32-once reference (flash attention's
-probabilities in the input dtype, Hugging Face's RMSNorm rounding the normalised value, eager-mode rotary
-and SwiGLU, fp64 maths); bugs are what real fused kernels get wrong. Every kernel is differentiable,
+probabilities in the input dtype, Hugging Face's RMSNorm rounding the normalised value, eager-mode rotary,
+SwiGLU and group norm + silu, fp64 maths); bugs are what real fused kernels get wrong. Every kernel is differentiable,
 so the backward items see it too; bugs planted in a backward say so in their name.
 """
 from __future__ import annotations
@@ -202,6 +202,36 @@ def rms_dgamma16(self: torch.Tensor, gamma: torch.Tensor,
     return y, torch.rsqrt(self.float().pow(2).mean(-1, keepdim=True) + epsilon)
 
 
+# ---------------------------------------------------------------------------------------- group norm + silu
+def _gns_stats(input: torch.Tensor, group: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    x = input.float().reshape(input.shape[0], group, -1)
+    return x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + eps)
+
+
+def gns_eager(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, group: int,
+              eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sound: a model's eager `F.silu(F.group_norm(x))` in the input dtype (torch's group norm keeps its
+    statistics in fp32 and rounds its output; silu rounds again)."""
+    mean, rstd = _gns_stats(input, group, eps)
+    y = F.group_norm(input, group, weight, bias, eps)
+    return F.silu(y), mean.to(input.dtype), rstd.to(input.dtype)
+
+
+def gns_silu32(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, group: int,
+               eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sound: the group norm in fp32, its output stored in the input dtype, then silu in fp32, rounded once
+    (two kernels, the first's output in the model's dtype)."""
+    mean, rstd = _gns_stats(input, group, eps)
+    shape = (1, input.shape[1]) + (1,) * (input.dim() - 2)
+    y = (input.float().reshape(*mean.shape, -1) - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)
+    y = y.reshape(input.shape)
+    if weight is not None:
+        y = y * weight.float().view(shape)
+    if bias is not None:
+        y = y + bias.float().view(shape)
+    return F.silu(_r(y, input.dtype)).to(input.dtype), mean.to(input.dtype), rstd.to(input.dtype)
+
+
 # ---------------------------------------------------------------------------------------- rotary
 def _half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = torch.chunk(x, 2, dim=-1)
@@ -316,6 +346,10 @@ ARMS = [
              {"NPU.npu_rms_norm": rms_hf}),
     FusedArm("rotary_eager", "variant", "rotary in eager ops of the input dtype", {"NPU.npu_rotary_mul": rotary_eager}),
     FusedArm("swiglu_eager", "variant", "swiglu as eager silu(a) * b", {"NPU.npu_swiglu": swiglu_eager}),
+    FusedArm("gns_eager", "variant", "group_norm_silu as eager silu(group_norm(x))",
+             {"NPU.npu_group_norm_silu": gns_eager}),
+    FusedArm("gns_silu32", "variant", "group_norm_silu: the norm's output stored, silu in fp32",
+             {"NPU.npu_group_norm_silu": gns_silu32}),
     FusedArm("fp64", "variant", "fp64 maths, rounded once",
              _generic(fp64, GENERIC_OPS + MAIN + ("npu_fusion_attention",))),
     FusedArm("fp32", "variant", "fp32 maths, rounded once", _generic(fp32, MAIN + GRAD_OPS)),
