@@ -215,16 +215,18 @@ def _unflushed(v: Any, bj: Any, r: Any, tiny: Any, zero: Any) -> Any:
 
 
 @compiled
-def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, f2: Any, c: Any) -> int:
+def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, f2: Any, c: Any) -> tuple[int, int]:
     """The chunk's normalised errors of device (f1) and torch run (f2), in one loop (it writes only those two,
     so that it compiles to vector code): the scale is the rounded bench's ULP, at least twice the torch run's
-    error and `sx`'s terms; returns the count above `gross`."""
+    error and `sx`'s terms; returns the count above `gross` and the count of wrongly rounded elements (neither
+    the correctly rounded result nor torch's: _exact looks closer at a chunk that has some)."""
     zero, one, tiny, c_torch, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_TORCH], c[P_GROSS]
-    over = 0
+    over = wrong = 0
     for j in range(n):
         bj, r = bw[j], rw[j]
         dj = _unflushed(d[j], bj, r, tiny, zero)
         tj = _unflushed(t[j], bj, r, tiny, zero)
+        wrong += 1 if (dj != r) & (dj != tj) else 0
         et = abs(tj - bj)
         s = _max(_max(uw[j], c_torch * et), sx[j])
         w = abs(dj - bj) / s
@@ -232,14 +234,14 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
         f1[j] = w
         f2[j] = et / s * (one if tj != r else zero)
         over += 1 if w > c_gross else 0
-    return over
+    return over, wrong
 
 
 @compiled
-def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any) -> int:
+def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any) -> tuple[int, int]:
     """_errors_t without a torch run: the correctly rounded bench stands in for it."""
     zero, one, tiny, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_GROSS]
-    over = 0
+    over = wrong = 0
     for j in range(n):
         bj, r = bw[j], rw[j]
         dj = _unflushed(d[j], bj, r, tiny, zero)
@@ -247,7 +249,8 @@ def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any)
         w = w * (one if dj != r else zero)
         f1[j] = w
         over += 1 if w > c_gross else 0
-    return over
+        wrong += 1 if dj != r else 0
+    return over, wrong
 
 
 @compiled
@@ -409,9 +412,10 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
                 _ulp(rw, uw, cn, tiny, step)
                 scale = sx[off:off + cn] if has_x else uw
                 if has_t:
-                    gross += _errors_t(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, scale, cn, f1, f2, c)
+                    over, bad = _errors_t(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, scale, cn, f1, f2, c)
                 else:
-                    gross += _errors(bw, d[lo:lo + cn], rw, uw, scale, cn, f1, c)
+                    over, bad = _errors(bw, d[lo:lo + cn], rw, uw, scale, cn, f1, c)
+                gross += over
                 for i in range(first, last + 1):
                     sums[i] = _leaf(f1, los[i] - c0, lens[i], leaf_zero)
                     if has_t:
@@ -426,7 +430,7 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
                     nans, top = _top(f2, cn, ints)
                     nan_t = nan_t or nans > 0
                     top_t = top if top > top_t else top_t
-                if kind == 1:
+                if kind == 1 and bad:
                     j = _exact(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, cn, c, wrong)
                     if j >= 0 and first_wrong < 0:
                         first_wrong = lo + j
