@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from ..compiled import compiled
-from .pairwise import combine, leaves, max_leaves
+from .pairwise import combine, leaf, leaves, max_leaves
 
 # float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
 P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
@@ -29,34 +29,6 @@ P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = r
  I_NONFINITE, I_DIFFER, I_ULP_OVER) = range(13)
 # how the bench becomes msprobe's `bench_dev` (the bench in the device's numpy dtype, then d's dtype)
 DEV_SAME, DEV_ARRAY, DEV_FP32 = 0, 1, 2  # DEV_ARRAY: given (`bd`, fp16 outputs), DEV_FP32: float32(b)
-
-
-@compiled
-def _leaf_sum(a: Any, n: int, start: Any) -> Any:
-    """numpy's pairwise leaf of a[:n] (n <= 128) in a's dtype: in order below 8 terms (from `start`,
-    numpy 2's -0.0), else in 8 accumulators."""
-    if n < 8:
-        res = start
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    i = 8
-    while i < n - (n % 8):
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return res
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
@@ -272,9 +244,9 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
                buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
         for i in range(first, last + 1):
             off = los[i] - lo
-            sums[0, i] = _leaf_sum(sq[off:off + lens[i]], lens[i], leaf_start)
-            sums[1, i] = _leaf_sum(ul[off:off + lens[i]], lens[i], leaf_start) if do_ulp else leaf_start
-            sums[2, i] = _leaf_sum(rl[off:off + lens[i]], lens[i], leaf_start)
+            sums[0, i] = leaf(sq, off, lens[i], leaf_start)
+            sums[1, i] = leaf(ul, off, lens[i], leaf_start) if do_ulp else leaf_start
+            sums[2, i] = leaf(rl, off, lens[i], leaf_start)
         first = last + 1
     # the keys back to floats, through one row of the buffer
     kb, fb = ibuf[0], buf[0]

@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
 from ..compiled import compiled
 
 PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
@@ -80,3 +85,80 @@ def combine(n: int, sums: Any, stack: Any, left: Any) -> Any:
             stage[top] = 1
             size[top + 1], stage[top + 1] = half, 0
         top += 1
+
+
+def _tuple(context: Any, builder: Any, vec: Any, ret: Any) -> Any:
+    """A numba UniTuple from an LLVM vector (LLVM folds the pair of conversions away)."""
+    out = cgutils.get_null_value(context.get_value_type(ret))
+    for k in range(ret.count):
+        out = builder.insert_value(out, builder.extract_element(vec, ir.Constant(ir.IntType(32), k)), k)
+    return out
+
+
+def _lanes_of(wide: bool) -> Any:
+    def lanes(typingctx: Any, arr: Any, vectors: Any) -> Any:
+        """The 8 accumulators of numpy's leaf over arr[:8 * vectors]: lane k adds arr[k], arr[8 + k], ... in
+        order (float64 lanes if `wide`), as one vector register in one loop written in LLVM IR (numba keeps
+        neither 8 scalar accumulators nor a tuple of them in a vector register)."""
+        ret = types.UniTuple(types.float64 if wide else arr.dtype, 8)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            dtype = signature.args[0].dtype
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            element = context.get_value_type(dtype)
+            vector = ir.VectorType(element, 8)
+            lane = ir.VectorType(ir.DoubleType(), 8) if wide else vector
+
+            def load(index: Any) -> Any:
+                value = builder.load(builder.bitcast(builder.gep(data, [index]), vector.as_pointer()),
+                                     align=dtype.bitwidth // 8)
+                return builder.fpext(value, lane) if wide and dtype != types.float64 else value
+
+            eight = ir.Constant(args[1].type, 8)
+            total = cgutils.alloca_once_value(builder, load(ir.Constant(args[1].type, 0)))
+            with cgutils.for_range(builder, builder.sub(args[1], ir.Constant(args[1].type, 1))) as loop:
+                index = builder.mul(builder.add(loop.index, ir.Constant(args[1].type, 1)), eight)
+                builder.store(builder.fadd(builder.load(total), load(index)), total)
+            return _tuple(context, builder, builder.load(total), ret)
+
+        return ret(arr, vectors), codegen
+
+    return intrinsic(lanes)
+
+
+_lanes, _lanes64 = _lanes_of(False), _lanes_of(True)
+
+
+@compiled
+def leaf(a: Any, lo: int, n: int, start: Any) -> Any:
+    """numpy's pairwise leaf of a[lo:lo + n] (n <= 128) in a's dtype: in order below 8 terms (from `start`,
+    numpy 2's -0.0), else in 8 accumulators (one vector), added pairwise, then the rest in order."""
+    s = a[lo:lo + n]
+    if n < 8:
+        res = start
+        for i in range(n):
+            res += s[i]
+        return res
+    whole = n - (n % 8)
+    r = _lanes(s, whole // 8)
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for i in range(whole, n):
+        res += s[i]
+    return res
+
+
+@compiled
+def leaf_wide(a: Any, lo: int, n: int, zero: float) -> float:
+    """`leaf` in float64 (a float32 sum into float64: numpy's cast buffers hold the terms widened)."""
+    s = a[lo:lo + n]
+    if n < 8:
+        res = zero
+        for i in range(n):
+            res += s[i]
+        return res
+    whole = n - (n % 8)
+    r = _lanes64(s, whole // 8)
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for i in range(whole, n):
+        res += s[i]
+    return res

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..compiled import compiled
-from ..metrics.pairwise import PW_BLOCK, combine, leaves, max_leaves
+from ..metrics.pairwise import PW_BLOCK, combine, leaf_wide, leaves, max_leaves
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
@@ -53,43 +53,15 @@ def tree_for(n: int) -> Tree:
 
 
 @compiled
-def _leaf(a: Any, lo: int, n: int, zero: Any) -> Any:
-    """numpy's pairwise sum of at most 128 terms, in float64: in order below 8, else in 8 accumulators."""
-    s = a[lo:lo + n]  # a slice: numba checks no negative index in the loop
-    if n < 8:
-        res = zero
-        for i in range(n):
-            res += s[i]
-        return res
-    # float32 terms widened to float64, as numpy's cast buffers hold them
-    r0, r1, r2, r3 = np.float64(s[0]), np.float64(s[1]), np.float64(s[2]), np.float64(s[3])
-    r4, r5, r6, r7 = np.float64(s[4]), np.float64(s[5]), np.float64(s[6]), np.float64(s[7])
-    whole = n - (n % 8)
-    for i in range(8, whole, 8):
-        r0 += s[i]
-        r1 += s[i + 1]
-        r2 += s[i + 2]
-        r3 += s[i + 3]
-        r4 += s[i + 4]
-        r5 += s[i + 5]
-        r6 += s[i + 6]
-        r7 += s[i + 7]
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    for i in range(whole, n):
-        res += s[i]
-    return res
-
-
-@compiled
 def pairwise(a: Any, lo: int, n: int, zero: Any, tree: Any) -> Any:
     """numpy's pairwise sum of a[lo:lo + n] in float64 (`zero` starts its short leaves): the leaves of
     metrics/pairwise.py's tree, added back by its walk. `tree`: the caller's Tree (so that a call allocates
     nothing)."""
     if n <= PW_BLOCK:
-        return _leaf(a, lo, n, zero)
+        return leaf_wide(a, lo, n, zero)
     count = leaves(n, tree.los, tree.lens, tree.stack)
     for i in range(count):
-        tree.sums[i] = _leaf(a, lo + tree.los[i], tree.lens[i], zero)
+        tree.sums[i] = leaf_wide(a, lo + tree.los[i], tree.lens[i], zero)
     return combine(n, tree.sums[:count], tree.stack, tree.left)
 
 
@@ -417,9 +389,9 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
                     over, bad = _errors(bw, d[lo:lo + cn], rw, uw, scale, cn, f1, c)
                 gross += over
                 for i in range(first, last + 1):
-                    sums[i] = _leaf(f1, los[i] - c0, lens[i], leaf_zero)
+                    sums[i] = leaf_wide(f1, los[i] - c0, lens[i], leaf_zero)
                     if has_t:
-                        leaf_t[i] = _leaf(f2, los[i] - c0, lens[i], leaf_zero)
+                        leaf_t[i] = leaf_wide(f2, los[i] - c0, lens[i], leaf_zero)
                 # np.argmax of the block: its first NaN, else its first largest
                 nans, top = _top(f1, cn, ints)
                 if nans:
