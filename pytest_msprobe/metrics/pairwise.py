@@ -5,7 +5,10 @@ each added in 8 accumulators, and adds the halves back in the same order. A comp
 output in chunks of whole leaves takes each leaf's sum while the leaf is in cache (`leaves` lists them in
 order) and rebuilds numpy's total from those sums (`combine`), bit for bit. The metric pass
 (metrics/kernel.py) and the strict pass (verdict/strict_kernel.py) both use these two walks; they are
-written without recursion because numba's disk cache cannot hold a recursive function.
+written without recursion because numba's disk cache cannot hold a recursive function. A leaf's 8
+accumulators are one vector register (`leaf`, `leaf_wide`, through a loop written in LLVM IR): numba kept
+them scalar, at 0.28 ns per element and sum on an AMD EPYC against 0.10 ns, and each lane still adds its
+terms in numpy's order, so the sums are the same bit for bit.
 
 Imported by those passes only, on the first check, never at collection.
 """
@@ -89,7 +92,7 @@ def combine(n: int, sums: Any, stack: Any, left: Any) -> Any:
 
 def _tuple(context: Any, builder: Any, vec: Any, ret: Any) -> Any:
     """A numba UniTuple from an LLVM vector (LLVM folds the pair of conversions away)."""
-    out = cgutils.get_null_value(context.get_value_type(ret))
+    out = cgutils.get_null_value(context.get_value_type(ret))  # type: ignore[no-untyped-call]
     for k in range(ret.count):
         out = builder.insert_value(out, builder.extract_element(vec, ir.Constant(ir.IntType(32), k)), k)
     return out
@@ -100,7 +103,7 @@ def _lanes_of(wide: bool) -> Any:
         """The 8 accumulators of numpy's leaf over arr[:8 * vectors]: lane k adds arr[k], arr[8 + k], ... in
         order (float64 lanes if `wide`), as one vector register in one loop written in LLVM IR (numba keeps
         neither 8 scalar accumulators nor a tuple of them in a vector register)."""
-        ret = types.UniTuple(types.float64 if wide else arr.dtype, 8)
+        ret = types.UniTuple(types.float64 if wide else arr.dtype, 8)  # type: ignore[no-untyped-call]
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             dtype = signature.args[0].dtype
@@ -115,7 +118,7 @@ def _lanes_of(wide: bool) -> Any:
                 return builder.fpext(value, lane) if wide and dtype != types.float64 else value
 
             eight = ir.Constant(args[1].type, 8)
-            total = cgutils.alloca_once_value(builder, load(ir.Constant(args[1].type, 0)))
+            total = cgutils.alloca_once_value(builder, load(ir.Constant(args[1].type, 0)))  # type: ignore[no-untyped-call]
             with cgutils.for_range(builder, builder.sub(args[1], ir.Constant(args[1].type, 1))) as loop:
                 index = builder.mul(builder.add(loop.index, ir.Constant(args[1].type, 1)), eight)
                 builder.store(builder.fadd(builder.load(total), load(index)), total)
@@ -148,7 +151,7 @@ def leaf(a: Any, lo: int, n: int, start: Any) -> Any:
 
 
 @compiled
-def leaf_wide(a: Any, lo: int, n: int, zero: float) -> float:
+def leaf_wide(a: Any, lo: int, n: int, zero: float) -> Any:
     """`leaf` in float64 (a float32 sum into float64: numpy's cast buffers hold the terms widened)."""
     s = a[lo:lo + n]
     if n < 8:
