@@ -166,17 +166,15 @@ def _round(src: Any, dst: Any, n: int, fmt: int) -> None:
 
 @compiled
 def _prepare_bf16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any) -> None:
-    """_load, _round and _ulp of a bf16 output's chunk in one loop: the bench in float32 (bw), rounded to bf16
-    (rw, the float32 bit trick), and the ULP of that (uw)."""
-    bits, rbits, ubits = bw.view(np.uint32), rw.view(np.uint32), uw.view(np.uint32)
+    """_load, _round and _ulp of a bf16 output's chunk in one loop, in registers: the bench in float32 (bw),
+    rounded to bf16 (rw, the float32 bit trick), and the ULP of that (uw)."""
     for j in range(n):
-        bw[j] = b[j]
-        x = np.int64(bits[j])
-        r = ((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF
-        rbits[j] = np.uint32(r)
-        ubits[j] = np.uint32(r & 0x7F800000)
-    for j in range(n):
-        uw[j] = _max(uw[j], tiny) * step
+        v = np.float32(b[j])
+        x = np.int64(v.view(np.uint32))
+        r = np.uint32(((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF)
+        bw[j] = v
+        rw[j] = r.view(np.float32)
+        uw[j] = _max(np.uint32(r & np.uint32(0x7F800000)).view(np.float32), tiny) * step
 
 
 @compiled
