@@ -73,6 +73,19 @@ def segment_sum(a: Any, lo: int, n: int, start: float, tree: Tree) -> Any:
 
 
 @compiled
+def _segment(a: Any, lo: int, n: int, start: float, count: int, tree: Tree) -> Any:
+    """segment_sum with the leaves of its n - 1 pairwise terms already in tree.los / tree.lens (`count` of
+    them): the bias test's four sums of each group of one size walk the tree once."""
+    if n == 1:
+        return a[lo]
+    if n - 1 <= PW_BLOCK:
+        return a[lo] + leaf_wide(a, lo + 1, n - 1, start)
+    for i in range(count):
+        tree.sums[i] = leaf_wide(a, lo + 1 + tree.los[i], tree.lens[i], start)
+    return a[lo] + combine(n - 1, tree.sums[:count], tree.stack, tree.left)
+
+
+@compiled
 def _max(a: Any, b: Any) -> Any:
     """np.maximum: NaN wins."""
     if a != a:
@@ -438,12 +451,15 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
         if has_t and not nan_t and value[0] > max_t:  # Python's max(max_t, w_t.max()): a NaN maximum leaves it
             max_t = value[0]
         if sampled:
+            walked = -1  # the group size whose tree seg holds
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
-                bias[0, groups] = segment_sum(sd, g0, cnt, params[P_LEAF], seg)
-                bias[1, groups] = segment_sum(st, g0, cnt, params[P_LEAF], seg)
-                bias[2, groups] = segment_sum(sdz, g0, cnt, params[P_LEAF], seg)
-                bias[3, groups] = segment_sum(stz, g0, cnt, params[P_LEAF], seg)
+                if cnt != walked and cnt - 1 > PW_BLOCK:
+                    count, walked = leaves(cnt - 1, seg.los, seg.lens, seg.stack), cnt
+                bias[0, groups] = _segment(sd, g0, cnt, params[P_LEAF], count, seg)
+                bias[1, groups] = _segment(st, g0, cnt, params[P_LEAF], count, seg)
+                bias[2, groups] = _segment(sdz, g0, cnt, params[P_LEAF], count, seg)
+                bias[3, groups] = _segment(stz, g0, cnt, params[P_LEAF], count, seg)
                 counts[groups] = cnt
                 groups += 1
     out[O_SUM_W], out[O_SUM_T], out[O_MAX_T], out[O_MAX_W] = sum_w, sum_t, max_t, max_w
