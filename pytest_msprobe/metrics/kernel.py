@@ -17,8 +17,7 @@ import numpy as np
 from numba import njit
 
 from ..compiled import compiled
-
-_PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
+from .pairwise import combine, leaf, leaves, max_leaves
 
 # float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
 P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
@@ -30,34 +29,6 @@ P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = r
  I_NONFINITE, I_DIFFER, I_ULP_OVER) = range(13)
 # how the bench becomes msprobe's `bench_dev` (the bench in the device's numpy dtype, then d's dtype)
 DEV_SAME, DEV_ARRAY, DEV_FP32 = 0, 1, 2  # DEV_ARRAY: given (`bd`, fp16 outputs), DEV_FP32: float32(b)
-
-
-@compiled
-def _leaf_sum(a: Any, n: int, start: Any) -> Any:
-    """numpy's pairwise leaf of a[:n] (n <= 128) in a's dtype: in order below 8 terms (from `start`,
-    numpy 2's -0.0), else in 8 accumulators."""
-    if n < 8:
-        res = start
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    i = 8
-    while i < n - (n % 8):
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return res
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
@@ -229,64 +200,6 @@ def _ulps(bs: Any, ds: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: An
     keys[M_ULP] = max(keys[M_ULP], _top(iul, n))
 
 
-@compiled
-def _leaves(n: int, los: Any, lens: Any) -> int:
-    """The leaves of numpy's pairwise sum of n terms, in order, into los / lens; returns their number.
-    Halves (the first a multiple of 8) down to leaves of at most 128 terms, walked without recursion."""
-    start, size, stage = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, np.int64)
-    start[0], size[0], stage[0] = 0, n, 0
-    top, count = 0, 0
-    while top >= 0:
-        if size[top] <= _PW_BLOCK:
-            los[count], lens[count] = start[top], size[top]
-            count += 1
-            top -= 1
-            while top >= 0 and stage[top] == 2:  # a right half done: its node is done
-                top -= 1
-            if top < 0:
-                break
-            stage[top] = 2  # a left half done: on to the right half
-            half = size[top] // 2
-            half -= half % 8
-            start[top + 1], size[top + 1], stage[top + 1] = start[top] + half, size[top] - half, 0
-        else:
-            half = size[top] // 2
-            half -= half % 8
-            stage[top] = 1
-            start[top + 1], size[top + 1], stage[top + 1] = start[top], half, 0
-        top += 1
-    return count
-
-
-@compiled
-def _combine(n: int, sums: Any) -> Any:
-    """numpy's pairwise sum of n terms from its leaves' sums (in _leaves' order): the same tree, added
-    back in the same order."""
-    size, stage, left = np.empty(64, np.int64), np.empty(64, np.int64), np.empty(64, sums.dtype)
-    size[0], stage[0] = n, 0
-    top, leaf = 0, 0
-    while True:
-        if size[top] <= _PW_BLOCK:
-            value = sums[leaf]
-            leaf += 1
-            top -= 1
-            while top >= 0 and stage[top] == 2:
-                value = left[top] + value
-                top -= 1
-            if top < 0:
-                return value
-            left[top], stage[top] = value, 2
-            half = size[top] // 2
-            half -= half % 8
-            size[top + 1], stage[top + 1] = size[top] - half, 0
-        else:
-            half = size[top] // 2
-            half -= half % 8
-            stage[top] = 1
-            size[top + 1], stage[top + 1] = half, 0
-        top += 1
-
-
 CHUNK = 2048  # elements per chunk of whole leaves: its buffers stay in the first two cache levels
 
 
@@ -317,9 +230,10 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
     keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
     keys[M_DMIN] = -(lowest + 1)
     facc = np.zeros(len(out))  # float64 sums
-    los, lens = np.empty(n // 32 + 2, np.int64), np.empty(n // 32 + 2, np.int64)
-    count = _leaves(n, los, lens)
-    sums = np.empty((3, count), b.dtype)  # each leaf's sum of squares, of ULP errors, of relative errors
+    los, lens = np.empty(max_leaves(n), np.int64), np.empty(max_leaves(n), np.int64)
+    stack = np.empty((3, 64), np.int64)
+    count = leaves(n, los, lens, stack)
+    sums, left = np.empty((3, count), b.dtype), np.empty(64, b.dtype)  # each leaf's sum of squares, of ULP errors, of relative errors
     first = 0
     while first < count:  # chunks of whole leaves
         last, lo = first, los[first]
@@ -330,9 +244,9 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
                buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
         for i in range(first, last + 1):
             off = los[i] - lo
-            sums[0, i] = _leaf_sum(sq[off:off + lens[i]], lens[i], leaf_start)
-            sums[1, i] = _leaf_sum(ul[off:off + lens[i]], lens[i], leaf_start) if do_ulp else leaf_start
-            sums[2, i] = _leaf_sum(rl[off:off + lens[i]], lens[i], leaf_start)
+            sums[0, i] = leaf(sq, off, lens[i], leaf_start)
+            sums[1, i] = leaf(ul, off, lens[i], leaf_start) if do_ulp else leaf_start
+            sums[2, i] = leaf(rl, off, lens[i], leaf_start)
         first = last + 1
     # the keys back to floats, through one row of the buffer
     kb, fb = ibuf[0], buf[0]
@@ -348,6 +262,6 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
     for k in (F_DOT_DB, F_DOT_DD, F_DOT_BB, F_SUM_REL):
         out[k] = facc[k]
     zero = c[P_EPS] * 0
-    out[F_SUM_SQ] = zero + _combine(n, sums[0])  # numpy's reduce: the identity plus the pairwise sum
-    out[F_SUM_ULP] = zero + _combine(n, sums[1])
-    out[F_PW_REL] = zero + _combine(n, sums[2])
+    out[F_SUM_SQ] = zero + combine(n, sums[0], stack, left)  # numpy's reduce: the identity plus the pairwise sum
+    out[F_SUM_ULP] = zero + combine(n, sums[1], stack, left)
+    out[F_PW_REL] = zero + combine(n, sums[2], stack, left)

@@ -307,9 +307,10 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
     groups = (-(-blocks // every)) * -(-block // size)
     bias, counts, out = np.empty((4, groups)), np.empty(groups, dtype=np.int64), np.empty(K.O_GROUPS + 1)
     side = _side_dtype(flat, work)
-    # the bench in the work dtype (the pass rounds it to that first, as numpy did): two signatures to
-    # compile, not one per bench dtype
-    K.strict_pass(_kernel_array(flat["b"], work),
+    # the bench as it is where it is float32 or float64 (the pass rounds it to the work dtype a chunk at a time,
+    # as numpy did a block at a time): no copy of a float64 bench of a 16-bit output before the call
+    bench_dtype = flat["b"].dtype if flat["b"].dtype in (np.float32, np.float64) else np.dtype(work)
+    K.strict_pass(_kernel_array(flat["b"], bench_dtype),
                   _kernel_array(flat["d"], side), _kernel_array(flat.get("t"), side),
                   _kernel_array(flat.get("mag"), side), _kernel_array(flat.get("prod"), side),
                   np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),

@@ -1,8 +1,10 @@
 """The strict checks' pass over one output, compiled (numba): every statistic in one read of the arrays.
 
-`strict._judge_blocks` used to make some 30 numpy passes over each block; this kernel reads bench, device,
-torch run, magnitude run and product once, a block at a time, and keeps the block's intermediate values in
-cache-sized buffers. It repeats numpy's arithmetic operation by operation, in the same work dtype
+`strict._judge_blocks` used to make some 30 numpy passes over each block; this kernel reads bench, device
+and torch run once, a chunk of whole leaves of numpy's pairwise-summation tree at a time (the tree walk of
+metrics/pairwise.py, shared with msprobe's metric pass), computes each element's errors in one loop and takes
+the leaves' sums while the chunk is in the first cache level (the magnitude run, the product and a
+reduction's row statistics are read a block at a time, before its chunks). It repeats numpy's arithmetic operation by operation, in the same work dtype
 (float32 for 16-bit outputs, float64 else) and with numpy's own summation order (pairwise, as
 `ndarray.sum` and `add.reduceat` add), so its totals are bitwise those of the numpy version that
 tests/strict_oracle.py keeps as the test oracle.
@@ -13,13 +15,13 @@ its on-disk cache (`cache=True`) costs a fraction of a second once per process.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..compiled import compiled
+from ..metrics.pairwise import PW_BLOCK, combine, leaf_wide, leaves, max_leaves
 
-_PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
 LEAF_START = float(np.add.reduceat(np.array([-0.0, -0.0]), [0])[0])
@@ -34,84 +36,53 @@ P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF 
  O_OFF_TIE, O_GROUPS) = range(12)
 
 
-@compiled
-def _leaf(a: Any, lo: int, n: int, zero: Any) -> Any:
-    """numpy's pairwise sum of at most 128 terms, in float64: in order below 8, else in 8 accumulators."""
-    if n < 8:
-        res = zero
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    # float32 terms widened to float64, as numpy's cast buffers hold them
-    r0, r1, r2, r3 = np.float64(a[lo]), np.float64(a[lo + 1]), np.float64(a[lo + 2]), np.float64(a[lo + 3])
-    r4, r5, r6, r7 = np.float64(a[lo + 4]), np.float64(a[lo + 5]), np.float64(a[lo + 6]), np.float64(a[lo + 7])
-    i = 8
-    while i < n - (n % 8):
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
+class Tree(NamedTuple):
+    """A walk's buffers, made once per call: the leaves (start, length) and their sums, the walk's stack."""
+    los: Any
+    lens: Any
+    sums: Any
+    stack: Any
+    left: Any
 
 
 @compiled
-def pairwise(a: Any, lo: int, n: int, zero: Any, stack: Any, left: Any) -> Any:
-    """numpy's pairwise sum of a[lo:lo + n] (numpy/_core/src/umath/loops_utils.h), in a's dtype (`zero`'s):
-    halves (the first a multiple of 8) down to leaves of 128, added back in the same order. Written
-    without recursion (numba's disk cache cannot hold a recursive function), on the caller's `stack` (an
-    int64 array of 3 x 64) and `left` (64 of a's dtype), so that a call allocates nothing."""
-    if n <= _PW_BLOCK:
-        return _leaf(a, lo, n, zero)
-    # a node per level: its start, length, and its left half's sum once that is done (stage 1: left half
-    # in progress, 2: right half in progress)
-    los, ns, stage = stack[0], stack[1], stack[2]
-    los[0], ns[0], stage[0] = lo, n, 0
-    top = 0
-    while True:
-        if ns[top] <= _PW_BLOCK:
-            value = _leaf(a, los[top], ns[top], zero)
-            top -= 1
-            while top >= 0 and stage[top] == 2:  # a right half done: its node is done
-                value = left[top] + value
-                top -= 1
-            if top < 0:
-                return value
-            left[top], stage[top] = value, 2  # a left half done: on to the right half
-            half = ns[top] // 2
-            half -= half % 8
-            los[top + 1], ns[top + 1], stage[top + 1] = los[top] + half, ns[top] - half, 0
-            top += 1
-        else:
-            half = ns[top] // 2
-            half -= half % 8
-            stage[top] = 1
-            los[top + 1], ns[top + 1], stage[top + 1] = los[top], half, 0
-            top += 1
+def tree_for(n: int) -> Tree:
+    """The buffers of walks of up to n terms."""
+    k = max_leaves(n)
+    return Tree(np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k), np.empty((3, 64), np.int64), np.empty(64))
 
 
 @compiled
-def cast_sum(a: Any, n: int, stack: Any, left: Any) -> float:
-    """`x.sum(dtype=float64)` of float32 terms held (widened) in `a[:n]`: numpy adds buffer by buffer."""
-    total = 0.0
-    for lo in range(0, n, _CAST_BUFFER):
-        total += pairwise(a, lo, min(_CAST_BUFFER, n - lo), 0.0, stack, left)
-    return total
+def pairwise(a: Any, lo: int, n: int, zero: Any, tree: Any) -> Any:
+    """numpy's pairwise sum of a[lo:lo + n] in float64 (`zero` starts its short leaves): the leaves of
+    metrics/pairwise.py's tree, added back by its walk. `tree`: the caller's Tree (so that a call allocates
+    nothing)."""
+    if n <= PW_BLOCK:
+        return leaf_wide(a, lo, n, zero)
+    count = leaves(n, tree.los, tree.lens, tree.stack)
+    for i in range(count):
+        tree.sums[i] = leaf_wide(a, lo + tree.los[i], tree.lens[i], zero)
+    return combine(n, tree.sums[:count], tree.stack, tree.left)
 
 
 @compiled
-def segment_sum(a: Any, lo: int, n: int, start: float, stack: Any, left: Any) -> Any:
+def segment_sum(a: Any, lo: int, n: int, start: float, tree: Tree) -> Any:
     """One segment of `add.reduceat`: its first term, then the pairwise sum of the others, whose short
     leaves start from `start` (-0.0 in numpy 2, which keeps the sign of a sum of negative zeros)."""
-    return a[lo] + pairwise(a, lo + 1, n - 1, start, stack, left) if n > 1 else a[lo]
+    return a[lo] + pairwise(a, lo + 1, n - 1, start, tree) if n > 1 else a[lo]
+
+
+@compiled
+def _segment(a: Any, lo: int, n: int, start: float, count: int, tree: Tree) -> Any:
+    """segment_sum with the leaves of its n - 1 pairwise terms already in tree.los / tree.lens (`count` of
+    them): the bias test's four sums of each group of one size walk the tree once."""
+    if n == 1:
+        return a[lo]
+    if n - 1 <= PW_BLOCK:
+        return a[lo] + leaf_wide(a, lo + 1, n - 1, start)
+    for i in range(count):
+        tree.sums[i] = leaf_wide(a, lo + 1 + tree.los[i], tree.lens[i], start)
+    return a[lo] + combine(n - 1, tree.sums[:count], tree.stack, tree.left)
 
 
 @compiled
@@ -141,9 +112,9 @@ def _unflush(values: Any, bench: Any, rounded: Any, n: int, tiny: Any, zero: Any
 
 
 @compiled
-def _argmax(w: Any, n: int, ints: Any) -> int:
-    """np.argmax of the non-negative values (or NaN) w[:n]: the first NaN, else the first largest. The
-    maximum is taken over the bits, which order non-negative floats as their values do, in vector code."""
+def _top(w: Any, n: int, ints: Any) -> tuple[int, Any]:
+    """(how many NaNs, the largest bits) of the non-negative values (or NaN) w[:n]: the bits order
+    non-negative floats as their values do, and an integer maximum compiles to vector code."""
     bits = w.view(ints.dtype)  # `ints`: an empty integer array of w's width
     top = bits[0] * 0
     nans = 0
@@ -151,8 +122,15 @@ def _argmax(w: Any, n: int, ints: Any) -> int:
         v = bits[j]
         nans += 1 if w[j] != w[j] else 0
         top = v if v > top else top
+    return nans, top
+
+
+@compiled
+def _first(w: Any, n: int, top: Any, ints: Any) -> int:
+    """The first j with w[j]'s bits equal to `top`."""
+    bits = w.view(ints.dtype)
     for j in range(n):
-        if (w[j] != w[j]) if nans else (bits[j] == top):
+        if bits[j] == top:
             return j
     return 0
 
@@ -200,6 +178,19 @@ def _round(src: Any, dst: Any, n: int, fmt: int) -> None:
 
 
 @compiled
+def _prepare_bf16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any) -> None:
+    """_load, _round and _ulp of a bf16 output's chunk in one loop, in registers: the bench in float32 (bw),
+    rounded to bf16 (rw, the float32 bit trick), and the ULP of that (uw)."""
+    for j in range(n):
+        v = np.float32(b[j])
+        x = np.int64(v.view(np.uint32))
+        r = np.uint32(((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF)
+        bw[j] = v
+        rw[j] = r.view(np.float32)
+        uw[j] = _max(np.uint32(r & np.uint32(0x7F800000)).view(np.float32), tiny) * step
+
+
+@compiled
 def _ulp(src: Any, dst: Any, n: int, emin: Any, step: Any) -> None:
     """dst[:n] = strict.ulp(src[:n]): the exponent bits, at least 2**emin, times 2**-mantissa."""
     if src.itemsize == 4:
@@ -215,135 +206,262 @@ def _ulp(src: Any, dst: Any, n: int, emin: Any, step: Any) -> None:
 
 
 @compiled
-def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: Any, wide: Any, ints: Any, fmt: int, kind: int, size: int,
-                block: int, every: int, params: Any, bias: Any, counts: Any, out: Any) -> None:
+def _unflushed(v: Any, bj: Any, r: Any, tiny: Any, zero: Any) -> Any:
+    """A device or torch-run value, with a zero where the bench lies below the device dtype's normal range
+    taken as the correctly rounded result `r` (flushing a subnormal result is not an error)."""
+    return r if (v == zero) & (abs(bj) < tiny) else v
+
+
+@compiled
+def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, f2: Any, c: Any) -> tuple[int, int]:
+    """The chunk's normalised errors of device (f1) and torch run (f2), in one loop (it writes only those two,
+    so that it compiles to vector code): the scale is the rounded bench's ULP, at least twice the torch run's
+    error and `sx`'s terms; returns the count above `gross` and the count of wrongly rounded elements (neither
+    the correctly rounded result nor torch's: _exact looks closer at a chunk that has some)."""
+    zero, one, tiny, c_torch, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_TORCH], c[P_GROSS]
+    over = wrong = 0
+    for j in range(n):
+        bj, r = bw[j], rw[j]
+        dj = _unflushed(d[j], bj, r, tiny, zero)
+        tj = _unflushed(t[j], bj, r, tiny, zero)
+        wrong += 1 if (dj != r) & (dj != tj) else 0
+        et = abs(tj - bj)
+        s = _max(_max(uw[j], c_torch * et), sx[j])
+        w = abs(dj - bj) / s
+        w = w * (one if dj != r else zero)
+        f1[j] = w
+        f2[j] = et / s * (one if tj != r else zero)
+        over += 1 if w > c_gross else 0
+    return over, wrong
+
+
+@compiled
+def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any) -> tuple[int, int]:
+    """_errors_t without a torch run: the correctly rounded bench stands in for it."""
+    zero, one, tiny, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_GROSS]
+    over = wrong = 0
+    for j in range(n):
+        bj, r = bw[j], rw[j]
+        dj = _unflushed(d[j], bj, r, tiny, zero)
+        w = abs(dj - bj) / _max(uw[j], sx[j])
+        w = w * (one if dj != r else zero)
+        f1[j] = w
+        over += 1 if w > c_gross else 0
+        wrong += 1 if dj != r else 0
+    return over, wrong
+
+
+@compiled
+def _extras(b: Any, t: Any, mag: Any, prod: Any, est: Any, start: int, nb: int, size: int, fmt: int, rowk: bool,
+            sx: Any, bw: Any, rw: Any, tw: Any, pu: Any, squares: Any, c: Any, params: Any, tree: Tree) -> None:
+    """The block's scale terms beyond the ULP and the torch run's own error, into rows[0] (`sx`): the floor,
+    the RMS of the torch run's errors over each group (reductions, contractions with a torch run; more where
+    the torch run was estimated), the magnitude run's accumulation error, the product's ULP; bw, rw, tw, pu
+    are rows for the block's values."""
+    zero, tiny, step, c_floor, c_acc = c[C_ZERO], c[P_EMIN], c[P_ULP], c[P_FLOOR], c[P_ACC]
+    for j in range(nb):
+        sx[j] = zero
+    if c_floor != zero:
+        for j in range(nb):
+            sx[j] = _max(sx[j], c_floor)
+    if rowk:
+        _load(b[start:start + nb], bw, nb)
+        _round(bw, rw, nb, fmt)
+        _load(t[start:start + nb], tw, nb)
+        _unflush(tw, bw, rw, nb, tiny, zero)
+        for j in range(nb):
+            et = abs(tw[j] - bw[j])
+            squares[j] = np.float64(et) * np.float64(et)
+        for g0 in range(0, nb, size):
+            cnt = min(size, nb - g0)
+            rms = math.sqrt(segment_sum(squares, g0, cnt, params[P_LEAF], tree) / cnt)
+            c[C_TMP] = params[P_ROW] * rms  # rounded to the work dtype, as numpy's operand is
+            r_row = c[C_TMP]
+            for j in range(g0, g0 + cnt):
+                sx[j] = _max(sx[j], r_row)
+            if est.size:
+                c[C_TMP] = params[P_EST] * rms
+                r_est = c[C_TMP]
+                flags = est[start + g0:start + g0 + cnt]
+                for j in range(cnt):
+                    if flags[j]:
+                        sx[g0 + j] = _max(sx[g0 + j], r_est)
+    if mag.size:
+        _load(mag[start:start + nb], bw, nb)
+        for j in range(nb):
+            sx[j] = _max(sx[j], c_acc * abs(bw[j]))
+    if prod.size:
+        _load(prod[start:start + nb], bw, nb)
+        _ulp(bw, pu, nb, tiny, step)
+        for j in range(nb):
+            sx[j] = _max(sx[j], pu[j])
+
+
+@compiled
+def _bias_terms(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, sd: Any, st: Any, sdz: Any, stz: Any,
+                c: Any) -> None:
+    """The signed errors (ULPs from the correctly rounded result, clipped to +-1) of device and torch run (the
+    rounded bench where there is none: `t` empty), and both times -sign(bench), into sd, st, sdz, stz."""
+    zero, one, tiny = c[C_ZERO], c[C_ONE], c[P_EMIN]
+    has_t = t.size > 0
+    for j in range(n):
+        x, r = bw[j], rw[j]
+        dj = _unflushed(d[j], x, r, tiny, zero)
+        tj = _unflushed(t[j], x, r, tiny, zero) if has_t else r
+        tz = -(one if x > zero else (-one if x < zero else (zero if x == zero else x)))
+        a = _clip1((dj - r) / uw[j], one)  # from the correctly rounded result, which has no error
+        e = _clip1((tj - r) / uw[j], one)
+        sd[j], st[j], sdz[j], stz[j] = a, e, a * tz, e * tz
+
+
+@compiled
+def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: Any) -> int:
+    """Wrongly rounded elements of the chunk (neither the correctly rounded result nor torch's, where there is
+    a torch run) into counts (wrong, toward zero, upward, off a tie); returns the first one's index, or -1."""
+    zero, tiny, c_half, c_window = c[C_ZERO], c[P_EMIN], c[C_HALF], c[P_WINDOW]
+    has_t = t.size > 0
+    n_wrong = n_zero = n_up = n_off = 0
+    for j in range(n):
+        x, r = bw[j], rw[j]
+        dj = _unflushed(d[j], x, r, tiny, zero)
+        tj = _unflushed(t[j], x, r, tiny, zero) if has_t else r
+        bad = (dj != r) & (dj != tj)
+        n_wrong += 1 if bad else 0
+        n_zero += 1 if bad and abs(dj) < abs(r) else 0
+        n_up += 1 if bad and dj > r else 0
+        n_off += 1 if bad and abs(abs(x - r) / uw[j] - c_half) > c_window else 0
+    counts[0] += n_wrong
+    counts[1] += n_zero
+    counts[2] += n_up
+    counts[3] += n_off
+    if n_wrong:
+        for j in range(n):
+            x, r = bw[j], rw[j]
+            dj = _unflushed(d[j], x, r, tiny, zero)
+            tj = _unflushed(t[j], x, r, tiny, zero) if has_t else r
+            if (dj != r) & (dj != tj):
+                return j
+    return -1
+
+
+CHUNK = 2048  # elements per chunk of whole pairwise leaves: the chunk's rows stay in the first cache level
+# extra slots of the work-dtype constants (`c`): after the parameters
+C_ZERO, C_ONE, C_HALF, C_TMP = 10, 11, 12, 13
+
+
+@compiled
+def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: Any, wide: Any, ints: Any, fmt: int,
+                kind: int, size: int, block: int, every: int, params: Any, bias: Any, counts: Any, out: Any) -> None:
     """The totals of strict._Totals over every block of `block` elements (groups of `size`), into `out`;
     the bias test's group sums of every `every`-th block into bias[0..3] and their sizes into `counts`.
-    `t`, `mag`, `prod`, `est` of length 0 are absent; `scratch` holds SCRATCH rows of at least `block` elements of the work dtype, `wide` WIDE rows of float64
-    (the caller keeps them from call to call), `ints` is an empty array of the integers of the work width."""
+    `t`, `mag`, `prod`, `est` of length 0 are absent; `b` is float32 or float64 (rounded to the work dtype
+    here); `scratch` holds SCRATCH rows of at least `block` elements of the work dtype, `wide` WIDE rows of
+    float64 (the caller keeps them from call to call), `ints` is an empty array of the integers of the
+    work width. Each block is read in chunks of whole leaves of numpy's pairwise tree of its sums (the
+    8192-element buffers of a float32 sum into float64, or the whole block), each chunk once, in one loop."""
     m = d.size
-    leaf_start = params[P_LEAF]
-    stack, left = np.empty((3, 64), np.int64), np.empty(64)  # pairwise's, once per call
-    has_t, has_mag, has_prod, has_est = t.size > 0, mag.size > 0, prod.size > 0, est.size > 0
+    has_t = t.size > 0
     rowk = has_t and (kind == 2 or kind == 3)
     wd = scratch.dtype
-    cw = np.empty(len(params) + 4, wd)  # the parameters rounded to the work dtype, as numpy's operands are
+    c = np.empty(C_TMP + 1, wd)  # the parameters rounded to the work dtype, as numpy's operands are
     for k in range(len(params)):
-        cw[k] = params[k]
-    cw[-4], cw[-3], cw[-2] = 0.0, 1.0, 0.5
-    zero, one, c_half = cw[-4], cw[-3], cw[-2]
-    emin, step, c_floor, c_torch = cw[P_EMIN], cw[P_ULP], cw[P_FLOOR], cw[P_TORCH]
-    c_acc, c_gross, c_window = cw[P_ACC], cw[P_GROSS], cw[P_WINDOW]
+        c[k] = params[k]
+    c[C_ZERO], c[C_ONE], c[C_HALF] = 0.0, 1.0, 0.5
+    tiny, step = c[P_EMIN], c[P_ULP]
     cast = scratch.itemsize == 4  # float32 terms summed in float64: numpy's buffered sum
-    bw, dw, tw, rw, uw = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
-    sw, ew, ew2, pw, pu = scratch[5], scratch[6], scratch[7], scratch[8], scratch[9]
-    f1, f2, sd, st, sdz, stz = scratch[10], scratch[11], scratch[12], scratch[13], scratch[14], scratch[15]
-    squares = wide[0]
+    piece_max = _CAST_BUFFER if cast else block
+    leaf_zero = 0.0 if cast else params[P_LEAF]
+    bw, rw, uw, f1, f2 = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
+    sx = scratch[7]  # the block's scale terms beyond the ULP and the torch run's own error
+    sd, st, sdz, stz = scratch[8], scratch[9], scratch[10], scratch[11]  # the block's signed errors
+    has_x = params[P_FLOOR] != 0.0 or rowk or mag.size > 0 or prod.size > 0
+    tree, seg = tree_for(max(block, piece_max)), tree_for(block)  # the block's walk, the segment sums'
+    los, lens, sums, stack, left = tree
+    leaf_t = np.empty(len(sums))
+    key = np.empty(1, ints.dtype)
+    value = key.view(wd)  # a maximum's bits back to its value
+    wrong = np.zeros(4, np.int64)
     sum_w = sum_t = max_t = 0.0
-    max_w, worst, gross, wrong, first_wrong = -1.0, 0, 0, 0, -1
-    wrong_zero = wrong_up = off_tie = 0
+    max_w, worst, gross, first_wrong = -1.0, 0, 0, -1
     groups = 0
     for bi, start in enumerate(range(0, m, block)):
         nb = min(block, m - start)
-        # loops over the block's buffers, each with one job, so that each compiles to vector code
-        # slices, not b[start + j]: numba's negative-index handling of a computed index makes gathers
-        _load(b[start:start + nb], bw, nb)
-        _load(d[start:start + nb], dw, nb)
-        _round(bw, rw, nb, fmt)
-        _unflush(dw, bw, rw, nb, emin, zero)
-        if has_t:
-            _load(t[start:start + nb], tw, nb)
-            _unflush(tw, bw, rw, nb, emin, zero)
-        else:
-            _load(rw, tw, nb)
-        _ulp(rw, uw, nb, emin, step)
-        if c_floor != zero:
-            for j in range(nb):
-                sw[j] = _max(uw[j], c_floor)
-        else:
-            _load(uw, sw, nb)
-        if has_t:
-            for j in range(nb):
-                et = abs(tw[j] - bw[j])
-                ew[j] = et
-                sw[j] = _max(sw[j], c_torch * et)
-        if rowk:
-            for j in range(nb):
-                squares[j] = np.float64(ew[j]) * np.float64(ew[j])
+        sampled = bi % every == 0
+        if has_x:
+            _extras(b, t, mag, prod, est, start, nb, size, fmt, rowk, sx, scratch[12], scratch[13], scratch[14],
+                    scratch[15], wide[0], c, params, seg)
+        block_w = block_t = 0.0
+        nan_w = nan_t = False
+        top_w = top_t = key[0] * 0 - 1
+        at_w = 0
+        for p0 in range(0, nb, piece_max):  # numpy's buffers of a cast sum, or the whole block
+            pn = min(piece_max, nb - p0)
+            count = leaves(pn, los, lens, stack)
+            first = 0
+            while first < count:  # chunks of whole leaves
+                last, c0 = first, los[first]
+                while last + 1 < count and los[last + 1] + lens[last + 1] - c0 <= CHUNK:
+                    last += 1
+                cn = los[last] + lens[last] - c0
+                off = p0 + c0
+                lo = start + off
+                if fmt == 0 and cast:
+                    _prepare_bf16(b[lo:lo + cn], bw, rw, uw, cn, tiny, step)
+                else:
+                    _load(b[lo:lo + cn], bw, cn)
+                    _round(bw, rw, cn, fmt)
+                    _ulp(rw, uw, cn, tiny, step)
+                scale = sx[off:off + cn] if has_x else uw
+                if has_t:
+                    over, bad = _errors_t(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, scale, cn, f1, f2, c)
+                else:
+                    over, bad = _errors(bw, d[lo:lo + cn], rw, uw, scale, cn, f1, c)
+                gross += over
+                for i in range(first, last + 1):
+                    sums[i] = leaf_wide(f1, los[i] - c0, lens[i], leaf_zero)
+                    if has_t:
+                        leaf_t[i] = leaf_wide(f2, los[i] - c0, lens[i], leaf_zero)
+                # np.argmax of the block: its first NaN, else its first largest
+                nans, top = _top(f1, cn, ints)
+                if nans:
+                    nan_w = True
+                elif top > top_w:
+                    top_w, at_w = top, off + _first(f1, cn, top, ints)
+                if has_t:
+                    nans, top = _top(f2, cn, ints)
+                    nan_t = nan_t or nans > 0
+                    top_t = top if top > top_t else top_t
+                if kind == 1 and bad:
+                    j = _exact(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, cn, c, wrong)
+                    if j >= 0 and first_wrong < 0:
+                        first_wrong = lo + j
+                if sampled:
+                    _bias_terms(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, cn, sd[off:off + cn], st[off:off + cn],
+                                sdz[off:off + cn], stz[off:off + cn], c)
+                first = last + 1
+            block_w += combine(pn, sums[:count], stack, left)
+            if has_t:
+                block_t += combine(pn, leaf_t[:count], stack, left)
+        sum_w += block_w
+        sum_t += block_t
+        key[0] = top_w
+        if not nan_w and value[0] > max_w:  # a block holding a NaN leaves the maximum (numpy's argmax finds it)
+            max_w, worst = value[0], start + at_w
+        key[0] = top_t
+        if has_t and not nan_t and value[0] > max_t:  # Python's max(max_t, w_t.max()): a NaN maximum leaves it
+            max_t = value[0]
+        if sampled:
+            walked = -1  # the group size whose tree seg holds
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
-                rms = math.sqrt(segment_sum(squares, g0, cnt, leaf_start, stack, left) / cnt)
-                cw[-1] = params[P_ROW] * rms
-                r_row = cw[-1]
-                for j in range(g0, g0 + cnt):
-                    sw[j] = _max(sw[j], r_row)
-                if has_est:
-                    cw[-1] = params[P_EST] * rms
-                    r_est = cw[-1]
-                    flags = est[start + g0:start + g0 + cnt]
-                    for j in range(cnt):
-                        if flags[j]:
-                            sw[g0 + j] = _max(sw[g0 + j], r_est)
-        if has_mag:
-            _load(mag[start:start + nb], pw, nb)
-            for j in range(nb):
-                sw[j] = _max(sw[j], c_acc * abs(pw[j]))
-        if has_prod:
-            _load(prod[start:start + nb], pw, nb)
-            _ulp(pw, pu, nb, emin, step)
-            for j in range(nb):
-                sw[j] = _max(sw[j], pu[j])
-        over = 0
-        for j in range(nb):
-            w = abs(dw[j] - bw[j]) / sw[j]
-            w = w * (one if dw[j] != rw[j] else zero)
-            ew2[j] = w
-            f1[j] = w
-            over += 1 if w > c_gross else 0
-        gross += over
-        best_j = _argmax(ew2, nb, ints)
-        if f1[best_j] > max_w:
-            max_w, worst = f1[best_j], start + best_j
-        sum_w += cast_sum(f1, nb, stack, left) if cast else 0.0 + pairwise(f1, 0, nb, leaf_start, stack, left)
-        if has_t:
-            for j in range(nb):
-                wt = ew[j] / sw[j]
-                wt = wt * (one if tw[j] != rw[j] else zero)
-                ew2[j] = wt
-                f2[j] = wt
-            sum_t += cast_sum(f2, nb, stack, left) if cast else 0.0 + pairwise(f2, 0, nb, leaf_start, stack, left)
-            top = f2[_argmax(ew2, nb, ints)]
-            if top > max_t:  # Python's max(max_t, w_t.max()): a NaN maximum leaves it
-                max_t = top
-        if kind == 1:
-            n_wrong = n_zero = n_up = n_off = 0
-            for j in range(nb):
-                bad = dw[j] != rw[j] and (not has_t or dw[j] != tw[j])
-                n_wrong += 1 if bad else 0
-                n_zero += 1 if bad and abs(dw[j]) < abs(rw[j]) else 0
-                n_up += 1 if bad and dw[j] > rw[j] else 0
-                n_off += 1 if bad and abs(abs(bw[j] - rw[j]) / uw[j] - c_half) > c_window else 0
-            if n_wrong and first_wrong < 0:
-                for j in range(nb):
-                    if dw[j] != rw[j] and (not has_t or dw[j] != tw[j]):
-                        first_wrong = start + j
-                        break
-            wrong, wrong_zero, wrong_up, off_tie = wrong + n_wrong, wrong_zero + n_zero, wrong_up + n_up, off_tie + n_off
-        if bi % every == 0:
-            for j in range(nb):
-                x = bw[j]
-                tz = -(one if x > zero else (-one if x < zero else (zero if x == zero else x)))
-                a = _clip1((dw[j] - rw[j]) / uw[j], one)  # from the correctly rounded result, which has no error
-                c = _clip1((tw[j] - rw[j]) / uw[j], one)
-                sd[j], st[j], sdz[j], stz[j] = a, c, a * tz, c * tz
-            for g0 in range(0, nb, size):
-                cnt = min(size, nb - g0)
-                bias[0, groups] = segment_sum(sd, g0, cnt, leaf_start, stack, left)
-                bias[1, groups] = segment_sum(st, g0, cnt, leaf_start, stack, left)
-                bias[2, groups] = segment_sum(sdz, g0, cnt, leaf_start, stack, left)
-                bias[3, groups] = segment_sum(stz, g0, cnt, leaf_start, stack, left)
+                if cnt != walked and cnt - 1 > PW_BLOCK:
+                    count, walked = leaves(cnt - 1, seg.los, seg.lens, seg.stack), cnt
+                bias[0, groups] = _segment(sd, g0, cnt, params[P_LEAF], count, seg)
+                bias[1, groups] = _segment(st, g0, cnt, params[P_LEAF], count, seg)
+                bias[2, groups] = _segment(sdz, g0, cnt, params[P_LEAF], count, seg)
+                bias[3, groups] = _segment(stz, g0, cnt, params[P_LEAF], count, seg)
                 counts[groups] = cnt
                 groups += 1
     out[O_SUM_W], out[O_SUM_T], out[O_MAX_T], out[O_MAX_W] = sum_w, sum_t, max_t, max_w
-    out[O_WORST], out[O_GROSS], out[O_WRONG], out[O_FIRST_WRONG] = worst, gross, wrong, first_wrong
-    out[O_WRONG_ZERO], out[O_WRONG_UP], out[O_OFF_TIE], out[O_GROUPS] = wrong_zero, wrong_up, off_tie, groups
+    out[O_WORST], out[O_GROSS], out[O_WRONG], out[O_FIRST_WRONG] = worst, gross, wrong[0], first_wrong
+    out[O_WRONG_ZERO], out[O_WRONG_UP], out[O_OFF_TIE], out[O_GROUPS] = wrong[1], wrong[2], wrong[3], groups
