@@ -46,15 +46,18 @@ def make_dump(pytester: pytest.Pytester, data: dict[str, Any], name: str = "ms")
 
 def test_statistics_dump_reruns_in_mindspore(pytester: pytest.Pytester) -> None:
     dump = copy_dump(pytester, MS_STATISTICS, "ms")
-    result = pytester.runpytest(str(dump), "-rs")
     # MindSpore's own fp32 softmax and silu CPU kernels lose several ULPs more than torch's: the default
-    # standard flags them (forward and backward); msprobe's MindSpore rule passes every call
+    # standard flags them (forward and backward); msprobe's MindSpore rule passes every call. silu shows it
+    # on every input drawn; softmax's 20 elements on about half of the seeds (one element 22-34 ULP off): seed
+    # 11 draws inputs where both of its items show it.
+    result = pytester.runpytest(str(dump), "-rs", "--msprobe-seed", "11")
     result.assert_outcomes(passed=16, failed=4)
     recs = api_records(pytester)
     assert {name for name, r in recs.items() if r["status"] == "error"} == {
         "MintFunctional.softmax.0.forward", "MintFunctional.softmax.0.backward", "MintFunctional.silu.0.forward",
         "MintFunctional.silu.0.backward"}
-    msrule = pytester.runpytest(str(dump), "--msprobe-standard", "mindspore", "--msprobe-out", "ms_rule")
+    msrule = pytester.runpytest(str(dump), "--msprobe-seed", "11", "--msprobe-standard", "mindspore", "--msprobe-out",
+                                "ms_rule")
     msrule.assert_outcomes(passed=20)
     assert {(r["mode"], r["device"], r["data"]) for r in recs.values()} == {("rerun", "mindspore:CPU", "random")}
     assert recs["Mint.matmul.0.forward"]["impl"] == "mindspore.mint.matmul (bench torch.matmul)"
