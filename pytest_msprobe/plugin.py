@@ -313,6 +313,7 @@ class ResultCollector:
         self.config, self.keep_runs = config, keep_runs
         self.sets: str | None = None  # what --msprobe-keep-runs kept and removed
         self.records: list[dict[str, Any]] = []
+        self.encoded: dict[int, tuple[dict[str, Any], str]] = {}  # the journal's JSON text of each record
         self.written: dict[str, Path] = {}
         self.removed: list[Path] = []
         self.journal = config.stash.get(journal.JOURNAL_KEY, None)  # controller only
@@ -328,7 +329,7 @@ class ResultCollector:
             self.known += hasattr(report, "wasxfail") and report.skipped
             self.resumed += resumed
             if self.journal is not None and not resumed:
-                self.journal.write(record)
+                self.encoded[id(record)] = (record, self.journal.write(record))
         elif report.when == "call" and "fuzz" in report.keywords and "msprobe" in report.keywords:  # [fuzz] items
             status = {"passed": "pass", "failed": "error"}.get(report.outcome, "SKIP")
             self.fuzz_counts[status] = self.fuzz_counts.get(status, 0) + 1
@@ -361,7 +362,8 @@ class ResultCollector:
             from .reports.results import write_results
 
             self.records = journal.final_records(unreported, self.records)
-            self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)
+            self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir,
+                                         encoded=self.encoded)
             self.removed = self.journal.supersede(self.written)
             self.sets = result_files.prune(self.config.stash[SETTINGS_KEY].out_dir, self.keep_runs)
         self.journal.close()

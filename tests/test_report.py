@@ -247,6 +247,20 @@ def test_write_results_files(tmp_path: Path) -> None:
     assert read_jsonl(paths["jsonl"]) == recs
 
 
+def test_write_results_reuses_the_journals_text_of_the_same_record(tmp_path: Path) -> None:
+    """The controller's journal already encoded each record: the JSON-lines archive writes that text
+    instead of encoding it again, but only for the very record it was made from."""
+    recs = sample_records()
+    compact = json.dumps(recs[0], ensure_ascii=False, allow_nan=True, separators=(",", ":"))  # tell-tale spacing
+    stale = (dict(recs[1]), '{"api": "stale"}')  # an entry whose id no longer names its record
+    paths = write_results(recs, tmp_path, ts="20240102030405", encoded={id(recs[0]): (recs[0], compact),
+                                                                       id(recs[1]): stale})
+    lines = paths["jsonl"].read_text(encoding="utf-8").splitlines()
+    assert lines[0] == compact
+    assert lines[1:] == [json.dumps(r, ensure_ascii=False, allow_nan=True) for r in recs[1:]]
+    assert read_jsonl(paths["jsonl"]) == recs
+
+
 def test_write_results_default_timestamp_shared(tmp_path: Path) -> None:
     paths = write_results([record("Torch.sum.0")], tmp_path)
     stamps = {re.search(r"_(\d{14})\.", p.name).group(1) for p in paths.values()}  # type: ignore[union-attr]
