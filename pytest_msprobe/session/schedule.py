@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScheduling
 
-from ..dump.reader import DumpError, load_dump, parse_entry_name
+from ..dump.reader import Dump, DumpError, load_dump, parse_entry_name
 from .shard import ITEM_BASE_COST, work_cost
 
 MIN_PENDING = 2     # a worker runs an item only once it knows the next one (xdist's protocol)
@@ -54,14 +54,20 @@ class CostScheduling(LoadScheduling):  # type: ignore[misc]  # xdist ships no ty
         self.group = [None] * len(collection)
         self.taken = [False] * len(collection)
         groups: dict[str, dict[str, tuple[str, str]]] = {}
+        dumps: dict[str, Dump | None] = {}  # each file looked up once, not per item (a stat and a resolve each)
         for i, nodeid in enumerate(collection):
             path, sep, name = nodeid.partition("::")
             if not sep or not path.endswith(".json"):
                 continue
             try:
                 parsed = parse_entry_name(name)
-                dump = load_dump(root / path)
+                if path not in dumps:
+                    dumps[path] = None
+                    dumps[path] = load_dump(root / path)
             except (ValueError, DumpError):
+                continue
+            dump = dumps[path]
+            if dump is None:
                 continue
             self.active = True
             self.cost[i] = work_cost(dump.work(f"{parsed.full_name}.forward") or 0.0, parsed.direction == "backward")
