@@ -50,7 +50,6 @@ from .settings import (
 
 DUMP_BASENAME = "dump.json"
 REFERENCE_ONLY = "reference-only"  # pytest outcome category of passing reference-vs-reference items
-ENCODED_MAX_CHARS = 64 << 20  # the journal's record texts kept for the JSON-lines archive, at most (memory)
 PREINDEX_MAX = 256  # dump.json files below a folder argument the xdist controller indexes for the workers
 
 
@@ -314,8 +313,6 @@ class ResultCollector:
         self.config, self.keep_runs = config, keep_runs
         self.sets: str | None = None  # what --msprobe-keep-runs kept and removed
         self.records: list[dict[str, Any]] = []
-        self.encoded: dict[int, tuple[dict[str, Any], str]] = {}  # the journal's JSON text of each record ...
-        self.encoded_chars = 0  # ... up to ENCODED_MAX_CHARS (a 2.5 KB text beside a 10 KB dict); later ones are encoded again
         self.written: dict[str, Path] = {}
         self.removed: list[Path] = []
         self.journal = config.stash.get(journal.JOURNAL_KEY, None)  # controller only
@@ -331,10 +328,7 @@ class ResultCollector:
             self.known += hasattr(report, "wasxfail") and report.skipped
             self.resumed += resumed
             if self.journal is not None and not resumed:
-                text = self.journal.write(record)
-                if self.encoded_chars + len(text) <= ENCODED_MAX_CHARS:
-                    self.encoded[id(record)] = (record, text)
-                    self.encoded_chars += len(text)
+                self.journal.write(record)
         elif report.when == "call" and "fuzz" in report.keywords and "msprobe" in report.keywords:  # [fuzz] items
             status = {"passed": "pass", "failed": "error"}.get(report.outcome, "SKIP")
             self.fuzz_counts[status] = self.fuzz_counts.get(status, 0) + 1
@@ -367,8 +361,7 @@ class ResultCollector:
             from .reports.results import write_results
 
             self.records = journal.final_records(unreported, self.records)
-            self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir,
-                                         encoded=self.encoded)
+            self.written = write_results(self.records, self.config.stash[SETTINGS_KEY].out_dir)
             self.removed = self.journal.supersede(self.written)
             self.sets = result_files.prune(self.config.stash[SETTINGS_KEY].out_dir, self.keep_runs)
         self.journal.close()

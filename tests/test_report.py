@@ -247,43 +247,6 @@ def test_write_results_files(tmp_path: Path) -> None:
     assert read_jsonl(paths["jsonl"]) == recs
 
 
-def test_write_results_reuses_the_journals_text_of_the_same_record(tmp_path: Path) -> None:
-    """The controller's journal already encoded each record: the JSON-lines archive writes that text
-    instead of encoding it again, but only for the very record it was made from."""
-    recs = sample_records()
-    compact = json.dumps(recs[0], ensure_ascii=False, allow_nan=True, separators=(",", ":"))  # tell-tale spacing
-    stale = (dict(recs[1]), '{"api": "stale"}')  # an entry whose id no longer names its record
-    paths = write_results(recs, tmp_path, ts="20240102030405", encoded={id(recs[0]): (recs[0], compact),
-                                                                       id(recs[1]): stale})
-    lines = paths["jsonl"].read_text(encoding="utf-8").splitlines()
-    assert lines[0] == compact
-    assert lines[1:] == [json.dumps(r, ensure_ascii=False, allow_nan=True) for r in recs[1:]]
-    assert read_jsonl(paths["jsonl"]) == recs
-
-
-def test_the_controller_keeps_the_journals_texts_up_to_a_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """ResultCollector keeps each journaled record's text for the archive, at most ENCODED_MAX_CHARS of them
-    (a 100,000-item run would otherwise hold 250 MB more); the archive is the same either way."""
-    from types import SimpleNamespace
-
-    from pytest_msprobe import plugin
-    from pytest_msprobe.session import journal
-
-    recs = sample_records()
-    sizes = [len(json.dumps(r, ensure_ascii=False, allow_nan=True)) for r in recs]
-    monkeypatch.setattr(plugin, "ENCODED_MAX_CHARS", sizes[0] + sizes[1])
-    log = journal.Journal(tmp_path / journal.JOURNAL_NAME, resume=False)
-    collector = plugin.ResultCollector(SimpleNamespace(stash={journal.JOURNAL_KEY: log}), keep_runs=1)  # type: ignore[arg-type]
-    for rec in recs:
-        collector.pytest_runtest_logreport(SimpleNamespace(msprobe=rec, when="call", keywords={}))  # type: ignore[arg-type]
-    log.close()
-    assert [pair[0] for pair in collector.encoded.values()] == recs[:2] and collector.encoded_chars == sum(sizes[:2])
-    journaled = (tmp_path / journal.JOURNAL_NAME).read_text(encoding="utf-8").splitlines()[1:]
-    assert [pair[1] for pair in collector.encoded.values()] == journaled[:2]
-    paths = write_results(collector.records, tmp_path / "out", ts="20240102030405", encoded=collector.encoded)
-    assert paths["jsonl"].read_text(encoding="utf-8").splitlines() == journaled  # every record, encoded alike
-
-
 def test_write_results_default_timestamp_shared(tmp_path: Path) -> None:
     paths = write_results([record("Torch.sum.0")], tmp_path)
     stamps = {re.search(r"_(\d{14})\.", p.name).group(1) for p in paths.values()}  # type: ignore[union-attr]

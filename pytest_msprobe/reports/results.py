@@ -262,8 +262,7 @@ def write_compare_results(records: list[dict[str, Any]], out_dir: Path, ts: str,
 
 
 def write_results(records: list[dict[str, Any]], out_dir: Path, ts: str | None = None,
-                   precision: int = 14, encoded: Mapping[int, tuple[dict[str, Any], str]] | None = None
-                   ) -> dict[str, Path]:
+                   precision: int = 14) -> dict[str, Path]:
     """Write the result CSV, details CSV (msprobe names, one shared timestamp) and a JSONL archive.
 
     msprobe's CSVs name a call without its dump, so a run over several dumps (ranks, steps, models)
@@ -272,7 +271,6 @@ def write_results(records: list[dict[str, Any]], out_dir: Path, ts: str | None =
     `<kind>:<label>`. The one JSONL keeps every record with its dump, and everything the CSVs flatten
     away (seed, worst element, durations), so later tooling can re-render or re-judge a run without
     re-executing it. Records are written in the order given (the caller decides, e.g. dump order).
-    `encoded` ({id(record): (record, its JSON text)}, the journal's lines) spares encoding a record twice.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -288,9 +286,7 @@ def write_results(records: list[dict[str, Any]], out_dir: Path, ts: str | None =
     paths["jsonl"] = out_dir / f"{JSONL_PREFIX}{ts}.jsonl"
     with open(paths["jsonl"], "w", encoding="utf-8", newline="\n") as f:
         for rec in records:
-            known = encoded.get(id(rec)) if encoded else None
-            f.write(known[1] if known is not None and known[0] is rec else
-                    json.dumps(rec, ensure_ascii=False, allow_nan=True))
+            f.write(json.dumps(rec, ensure_ascii=False, allow_nan=True))
             f.write("\n")
     return paths
 

@@ -145,17 +145,14 @@ class Journal:
             keys.setdefault(path, {})[name] = rec["entry_key"]
         return keys
 
-    def write(self, record: dict[str, Any]) -> str:
-        """Journal one record; returns its JSON text, which the JSON-lines archive reuses."""
+    def write(self, record: dict[str, Any]) -> None:
         file = self._file or self._open()
-        text = json.dumps(record, ensure_ascii=False, allow_nan=True, default=_plain)
-        file.write(text + "\n")
+        file.write(json.dumps(record, ensure_ascii=False, allow_nan=True, default=_plain) + "\n")
         file.flush()
         now = time.monotonic()
         if now - self._synced >= FSYNC_EVERY_S and (self._sync is None or self._sync.done()):
             self._sync = _syncer().submit(os.fsync, file.fileno())
             self._synced = now
-        return text
 
     def supersede(self, written: dict[str, Path]) -> list[Path]:
         """Journal this session's result files; when resuming, remove those of earlier runs (each a
