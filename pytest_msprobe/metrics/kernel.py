@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from ..compiled import compiled
-from .pairwise import combine, leaf, leaves, max_leaves
+from .pairwise import chunk_last, combine, leaf, leaves, max_leaves
 
 # float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
 P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
@@ -236,9 +236,7 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
     sums, left = np.empty((3, count), b.dtype), np.empty(64, b.dtype)  # each leaf's sum of squares, of ULP errors, of relative errors
     first = 0
     while first < count:  # chunks of whole leaves
-        last, lo = first, los[first]
-        while last + 1 < count and los[last + 1] + lens[last + 1] - lo <= CHUNK:
-            last += 1
+        last, lo = chunk_last(los, lens, first, count, CHUNK), los[first]
         m = los[last] + lens[last] - lo
         _chunk(b, d, bd, bbits, dbits, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
                buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)

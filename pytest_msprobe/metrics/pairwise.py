@@ -62,6 +62,16 @@ def leaves(n: int, los: Any, lens: Any, stack: Any) -> int:
 
 
 @compiled
+def chunk_last(los: Any, lens: Any, first: int, count: int, limit: int) -> int:
+    """The last of the leaves first, first + 1, ... that together span at most `limit` elements (at least
+    leaf `first`): both compiled passes read an output in such chunks of whole leaves, kept in cache."""
+    last, lo = first, los[first]
+    while last + 1 < count and los[last + 1] + lens[last + 1] - lo <= limit:
+        last += 1
+    return last
+
+
+@compiled
 def combine(n: int, sums: Any, stack: Any, left: Any) -> Any:
     """numpy's pairwise sum of n terms from its leaves' sums (in `leaves`' order): the same tree, added
     back in the same order, in the dtype of `left` (64 elements; `stack` as for `leaves`)."""

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..compiled import compiled
-from ..metrics.pairwise import PW_BLOCK, combine, leaf_wide, leaves, max_leaves
+from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, leaf_wide, leaves, max_leaves
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
@@ -399,9 +399,7 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
             count = leaves(pn, los, lens, stack)
             first = 0
             while first < count:  # chunks of whole leaves
-                last, c0 = first, los[first]
-                while last + 1 < count and los[last + 1] + lens[last + 1] - c0 <= CHUNK:
-                    last += 1
+                last, c0 = chunk_last(los, lens, first, count, CHUNK), los[first]
                 cn = los[last] + lens[last] - c0
                 off = p0 + c0
                 lo = start + off
