@@ -111,10 +111,23 @@ def two_ranks_same_names(pytester: pytest.Pytester) -> None:
                   name=f"step0/{rank}")
 
 
+def numba_compiler_loaded() -> None:
+    """Compile one function in this process (never cached), so numba's compiler loads every module it
+    imports lazily (its target registries, `numba.core.boxing`) now. A kernel loaded from the on-disk cache
+    loads none of them; the first compile inside a pytester in-process run would then import them there,
+    pytester drops them from sys.modules afterwards, and the next compile re-imports them into registries
+    that still hold them: "KeyError: duplicate registration" (tests/test_numba_warm_up.py)."""
+    import numba
+    import numpy as np
+
+    numba.njit(cache=False)(lambda a: a.sum())(np.zeros(2))
+
+
 def strict_warm_up() -> None:
     """One strict check and one of msprobe's metrics of a tiny output of each device dtype, and the random
     draw: imports numba and loads (or compiles, once per machine) the kernels' signatures, so no test's item
-    pays for it inside a timeout."""
+    pays for it inside a timeout; and numba's compiler, for the signatures a test compiles itself."""
+    numba_compiler_loaded()
     import numpy as np
 
     from pytest_msprobe.specs.loader import load_specs

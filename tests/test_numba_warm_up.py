@@ -1,0 +1,49 @@
+"""The tests' warm-up keeps numba compiling after a pytester in-process run restores sys.modules."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import numba
+    import numpy as np
+    from tests.helpers import numba_compiler_loaded
+
+    @numba.njit(cache=True)
+    def cached(a):
+        return a.sum()
+
+    cached(np.zeros(3))  # the second process only loads it, as an xdist worker loads the kernels
+    if sys.argv[1] == "warm":
+        numba_compiler_loaded()
+    before = dict(sys.modules)  # what pytester's in-process run keeps
+    numba.njit(cache=False)(lambda a: a.max())(np.zeros(3))  # a signature compiled inside that run
+    for name in [k for k in sys.modules if k not in before]:
+        del sys.modules[name]
+    numba.njit(cache=False)(lambda a, b: a.min() + b)(np.zeros(3, np.float32), 1.0)  # a later test's compile
+    print("compiled")
+""")
+
+
+def run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("mode", ["warm", "cold"])
+def test_a_compile_after_restored_modules_needs_the_compiler_loaded_first(tmp_path: Path, mode: str) -> None:
+    assert run(tmp_path, mode).returncode == 0  # the first process writes the cache
+    second = run(tmp_path, mode)
+    if mode == "warm":
+        assert second.returncode == 0 and "compiled" in second.stdout, second.stderr[-2000:]
+    else:  # what the warm-up prevents, so this test can tell
+        assert second.returncode != 0 and "duplicate registration" in second.stderr
