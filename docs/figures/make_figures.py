@@ -215,7 +215,7 @@ def scaling(out: Path, repeat: int = 3) -> None:
     b.set_xscale("log")
     b.set_xlabel("items (synthetic transformer-mix dump)")
     b.set_ylabel(f"wall seconds, whole run (best of {repeat})")
-    b.set_title(f"whole runs on {os.cpu_count()} CPUs (shared machine)", fontsize=10)
+    b.set_title(f"whole runs on {os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} at the end)", fontsize=10)
     b.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "scaling.png")
