@@ -69,14 +69,14 @@ def test_a_freed_block_is_reused_without_faulting_its_pages_in_again() -> None:
 
 
 @pytest.mark.parametrize("shape, dtype", [((1 << 22,), torch.float32), ((2048, 1536), torch.bfloat16), ((7,), torch.float16)])
-def test_cpu_copy_is_a_fresh_copy_in_advised_memory(monkeypatch, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+def test_a_fresh_cpu_copy_is_made_in_advised_memory(monkeypatch, shape: tuple[int, ...], dtype: torch.dtype) -> None:
     """The side copies (runs/execution.make_side) are torch's own copy, strides included, in memory advised for
     huge pages (page-aligned, inside the tensor's storage) when large, and never the input's memory."""
     advised: list[tuple[int, int, int]] = []
     monkeypatch.setattr(memory, "_madvise", lambda: lambda start, length, advice: advised.append((start, length, advice)))
     source = torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape)
     source = source.t() if source.dim() == 2 else source  # non-contiguous: strides are preserved as .to does
-    copy = memory.cpu_copy(source, dtype)
+    copy = memory.fresh_copy(source, "cpu", dtype)
     expected = source.to(device="cpu", dtype=dtype, copy=True)
     assert torch.equal(copy, expected) and copy.stride() == expected.stride() and copy.dtype == dtype
     assert copy.untyped_storage().data_ptr() != source.untyped_storage().data_ptr()

@@ -18,7 +18,7 @@ import torch
 from ..inputs.build import DeviceArg, InputError
 from ..specs.loader import error_kind
 from .leaves import output_leaves  # re-exported: the bench, the device side and triage flatten results alike
-from .memory import cpu_copy
+from .memory import fresh_copy
 
 RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -56,7 +56,7 @@ class Device:
     def to_device(self, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """A fresh copy on this device, as its backend moves tensors."""
         if self.backend is None:
-            return cpu_copy(tensor, dtype) if self.kind == "cpu" else tensor.to(device=self.name, dtype=dtype, copy=True)
+            return fresh_copy(tensor, self.name, dtype)
         moved: torch.Tensor = self.backend.to_device(tensor, self.name, dtype).detach()
         if moved.device == tensor.device and moved.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
             moved = moved.clone()  # never share memory with the inputs the bench and reference copy
@@ -304,8 +304,7 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
         if id(v) in owned and move is None and device == "cpu" and v.device.type == "cpu" and v.dtype == dtype:
             t = v.detach()
         else:
-            t = move(v.detach(), dtype) if move is not None else cpu_copy(v.detach(), dtype) if device == "cpu" \
-                else v.detach().to(device=device, dtype=dtype, copy=True)
+            t = move(v.detach(), dtype) if move is not None else fresh_copy(v.detach(), device, dtype)
         if want_grad and id(v) in requires_grad and key != "out" and t.dtype.is_floating_point:
             leaf = t.requires_grad_(True)
             side.grad_leaves.append((position, leaf))

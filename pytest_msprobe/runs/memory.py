@@ -15,7 +15,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 TRIM_ABOVE = 768 << 20  # bytes of resident memory
 HUGE_PAGES_FROM = 4 << 20  # bytes: fresh copies this large ask for transparent huge pages (numpy's limit too)
@@ -66,15 +69,15 @@ def _madvise() -> Any:
     return madvise
 
 
-def cpu_copy(tensor: Any, dtype: Any) -> Any:
-    """A fresh CPU copy of `tensor` in `dtype`, as `tensor.to("cpu", dtype, copy=True)` makes it, in
-    cpu_empty_like's memory."""
-    if tensor.numel() * dtype.itemsize < HUGE_PAGES_FROM or _madvise() is None:
-        return tensor.to(device="cpu", dtype=dtype, copy=True)
+def fresh_copy(tensor: torch.Tensor, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """A fresh copy of `tensor` in `dtype` on `device`, as `tensor.to(device, dtype, copy=True)` makes it; a
+    large one on the CPU in cpu_empty_like's memory."""
+    if device.split(":")[0] != "cpu" or tensor.numel() * dtype.itemsize < HUGE_PAGES_FROM or _madvise() is None:
+        return tensor.to(device=device, dtype=dtype, copy=True)
     return cpu_empty_like(tensor, dtype).copy_(tensor)
 
 
-def cpu_empty_like(tensor: Any, dtype: Any) -> Any:
+def cpu_empty_like(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised CPU tensor shaped (and strided) as `tensor`, in `dtype`, whose memory is advised for
     transparent huge pages before its first touch when it is large: a block above glibc's mmap threshold is
     mapped fresh and faulted in page by page, and 4 KiB faults cost more than a copy itself (16M bf16
