@@ -1,4 +1,5 @@
-"""The tests' warm-up keeps numba compiling after a pytester in-process run restores sys.modules."""
+"""Warming the compiled passes up: the package's warm-up per standard, and the tests' warm-up, which keeps numba
+compiling after a pytester in-process run restores sys.modules."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from pytest_msprobe.check import compare
+from pytest_msprobe.verdict import judge, standards
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -47,3 +51,18 @@ def test_a_compile_after_restored_modules_needs_the_compiler_loaded_first(tmp_pa
         assert second.returncode == 0 and "compiled" in second.stdout, second.stderr[-2000:]
     else:  # what the warm-up prevents, so this test can tell
         assert second.returncode != 0 and "duplicate registration" in second.stderr
+
+
+def test_warm_up_loads_the_strict_pass_when_first_asked_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that warmed up for msprobe's standard (an in-process run) still loads the strict pass when a
+    later run asks for strict, and each pass only once."""
+    calls: list[str] = []
+    monkeypatch.setattr(compare, "_WARMED", set())
+    monkeypatch.setattr(standards, "compare_tensor", lambda *a, **k: calls.append("metrics"))
+    monkeypatch.setattr(judge, "strict_verdict", lambda *a, **k: calls.append("strict"))
+    compare.warm_up("msprobe")
+    compare.warm_up("msprobe")
+    assert calls == ["metrics"]
+    compare.warm_up("strict")
+    compare.warm_up("strict")
+    assert calls == ["metrics", "strict", "strict"]  # a float32 bench and a float64 one, once

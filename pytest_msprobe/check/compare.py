@@ -178,31 +178,30 @@ def checks_device(options: CheckOptions, device: list[Any], third: list[Any] | N
     return on
 
 
-_WARM: list[bool] = []
+_WARMED: set[str] = set()  # what this process has loaded: "draw and metrics", and "strict" once asked for
 
 
 def warm_up(standard: str) -> None:
     """Load the compiled passes (numba's on-disk cache; on a cold one, compile them) once per process,
     before its first item, so that no item's --msprobe-timeout pays for it: the random draw of inputs,
     msprobe's metric pass and, under `strict`, the strict pass, in their float32 signatures (bf16, fp16
-    and fp32 outputs; the strict pass also beside a float64 bench)."""
-    if _WARM:
-        return
-    _WARM.append(True)
+    and fp32 outputs; the strict pass also beside a float64 bench). A process whose first items were
+    judged by another standard loads the strict pass when it is first asked for it."""
     import numpy as np
-
-    from ..inputs.draw import warm_up as warm_draw
-
-    warm_draw()
 
     values = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
     dtype = "torch.bfloat16"
-    specs = load_specs()
-    standards.compare_tensor("warm-up", values, values, bench_dtype=dtype, device_dtype=dtype, api_name="add",
-                             specs=specs)
-    if standard == "strict":  # a float32 bench and a float64 one (the strict pass reads either as it is)
+    if "draw and metrics" not in _WARMED:
+        from ..inputs.draw import warm_up as warm_draw
+
+        warm_draw()
+        standards.compare_tensor("warm-up", values, values, bench_dtype=dtype, device_dtype=dtype, api_name="add",
+                                 specs=load_specs())
+        _WARMED.add("draw and metrics")
+    if standard == "strict" and "strict" not in _WARMED:  # a float32 bench and a float64 one (read as they are)
         for bench in (values, values.astype(np.float64)):
-            judge.strict_verdict(judge.StrictArrays(bench, values), dtype, thresholds_for(specs, "add"))
+            judge.strict_verdict(judge.StrictArrays(bench, values), dtype, thresholds_for(load_specs(), "add"))
+        _WARMED.add("strict")
 
 
 def _exactly(bench: Any, device: Any) -> tuple[str, str] | None:
