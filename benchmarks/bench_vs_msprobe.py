@@ -113,9 +113,9 @@ def ours(dump: Path, standard: str, workers: int, work: Path, extra: list[str],
         env["MSPROBE_RUN_PROBE_DIR"] = str(processes)
         extra = ["-p", "benchmarks.run_probe", *extra]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-           "-p", "benchmarks.bench_vs_msprobe", str(dump), "--msprobe-device", "cpu", "--msprobe-standard", standard,
+           "-p", "benchmarks.bench_vs_msprobe", str(dump.resolve()), "--msprobe-device", "cpu", "--msprobe-standard", standard,
            "--msprobe-out", str(out), "-n", str(workers), *extra]
-    wall, cpu, rss, code = wait(cmd, work, env)
+    wall, cpu, rss, code = wait(cmd, work, env)  # runs in `work`: the dump's path is absolute above
     if code not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} exited with {code}")
     marks = json.loads(probe.read_text())
@@ -127,7 +127,7 @@ def ours(dump: Path, standard: str, workers: int, work: Path, extra: list[str],
 def msprobe(dump: Path, python: str, work: Path) -> dict[str, Any]:
     out = work / f"msprobe-{time.monotonic_ns()}"
     out.mkdir()
-    wall, cpu, rss, code = wait([python, str(MSPROBE_CPU), "acc_check", "-api_info", str(dump), "-o", str(out)],
+    wall, cpu, rss, code = wait([python, str(MSPROBE_CPU), "acc_check", "-api_info", str(dump.resolve()), "-o", str(out)],
                                 work, dict(os.environ))
     results = list(out.glob("accuracy_checking_result_*.csv"))
     rows = len(results[0].read_text(encoding="utf-8-sig").splitlines()) - 1 if results else 0
