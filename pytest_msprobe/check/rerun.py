@@ -23,6 +23,7 @@ from ..runs.execution import (
     TF32_BITS,
     Device,
     NotCheckable,
+    Shared,
     backward,
     broken_precondition,
     first_output_dtype,
@@ -38,6 +39,7 @@ from ..runs.execution import (
     seed_random_apis,
     tensors_of,
 )
+from ..runs.sharing import written_inputs
 from ..runs.third_run import autocast_round, bench_product, third_run
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
@@ -59,15 +61,32 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
     they can reuse this module's steps without an import cycle: `overflow` for overflow_check dumps,
     `external` for replay mode and MindSpore dumps."""
     name = parse_entry_name(entry_name)
+    if dump.task == "overflow_check":  # REFERENCE §3.6: classify each overflow instead of judging precision
+        return _checked(overflow, dump, name, options, specs, "overflow_check")
+    shared = Shared(None)  # _run says which inputs the call may write; the others are shared by the sides
+    record = None
+    try:
+        record = _checked(functools.partial(_run, external=external, shared=shared), dump, name, options, specs)
+    except Exception:
+        if not shared.changed():
+            raise
+    written = shared.changed()
+    if written or record is None:  # the call wrote into an input other sides read: judged on fresh inputs again
+        record = _checked(functools.partial(_run, external=external, shared=None), dump, name, options, specs)
+        record["notes"].append(f"the call wrote into {len(written)} input(s) that another side read (torch's version "
+                               "counter moved): checked again with a copy of every input per side")
+    return record
+
+
+def _checked(run: Runner, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
+             mode: str | None = None) -> dict[str, Any]:
     record: dict[str, Any] = {
         "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
         "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
         "outputs": [], "timings": {},
     }
-    run: Runner = functools.partial(_run, external=external)
-    if dump.task == "overflow_check":  # REFERENCE §3.6: classify each overflow instead of judging precision
-        run = overflow
-        record["mode"] = "overflow_check"
+    if mode is not None:
+        record["mode"] = mode
     try:
         run(dump, name, options, specs, record)
     except (NotCheckable, InputError) as exc:
@@ -79,7 +98,7 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
 
 
 def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any], *,
-         external: Runner) -> None:
+         external: Runner, shared: Shared | None) -> None:
     api = name.api_name
     user, forward, backward_entry = checkable_entries(dump, name, specs)
     want_grad = backward_entry is not None
@@ -133,8 +152,14 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             return t.dtype
         return plan.raise_to
 
+    if shared is not None:  # the sides on the CPU take the inputs the call cannot write without a copy
+        shared.written = written_inputs(name.api_type, api, resolved.bench_fn, args, kwargs, specs)
+        shared.give = not capture.active() and name.api_type != "NPU"  # the inputs are read after the runs
+    plain = device.backend is None or type(device.backend).to_device is backends.Backend.to_device
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
-                         requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False, move=device.to_device)
+                         requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False,
+                         move=None if plain else device.to_device,
+                         shared=None if resolved.kernel else shared)  # a kernel may write behind torch's back
     bench_args, bench_kwargs = args, kwargs
     if options.standard == "strict" and error_kind(api, specs) == "contraction" and \
             not any(t.dtype == torch.float64 for t in tensors_of(args)):
@@ -155,11 +180,12 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                                     for x in (bench_args, bench_kwargs))
         record["notes"].append(f"autocast: the bench's inputs are rounded to {plan.autocast}, as the kernel's were")
     bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
-                           requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True)
+                           requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True, shared=shared)
     record["timings"]["inputs_s"] = time.perf_counter() - started
 
     timings = record["timings"]
-    reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad)
+    reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
+                          shared=shared)
     seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
