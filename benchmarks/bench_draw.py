@@ -12,9 +12,10 @@ round runs this script once per tree in a fresh process (OLD, NEW, OLD, NEW, ...
 least of its rounds. OLD and NEW are source trees of pytest-msprobe (e.g. `git archive` of a commit).
 
 With --dump, every checkable item of the dump instead: its inputs built from its seed (run seed 1234) as
-check/prepare.build_inputs builds them, then the copies each side makes of them (runs/execution.make_side:
-the device side in the recorded dtype, the bench side with 16-bit floats raised to fp32, the torch run's
-side in the recorded dtype), each phase's CPU time summed over items per generated input element.
+check/prepare.build_inputs builds them, then the sides made of them (runs/execution.make_side: the device
+side in the recorded dtype, the bench side with 16-bit floats raised to fp32, the torch run's side in the
+recorded dtype; a tree whose make_side shares inputs, runs/sharing.py, shares them as a run does), each
+phase's CPU time summed over items per generated input element.
 """
 from __future__ import annotations
 
@@ -74,6 +75,11 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
     from pytest_msprobe.dump.reader import load_dump, parse_entry_name
     from pytest_msprobe.inputs.seeds import item_seed
     from pytest_msprobe.runs.execution import Device, make_side
+    try:  # a tree whose sides share the inputs the call does not write
+        from pytest_msprobe.runs import sharing
+        from pytest_msprobe.runs.execution import Shared
+    except ImportError:
+        sharing = None  # type: ignore[assignment]
     from pytest_msprobe.runs.memory import keep_freed_memory
     from pytest_msprobe.settings import CheckOptions
     from pytest_msprobe.specs.loader import load_specs
@@ -97,11 +103,14 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
         marks.append(time.thread_time())
         generated += sum(t.numel() for t in [*args, *kwargs.values(), *cotangents] if isinstance(t, torch.Tensor))
         sides = []
-        for bench, dtype_for, move in ((False, lambda t: t.dtype, device.to_device),
+        share = {}
+        if sharing is not None:  # as check/rerun.py shares them
+            share["shared"] = Shared(sharing.written_inputs(name.api_type, name.api_name, None, args, kwargs, specs))
+        for bench, dtype_for, move in ((False, lambda t: t.dtype, None if share else device.to_device),
                                        (True, lambda t: torch.float32 if t.dtype in (torch.bfloat16, torch.float16)
                                         else t.dtype, None), (True, lambda t: t.dtype, None)):
             sides.append(make_side(args, kwargs, device="cpu", dtype_for=dtype_for, requires_grad=set(),
-                                   want_grad=False, bench=bench, move=move))
+                                   want_grad=False, bench=bench, move=move, **share))
             marks.append(time.thread_time())
         for phase, start, stop in zip(spent, marks, marks[1:]):
             spent[phase] += stop - start
