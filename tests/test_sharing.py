@@ -178,3 +178,17 @@ def test_inplace_calls_are_judged_on_the_drawn_inputs_on_every_side(pytester: py
     assert got == want and len(got) == 6
     assert not any("checked again" in note for r in got.values() for note in r["notes"])  # every write foreseen
     assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+@pytest.mark.parametrize("api, args, kwargs", [
+    ("Tensor.resize_", [tensor(shape=[4, 4]), {"type": "int", "value": 64}], {}),  # grows its storage
+    ("Torch.add", [tensor(shape=[64]), tensor(shape=[64])], {"out": tensor(shape=[2, 2])}),  # grows out
+])
+def test_a_call_that_grows_a_written_input_gets_storage_it_can_grow(write_dump, api: str, args: list[Any],
+                                                                     kwargs: dict[str, Any]) -> None:
+    """A drawn tensor lives in numpy's memory, which torch cannot resize: a call that may grow an input it writes
+    (resize_, resize_as_, out=) gets a copy in torch's memory, as before inputs were shared."""
+    data = {f"{api}.0.forward": {"input_args": args, "input_kwargs": kwargs, "output": [tensor(shape=[64])]}}
+    record = check_entry(load_dump(write_dump(data)), f"{api}.0.forward", CheckOptions(device="cpu"), SPECS)
+    assert "raised" not in record["message"] and record["outputs"][0]["shape"] == [64], record["message"]

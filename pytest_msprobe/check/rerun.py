@@ -39,7 +39,7 @@ from ..runs.execution import (
     seed_random_apis,
     tensors_of,
 )
-from ..runs.sharing import written_inputs
+from ..runs.sharing import may_grow, written_inputs
 from ..runs.third_run import autocast_round, bench_product, third_run
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
@@ -154,7 +154,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
     if shared is not None:  # the sides on the CPU take the inputs the call cannot write without a copy
         shared.written = written_inputs(name.api_type, api, resolved.bench_fn, args, kwargs, specs)
-        shared.give = not capture.active() and name.api_type != "NPU"  # the inputs are read after the runs
+        # the inputs are read after the runs; a drawn tensor's storage cannot grow
+        shared.give = not capture.active() and name.api_type != "NPU" and not may_grow(api, kwargs)
     plain = device.backend is None or type(device.backend).to_device is backends.Backend.to_device
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False,

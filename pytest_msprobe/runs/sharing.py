@@ -60,6 +60,13 @@ def written_inputs(api_type: str, api_name: str, fn: Callable[..., Any] | None, 
     return {id(t) for t in tensors_of(written)}
 
 
+def may_grow(api_name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether the call may grow the storage of an input it writes (`resize_`, `resize_as_`, an `out=` of
+    another shape): such an input is never given to a side as it was built, since a drawn tensor lives in
+    numpy's memory, which torch cannot resize (inputs/build._empty); the side gets a copy in torch's."""
+    return api_name in ("resize_", "resize_as_") or "out" in kwargs
+
+
 @functools.cache
 def _aten_writes(name: str) -> tuple[frozenset[int], frozenset[str]] | None:
     """(positions, names) of the arguments any overload of aten's `name` writes (`Tensor(a!)`), or None when
