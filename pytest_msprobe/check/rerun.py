@@ -61,39 +61,37 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
     they can reuse this module's steps without an import cycle: `overflow` for overflow_check dumps,
     `external` for replay mode and MindSpore dumps."""
     name = parse_entry_name(entry_name)
-    if dump.task == "overflow_check":  # REFERENCE §3.6: classify each overflow instead of judging precision
-        return _checked(overflow, dump, name, options, specs, "overflow_check")
-    shared = Shared(None)  # _run says which inputs the call may write; the others are shared by the sides
-    record = None
-    try:
-        record = _checked(functools.partial(_run, external=external, shared=shared), dump, name, options, specs)
-    except Exception:
-        if not shared.changed():
-            raise
-    written = shared.changed()
-    if written or record is None:  # the call wrote into an input other sides read: judged on fresh inputs again
-        record = _checked(functools.partial(_run, external=external, shared=None), dump, name, options, specs)
-        record["notes"].append(f"the call wrote into {len(written)} input(s) that another side read (torch's version "
-                               "counter moved): checked again with a copy of every input per side")
-    return record
-
-
-def _checked(run: Runner, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
-             mode: str | None = None) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
-        "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
-        "outputs": [], "timings": {},
-    }
-    if mode is not None:
-        record["mode"] = mode
-    try:
-        run(dump, name, options, specs, record)
-    except (NotCheckable, InputError) as exc:
-        record["status"], record["message"] = "SKIP", str(exc)
-    except (ApiFailure, kernels.KernelError) as exc:
-        record["status"], record["message"] = "error", str(exc)
-        record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
+    overflowing = dump.task == "overflow_check"  # REFERENCE §3.6: classify each overflow instead of judging precision
+    # the inputs the call may not write are shared by the sides (_run says which); if the call wrote into one
+    # after all, the item is judged on fresh inputs again, with a copy of every input per side. A loop, not a
+    # helper function: a frame more would make a dump nested near Python's recursion limit fail in the worker
+    note = ""
+    for shared in (None,) if overflowing else (Shared(None), None):
+        record: dict[str, Any] = {
+            "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
+            "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
+            "outputs": [], "timings": {},
+        }
+        run: Runner = overflow if overflowing else functools.partial(_run, external=external, shared=shared)
+        if overflowing:
+            record["mode"] = "overflow_check"
+        try:
+            run(dump, name, options, specs, record)
+        except (NotCheckable, InputError) as exc:
+            record["status"], record["message"] = "SKIP", str(exc)
+        except (ApiFailure, kernels.KernelError) as exc:
+            record["status"], record["message"] = "error", str(exc)
+            record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
+        except Exception:
+            if shared is None or not shared.changed():
+                raise
+        written = shared.changed() if shared is not None else []
+        if not written:
+            break
+        note = (f"the call wrote into {len(written)} input(s) that another side read (torch's version counter "
+                "moved): checked again with a copy of every input per side")
+    if note:
+        record["notes"].append(note)
     return record
 
 
