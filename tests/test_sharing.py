@@ -192,3 +192,18 @@ def test_a_call_that_grows_a_written_input_gets_storage_it_can_grow(write_dump, 
     data = {f"{api}.0.forward": {"input_args": args, "input_kwargs": kwargs, "output": [tensor(shape=[64])]}}
     record = check_entry(load_dump(write_dump(data)), f"{api}.0.forward", CheckOptions(device="cpu"), SPECS)
     assert "raised" not in record["message"] and record["outputs"][0]["shape"] == [64], record["message"]
+
+
+def test_inputs_kept_for_the_failure_tools_are_never_given_away(write_dump) -> None:
+    """--msprobe-save-error-data/-repro/-html save the inputs after the runs (runs/capture.py): an input the call
+    writes is then copied for every side, so what they save is the input as it was built."""
+    from pytest_msprobe.runs import capture
+
+    data = {"Tensor.add_.0.forward": {"input_args": [tensor("torch.bfloat16", [16, 16]),
+                                                     tensor("torch.bfloat16", [16, 16])],
+                                      "input_kwargs": {}, "output": [tensor("torch.bfloat16", [16, 16])]}}
+    with capture.capturing() as captured:
+        record = check_entry(load_dump(write_dump(data)), "Tensor.add_.0.forward", CheckOptions(device="cpu"), SPECS)
+    x, y = captured["args"]
+    assert record["status"] == "pass" and _ptr(captured["out_d"]) != _ptr(x)
+    assert torch.equal(captured["out_d"], x + y)  # x is still the built input the device added y to
