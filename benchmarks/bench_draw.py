@@ -12,9 +12,11 @@ round runs this script once per tree in a fresh process (OLD, NEW, OLD, NEW, ...
 least of its rounds. OLD and NEW are source trees of pytest-msprobe (e.g. `git archive` of a commit).
 
 With --dump, every checkable item of the dump instead: its inputs built from its seed (run seed 1234) as
-check/prepare.build_inputs builds them, then the copies each side makes of them (runs/execution.make_side:
-the device side in the recorded dtype, the bench side with 16-bit floats raised to fp32, the torch run's
-side in the recorded dtype), each phase's CPU time summed over items per generated input element.
+check/prepare.build_inputs builds them, then the sides a run under `strict` makes of them (the device side
+in the recorded dtype, the bench side in the dtypes of plan_precision, the third run's side of
+runs/third_run.py: torch's run in the recorded dtype or a contraction's magnitude run; a tree whose
+make_side shares inputs, runs/sharing.py, shares them as check/rerun.py does), each phase's CPU time summed
+over items per generated input element.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -73,7 +76,13 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
     from pytest_msprobe.check.prepare import build_inputs, checkable_entries, encoded_arguments
     from pytest_msprobe.dump.reader import load_dump, parse_entry_name
     from pytest_msprobe.inputs.seeds import item_seed
-    from pytest_msprobe.runs.execution import Device, make_side
+    from pytest_msprobe.runs.execution import RAISABLE, Device, first_output_dtype, make_side, plan_precision, resolve
+    from pytest_msprobe.runs.third_run import third_run
+    try:  # a tree whose sides share the inputs the call does not write
+        from pytest_msprobe.runs import sharing
+        from pytest_msprobe.runs.execution import Shared
+    except ImportError:
+        sharing = None  # type: ignore[assignment]
     from pytest_msprobe.runs.memory import keep_freed_memory
     from pytest_msprobe.settings import CheckOptions
     from pytest_msprobe.specs.loader import load_specs
@@ -82,7 +91,7 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
     keep_freed_memory()
     warm_up("strict")  # the compiled passes loaded, as before a process's first item
     dump, specs, options, device = load_dump(dump_path), load_specs(), CheckOptions(device="cpu"), Device("cpu")
-    spent = dict.fromkeys(("draw", "device side", "bench side", "torch-run side"), 0.0)
+    spent = dict.fromkeys(("draw", "device side", "bench side", "third run's side"), 0.0)
     generated = 0
     for entry in dump.entry_names():
         try:
@@ -96,13 +105,33 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
                                                      item_seed(1234, name.full_name), False, options, specs)
         marks.append(time.thread_time())
         generated += sum(t.numel() for t in [*args, *kwargs.values(), *cotangents] if isinstance(t, torch.Tensor))
-        sides = []
-        for bench, dtype_for, move in ((False, lambda t: t.dtype, device.to_device),
-                                       (True, lambda t: torch.float32 if t.dtype in (torch.bfloat16, torch.float16)
-                                        else t.dtype, None), (True, lambda t: t.dtype, None)):
-            sides.append(make_side(args, kwargs, device="cpu", dtype_for=dtype_for, requires_grad=set(),
-                                   want_grad=False, bench=bench, move=move))
+        sides: list[Any] = []
+        share: dict[str, Any] = {}
+        if sharing is not None:  # as check/rerun.py shares them
+            share["shared"] = Shared(sharing.written_inputs(name.api_type, name.api_name, None, args, kwargs, specs))
+        want_grad = backward is not None
+        plan = plan_precision(name.api_name, args, kwargs, first_output_dtype(forward.get("output")), specs,
+                              "auto", "strict")
+
+        def bench_dtype(t: torch.Tensor, plan: Any = plan) -> torch.dtype:
+            raise_to = plan.raise_to
+            if raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
+                return t.dtype
+            return raise_to
+
+        for bench, dtype_for, move in ((False, lambda t: t.dtype, None if share else device.to_device),
+                                       (True, bench_dtype, None)):
+            sides.append(make_side(args, kwargs, device="cpu", dtype_for=dtype_for, requires_grad=ctx.requires_grad,
+                                   want_grad=want_grad, bench=bench, move=move, **share))
             marks.append(time.thread_time())
+        try:
+            resolved = resolve(name.api_type, name.api_name, device, specs, forward)
+        except Exception:
+            resolved = None
+        if resolved is not None:  # the third run's side: torch's run in the recorded dtype, or the magnitude run
+            sides.append(third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
+                                   **share))
+        marks.append(time.thread_time())
         for phase, start, stop in zip(spent, marks, marks[1:]):
             spent[phase] += stop - start
         del ctx, args, kwargs, cotangents, sides

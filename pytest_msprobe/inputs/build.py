@@ -349,8 +349,8 @@ def _empty(numel: int, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
     """An uninitialised tensor in memory that numpy allocates: numpy asks Linux for transparent huge pages
     (madvise) on blocks of 4 MiB or more, so a large tensor's first touch faults 2 MiB pages instead of 4 KiB
     ones (1.4 -> 0.4 ns per float32 element on an AMD EPYC with THP on madvise); torch's allocator does not
-    unless THP_MEM_ALLOC_ENABLE is set before its first allocation. The tensors built here only ever reach an
-    API through a side's copy (runs/execution.make_side), so the storage not being resizable does not matter.
+    unless THP_MEM_ALLOC_ENABLE is set before its first allocation. torch cannot resize that storage, so a side
+    takes a tensor built here as it is only where the call cannot grow it (runs/sharing.may_grow).
     Returns (the tensor, the numpy array of its memory: 16-bit floats as uint16 bits; None for other dtypes)."""
     kind = _HOLDERS.get(dtype)
     if kind is None:

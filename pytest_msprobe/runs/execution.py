@@ -2,8 +2,10 @@
 
 The bench follows msprobe's precision rules (fp16/bf16 -> fp32, fp32 -> fp64, mixed -> fp32,
 HF32 for fp32 convolutions); the device runs the API in its recorded dtype, under autocast when
-the dump shows an AMP region. Both sides get their own copies of the inputs, so in-place and
-`out=` calls never leak from one side into the other.
+the dump shows an AMP region. An input a side needs as it is (on the CPU, in its own dtype) is taken
+without a copy unless the call may write into it (runs/sharing.py decides which it may; a written input
+goes to one side alone, every other side copying it), so in-place and `out=` calls never leak from one
+side into another; torch's version counters check it after the runs (`Shared.changed`).
 """
 from __future__ import annotations
 
@@ -274,6 +276,41 @@ def input_rounding(api_name: str, hf32: bool, device: Device, specs: dict[str, A
     return "HF32" if hf32 else None
 
 
+class Shared:
+    """The item's input tensors that its sides take as they are, without a copy (make_side's `shared`).
+
+    `written` holds the ids of the inputs the call may write into (runs/sharing.written_inputs; None: it
+    cannot be told, and nothing is shared). Every other input is read by every side that takes it; a written
+    one is given to one side alone (the first that needs it as it is, when `give`), every other side copying
+    it before any side runs. The safety net: torch bumps a tensor's version counter on every write through
+    it or any alias (detach() and views share the counter), so `changed()` names the read inputs that a run
+    wrote into after all; the item is then checked again with a copy per side (check/rerun.check_entry)."""
+
+    def __init__(self, written: Collection[int] | None, *, give: bool = True) -> None:
+        self.written = written
+        self.give = give
+        self._read: dict[int, tuple[torch.Tensor, int]] = {}  # id -> (the input, its version when first taken)
+        self._given: set[int] = set()
+
+    def take(self, tensor: torch.Tensor, *, leaf: bool = False) -> torch.Tensor | None:
+        """`tensor` itself (detached) for one more side, or None where that side needs its own copy. `leaf`:
+        it becomes the side's gradient leaf, which the API never sees (make_side hands it a clone)."""
+        key = id(tensor)
+        if self.written is None or key in self._given:
+            return None
+        if key in self.written and not leaf:
+            if not self.give or key in self._read:
+                return None
+            self._given.add(key)
+        else:
+            self._read.setdefault(key, (tensor, tensor._version))
+        return tensor.detach()
+
+    def changed(self) -> list[torch.Tensor]:
+        """The read inputs whose version counter moved since a side took them."""
+        return [tensor for tensor, version in self._read.values() if tensor._version != version]
+
+
 @dataclass
 class Side:
     """One side's arguments plus the leaves whose gradients we collect."""
@@ -286,10 +323,11 @@ class Side:
 def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for: Callable[[torch.Tensor], torch.dtype],
               requires_grad: set[int], want_grad: bool, bench: bool,
               move: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None,
-              owned: Collection[int] = ()) -> Side:
-    """Fresh copies of every tensor, cast and moved (by `move`, a backend's, when given); grad-requiring
-    inputs become non-leaf clones. Tensors whose id is in `owned` are temporaries made for this side alone:
-    taken as they are when already on the CPU in the side's dtype (a copy would protect nothing)."""
+              owned: Collection[int] = (), shared: Shared | None = None) -> Side:
+    """Every tensor cast and moved (by `move`, a backend's, when given); grad-requiring inputs become
+    non-leaf clones. A tensor already on the CPU in the side's dtype, for a side on the CPU that torch moves
+    to (no `move`), is taken without a copy when its id is in `owned` (a temporary made for this side alone)
+    or `shared` lets this side have it; every other one is a fresh copy."""
     side = Side([], {})
     counter = [0]
 
@@ -301,11 +339,15 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for
         position = counter[0]
         counter[0] += 1
         dtype = dtype_for(v)
-        if id(v) in owned and move is None and device == "cpu" and v.device.type == "cpu" and v.dtype == dtype:
-            t = v.detach()
+        grad = want_grad and id(v) in requires_grad and key != "out" and dtype.is_floating_point
+        taken = None
+        if move is None and device == "cpu" and v.device.type == "cpu" and v.dtype == dtype:
+            taken = v.detach() if id(v) in owned else shared.take(v, leaf=grad) if shared is not None else None
+        if taken is not None:
+            t = taken
         else:
             t = move(v.detach(), dtype) if move is not None else fresh_copy(v.detach(), device, dtype)
-        if want_grad and id(v) in requires_grad and key != "out" and t.dtype.is_floating_point:
+        if grad:
             leaf = t.requires_grad_(True)
             side.grad_leaves.append((position, leaf))
             return leaf.clone()  # non-leaf, so in-place APIs work under autograd
@@ -423,7 +465,7 @@ def is_finite_number(x: Any) -> bool:
 
 
 __all__ = [
-    "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Side", "backward", "first_output_dtype",
+    "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Shared", "Side", "backward", "first_output_dtype",
     "HF32_BITS", "TF32_BITS", "input_rounding", "make_side", "map_structure", "output_leaves", "pair_cotangents",
     "plan_precision", "resolve", "round_mantissa", "run_side", "tensors_of", "to_cpu",
 ]

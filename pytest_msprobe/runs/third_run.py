@@ -19,7 +19,7 @@ import torch
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from .backends import select as select_device
-from .execution import Device, Side, make_side, map_structure, resolve
+from .execution import Device, Shared, Side, make_side, map_structure, resolve
 from .memory import cpu_empty_like
 
 
@@ -58,7 +58,7 @@ Sampled = dict[int, tuple[torch.Tensor, int]]  # tensor argument's position -> (
 
 def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
                     args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-                    want_grad: bool) -> ReferenceRun | None:
+                    want_grad: bool, *, shared: Shared | None = None) -> ReferenceRun | None:
     """The third run the chosen standard compares against, or None.
 
     With --msprobe-reference the API runs on that device in the recorded dtype (three-way check).
@@ -83,13 +83,13 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     if want_grad and in_list(specs, name.api_name, "error_model", "torch_backward") and sixteen:
         side = make_side(args, kwargs, device="cpu", requires_grad=requires_grad, want_grad=want_grad, bench=True,
                          dtype_for=lambda t: plan.autocast if plan.autocast in low and t.is_floating_point()
-                         else t.dtype)
+                         else t.dtype, shared=shared)
         return ReferenceRun(side, lambda *a, **k: _conv_torch_backward(sampled, sample, *a, **k), None,
                             Device("cpu"), "torch's conv backward kernel on cpu, device dtype"
                             + (", on sampled rows" if sample < 1 else ""), sampled=sampled)
     if error_kind(name.api_name, specs) != "contraction":
         side = make_side(args, kwargs, device="cpu", dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
-                         want_grad=want_grad, bench=True)
+                         want_grad=want_grad, bench=True, shared=shared)
         if sample < 1 and name.api_name == "scaled_dot_product_attention":
             return ReferenceRun(side, lambda *a, **k: sampled_attention(resolved.bench_fn, sampled, sample, *a, **k),
                                 plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype, on sampled heads",
@@ -101,6 +101,9 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     scalars = set(specs["error_model"].get("contraction_scalars", ()))
 
     owned: set[int] = set()  # the |inputs| made here: the side takes them without a copy where no cast is needed
+
+    def wide(t: torch.Tensor) -> torch.dtype:
+        return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
 
     def absolute(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
@@ -116,8 +119,7 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     abs_kwargs = {k: (abs(v) if k in scalars and isinstance(v, (int, float)) else map_structure(absolute, v))
                   for k, v in kwargs.items()}
     side = make_side(abs_args, abs_kwargs, device="cpu", requires_grad=requires_grad, want_grad=want_grad, bench=True,
-                     dtype_for=lambda t: t.dtype if t.dtype == torch.float64 or not t.is_floating_point()
-                     else torch.float32, owned=owned)
+                     dtype_for=wide, owned=owned, shared=shared)
     return ReferenceRun(side, resolved.bench_fn, None, Device("cpu"), "magnitude: the API on |inputs| in fp32",
                         "magnitude")
 
