@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import storage
 from . import vectorised as M
 
 
@@ -73,8 +74,10 @@ class Limits:
 def supported(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], ulp_dtype: str | None = None) -> bool:
     """Whether the compiled pass computes this pair as numpy does: the error dtype is the bench's (float32
     or float64), the device values are of it or float32 beside float64, and the ULP errors (ulp_compare,
-    computed in `ulp_dtype`) are computed in it too."""
-    if b.dtype not in (np.float32, np.float64) or d.dtype not in (b.dtype, np.float32) or not d.size:
+    computed in `ulp_dtype`) are computed in it too. A bf16 output's storage (metrics/storage.py) is read as it
+    is beside a float32 bench."""
+    held = np.float32 if storage.is_bits(d) and b.dtype == np.float32 else d.dtype
+    if b.dtype not in (np.float32, np.float64) or held not in (b.dtype, np.float32) or not d.size:
         return False
     if dev_dtype not in (b.dtype, np.float32, np.float16) or (dev_dtype == np.float16 and b.dtype != np.float32):
         return False
@@ -85,7 +88,9 @@ def compute(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limi
     """The statistics of a supported pair (flat, contiguous), from the compiled pass."""
     from . import kernel as K  # numba: imported on the first check, not at collection
 
-    b, d = np.ascontiguousarray(b), np.ascontiguousarray(d, dtype=b.dtype)  # float32 beside float64: widened
+    b = np.ascontiguousarray(b)
+    # float32 beside float64: widened; bf16 storage beside float32: read as it is
+    d = np.ascontiguousarray(d, dtype=d.dtype if storage.is_bits(d) else b.dtype)
     if dev_dtype == b.dtype:
         dev, bd = K.DEV_SAME, b[:0]
     elif dev_dtype == np.float32:

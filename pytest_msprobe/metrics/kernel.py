@@ -5,7 +5,8 @@ so each leaf's elements are read once from bench and device and every statistic 
 they are in cache; the two sums that numpy takes as a pairwise `mean` over the whole output (the RMSE's
 squares, the ULP errors) come out bitwise numpy's. Each element is computed by numpy's operations in
 numpy's dtypes (metrics/vectorised.py, which stays the oracle): `b` is the bench in its own dtype (the
-error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64).
+error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64), or a
+bf16 output's 16-bit storage beside a float32 bench, each element widened in registers (pairwise.value).
 
 Imported on the first check, never at collection; the compiled code is cached on disk (`cache=True`).
 """
@@ -17,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ..compiled import compiled
-from .pairwise import chunk_last, combine, leaf, leaves, max_leaves
+from .pairwise import as_int, chunk_last, combine, leaf, leaves, max_leaves, value
 
 # float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
 P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
@@ -37,7 +38,7 @@ def _float64_sums(dw: Any, bs: Any, rl: Any, n: int, facc: Any) -> None:
     sums are taken in another order than numpy's anyway (fused.py's tolerances)."""
     db = dd = bb = sr = 0.0
     for j in range(n):
-        fd, fb = np.float64(dw[j]), np.float64(bs[j])
+        fd, fb = np.float64(value(dw[j])), np.float64(bs[j])
         db += fd * fb
         dd += fd * fd
         bb += fb * fb
@@ -63,7 +64,7 @@ def _top(bits: Any, n: int) -> Any:
 
 
 @compiled
-def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
+def _chunk(b: Any, d: Any, bd: Any, bbits: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
            do_binary: bool, log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, buf: Any,
            ibuf: Any,
            ebuf: Any, absmask: int, inf_key: int, keys: Any, facc: Any, cnt: Any) -> None:
@@ -80,7 +81,7 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: 
     bds = bd[lo:lo + n] if dev == DEV_ARRAY else bs  # the bench in the device's dtype (fp16 outputs)
     lt100 = lt1000 = lt10000 = n_small = small_over = n_normal = normal_over = up = down = nonfinite = 0
     for j in range(n):
-        bj, dj = bs[j], ds[j]
+        bj, dj = bs[j], value(ds[j])
         # msprobe's bench_dev: the bench in the device's numpy dtype (compared in the error dtype, which
         # holds it exactly): float32 for fp32 outputs of a float64 bench, given for fp16 ones
         bv = np.float32(bj) if dev == DEV_FP32 else bds[j]
@@ -127,19 +128,18 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: 
     # max |b|, max d and min d: the bits of |b|; d's bits made to order as its values (NaN beyond +-inf)
     babs, dmax, dmin = keys[M_BABS], keys[M_DMAX], keys[M_DMIN]
     bb = bbits[lo:lo + n]
-    idw = dbits[lo:lo + n]
     for j in range(n):
         v = bb[j] & absmask
         babs = v if v > babs else babs
-        x = idw[j]
-        kx = x ^ ((x >> (8 * idw.itemsize - 1)) & absmask)
+        x = as_int(value(ds[j]))  # d's value (of the bench dtype) as its bits
+        kx = x ^ ((x >> (8 * bb.itemsize - 1)) & absmask)
         dmax = kx if kx > dmax else dmax
         dmin = kx if kx < dmin else dmin
     keys[M_BABS], keys[M_DMAX], keys[M_DMIN] = babs, dmax, dmin
     if do_binary:
         differ = 0
         for j in range(n):
-            differ += bs[j] != ds[j]
+            differ += bs[j] != value(ds[j])
         cnt[I_DIFFER] += differ
     if do_ulp:
         _ulps(bs, ds, bb, n, log2_fix, top, exp2, odd, kmin, mb, emin, ul, ibuf[1], buf[4], ibuf[4], ebuf,
@@ -192,7 +192,7 @@ def _ulps(bs: Any, ds: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: An
     for j in range(n):
         x = np.int64(bits[j])
         special = ((x >> width) & allexp) == allexp  # NaN or inf bench: log2 gives NaN / inf: the error is NaN
-        u = abs((ds[j] - bs[j]) * scale[j])
+        u = abs((value(ds[j]) - bs[j]) * scale[j])
         u = nan if special else u
         ul[j] = u
         over += u > thr
@@ -221,7 +221,7 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
     ebuf = np.empty(CHUNK, np.int64)
     sq, ul, rl = buf[0], buf[1], buf[2]
     iout[:] = 0
-    bbits, dbits = b.view(ints.dtype), d.view(ints.dtype)
+    bbits = b.view(ints.dtype)
     narrow = bbits.itemsize == 4
     lowest = -0x80000000 if narrow else -0x8000000000000000
     absmask = 0x7FFFFFFF if narrow else 0x7FFFFFFFFFFFFFFF
@@ -238,7 +238,7 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
     while first < count:  # chunks of whole leaves
         last, lo = chunk_last(los, lens, first, count, CHUNK), los[first]
         m = los[last] + lens[last] - lo
-        _chunk(b, d, bd, bbits, dbits, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
+        _chunk(b, d, bd, bbits, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
                buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
         for i in range(first, last + 1):
             off = los[i] - lo

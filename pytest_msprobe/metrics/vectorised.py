@@ -15,6 +15,7 @@ from typing import Callable, ParamSpec, TypeVar
 import numpy as np
 
 from ..records.columns import METRIC_KEYS as METRIC_KEYS  # re-exported: the metrics' column order
+from . import storage
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -162,7 +163,7 @@ def cosine_of(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float, *, zero_
         return None, False, COSINE_BENCH_ZERO_MSG
     lo, hi = _SAFE_SCALE
     if dots is None or not (lo <= n_max <= hi and lo <= g_max <= hi):
-        dots = _dots(n, g, n_max, g_max)
+        dots = _dots(storage.widen(n), g, n_max, g_max)
     ng, nn, gg = dots
     cos = ng / (math.sqrt(nn) * math.sqrt(gg))        # nn, gg > 0 here (max|x| > zero_eps), or NaN
     if math.isnan(cos):

@@ -1,8 +1,8 @@
 """msprobe's per-output verdict (the Layer-1 "original standard") plus the Layer-2 metric columns.
 
 REFERENCE-msprobe.md §4.1 (verdict, structure rules), §4.2 (metrics), §4.4 (which algorithm).
-Torch-free: tensors arrive as numpy arrays with their torch dtype string (bf16 as float32), so the
-comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and categories.yaml.
+Torch-free: tensors arrive as numpy arrays with their torch dtype string (bf16 as float32, or as its 16-bit
+storage: metrics/storage.py), so the comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and categories.yaml.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from ..metrics import fused
+from ..metrics import fused, storage
 from ..metrics import vectorised as M
 from ..specs.loader import load_specs, thresholds_for
 
@@ -132,6 +132,8 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
                    standard: str = "msprobe") -> OutputComparison:
     """Layer-1 verdict of one tensor pair plus the Layer-2 columns of its algorithm (§4.1, §4.2)."""
     b, d = np.asarray(bench), np.asarray(device)
+    if bench_dtype == BF16:  # a bf16 bench (rare) as its values; a bf16 device output's storage is read as it is
+        b = storage.widen(b)
     row = _row(name, ERROR, "", bench_dtype, device_dtype, [int(s) for s in d.shape])
     if device_dtype == BF16:                     # msprobe compares bf16 outputs in float32
         b = b.astype(np.float32, copy=False)
@@ -149,7 +151,8 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
             row.message = (f"Quantization API: max abs error {max_abs} {'<=' if max_abs <= rule else '>'} {rule} "
                            f"(msprobe 26.x's rule for integer outputs of quantization APIs).")
             return row
-    if not any(b.dtype in group and d.dtype in group for group in _COMPARABLE):
+    held = np.dtype(np.float32) if storage.is_bits(d) else d.dtype  # the numpy dtype of d's values
+    if not any(b.dtype in group and held in group for group in _COMPARABLE):
         row.message = f"Bench out dtype is {b.dtype} but npu output dtype is {d.dtype}, cannot compare."
         return row
     if b.size == 0:
@@ -180,7 +183,7 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     th, cats = _sections(specs)
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
-    shape, dev_dtype = tuple(row.shape or ()), d.dtype
+    shape, dev_dtype = tuple(row.shape or ()), np.dtype(np.float32) if storage.is_bits(d) else d.dtype
     if dev_dtype == np.float16 and b.dtype != np.float16:   # numpy fp16 math is slow; fp32 holds the values
         d = d.astype(np.float32)
     eps = th["rel_err_eps"].get(device_dtype)
@@ -193,6 +196,7 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None):
         _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard)
         return
+    d = storage.widen(d)  # the numpy path: a bf16 output's values
     err = M.error_arrays(b, d, eps)
     worst = int(np.argmax(err.abs_err))
     if not err.abs_err[worst] < th["layer1"]["max_abs_err_pass_lt"]:
@@ -250,6 +254,8 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
                    standard: str) -> None:
     """_compare_float from the statistics of one compiled pass (metrics/fused.py): the same columns."""
     stats = fused.compute(b, d, dev_dtype, limits)
+    if stats.n_nonfinite:
+        d = storage.widen(d)  # rare: the numpy path below reads the values
     messages: list[str] = []
     if algo == "thousandth_threshold":
         row.metrics["dual_thousandth"] = fused.dual(stats, limits.dual[1])[0]
@@ -266,8 +272,9 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
     else:
         messages += _other_layer2(row, b, d, device_dtype, th, standard)
     w = stats.worst
-    one = M.error_arrays(b[w:w + 1], d[w:w + 1], limits.eps)
-    row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(d[w]), "bench": float(b[w]),
+    dw = storage.widen(d[w:w + 1])
+    one = M.error_arrays(b[w:w + 1], dw, limits.eps)
+    row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(dw[0]), "bench": float(b[w]),
                  "abs_err": float(one.abs_err[0]), "rel_err": float(one.rel_err[0])}
     l1 = th["layer1"]
     cos = fused.cosine(stats, d, b, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"])
