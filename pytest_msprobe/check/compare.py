@@ -196,7 +196,7 @@ def warm_up(standard: str) -> None:
     """Load the compiled passes (numba's on-disk cache; on a cold one, compile them) once per process,
     before its first item, so that no item's --msprobe-timeout pays for it: the random draw of inputs,
     msprobe's metric pass and, under `strict`, the strict pass, in the signatures of 16-bit outputs (bf16 ones
-    as their storage, fp16 ones as float32; the strict pass also beside a float64 bench). A process whose first items were
+    as their storage, fp16 ones as float32; beside a float64 bench too, except msprobe's pass of fp16). A process whose first items were
     judged by another standard loads the strict pass when it is first asked for it."""
     import numpy as np
 
@@ -207,8 +207,9 @@ def warm_up(standard: str) -> None:
         from ..inputs.draw import warm_up as warm_draw
 
         warm_draw()
-        for dtype, device in sides.items():
-            standards.compare_tensor("warm-up", values, device, bench_dtype="torch.float32", device_dtype=dtype,
+        for dtype, device, bench in (*((d, s, values) for d, s in sides.items()),
+                                     ("torch.bfloat16", bits, values.astype(np.float64))):  # read in place too
+            standards.compare_tensor("warm-up", bench, device, bench_dtype=str(bench.dtype), device_dtype=dtype,
                                      api_name="add", specs=load_specs())
         _WARMED.add("draw and metrics")
     if standard == "strict" and "strict" not in _WARMED:  # a float32 bench and a float64 one (read as they are)

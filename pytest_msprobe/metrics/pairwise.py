@@ -47,6 +47,25 @@ def _value(x: Any) -> Any:
     return same
 
 
+def in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
+    """a[lo:lo + n] in the dtype of `row` (compiled passes only): the slice itself where a is of that dtype, else
+    its values rounded to it (numpy's cast: a float64 bench to float32) in row[:n]."""
+    raise NotImplementedError("compiled passes only")
+
+
+@overload(in_dtype_of, jit_options={"nogil": True, "error_model": "numpy"})
+def _in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
+    def itself(a: Any, lo: int, n: int, row: Any) -> Any:
+        return a[lo:lo + n]
+
+    def rounded(a: Any, lo: int, n: int, row: Any) -> Any:
+        for j in range(n):
+            row[j] = a[lo + j]
+        return row[:n]
+
+    return itself if a.dtype == row.dtype else rounded
+
+
 def as_int(x: Any) -> Any:
     """A float's bits as the signed integer of its width (maxima keys, compiled passes only)."""
     raise NotImplementedError("compiled passes only")
