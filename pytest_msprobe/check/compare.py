@@ -207,8 +207,9 @@ def warm_up(standard: str) -> None:
         from ..inputs.draw import warm_up as warm_draw
 
         warm_draw()
-        for dtype, device, bench in (*((d, s, values) for d, s in sides.items()),
-                                     ("torch.bfloat16", bits, values.astype(np.float64))):  # read in place too
+        pairs = [(dtype, device, values) for dtype, device in sides.items()]
+        pairs.append(("torch.bfloat16", bits, values.astype(np.float64)))  # a float64 bench, read in place too
+        for dtype, device, bench in pairs:
             standards.compare_tensor("warm-up", bench, device, bench_dtype=str(bench.dtype), device_dtype=dtype,
                                      api_name="add", specs=load_specs())
         _WARMED.add("draw and metrics")
