@@ -207,15 +207,16 @@ def warm_up(standard: str) -> None:
         from ..inputs.draw import warm_up as warm_draw
 
         warm_draw()
-        pairs = [(dtype, device, values) for dtype, device in sides.items()]
+        pairs: list[tuple[str, Any, Any]] = [(dtype, device, values) for dtype, device in sides.items()]
         pairs.append(("torch.bfloat16", bits, values.astype(np.float64)))  # a float64 bench, read in place too
         for dtype, device, bench in pairs:
             standards.compare_tensor("warm-up", bench, device, bench_dtype=str(bench.dtype), device_dtype=dtype,
                                      api_name="add", specs=load_specs())
         _WARMED.add("draw and metrics")
     if standard == "strict" and "strict" not in _WARMED:  # a float32 bench and a float64 one (read as they are)
+        benches: tuple[Any, ...] = (values, values.astype(np.float64))
         for dtype, device in sides.items():
-            for bench in (values, values.astype(np.float64)):
+            for bench in benches:
                 judge.strict_verdict(judge.StrictArrays(bench, device), dtype, thresholds_for(load_specs(), "add"))
         _WARMED.add("strict")
 
