@@ -59,8 +59,9 @@ def _in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
         return a[lo:lo + n]
 
     def rounded(a: Any, lo: int, n: int, row: Any) -> Any:
+        s = a[lo:lo + n]  # a loop over a slice compiles to vector code (a[lo + j], with its index check, does not)
         for j in range(n):
-            row[j] = a[lo + j]
+            row[j] = s[j]
         return row[:n]
 
     return itself if a.dtype == row.dtype else rounded
