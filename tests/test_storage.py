@@ -43,3 +43,22 @@ def test_widen_leaves_other_arrays_and_keeps_0_d_arrays() -> None:
     assert storage.widen(floats) is floats and not storage.is_bits(floats)
     zero_d = compare.stored(torch.tensor(1.5, dtype=torch.bfloat16))[1]
     assert zero_d.shape == () and isinstance(storage.widen(zero_d), np.ndarray) and float(storage.widen(zero_d)) == 1.5
+
+
+def test_the_mindspore_standard_judges_a_bf16_output_by_its_values() -> None:
+    """`--msprobe-standard mindspore` reads the same StrictArrays as strict: the storage of a bf16 output gives
+    the verdict and metrics its values give."""
+    from pytest_msprobe.specs.loader import load_specs
+    from pytest_msprobe.verdict import judge, standards
+
+    specs = load_specs()
+    bench = torch.linspace(-3, 3, 4096, dtype=torch.float64).sin()
+    device = (bench * 1.01).bfloat16()
+    rows = []
+    for held in (compare.stored(device)[1], device.float().numpy()):
+        row = standards.compare_tensor("x", bench.numpy(), held, bench_dtype="torch.float64",
+                                       device_dtype="torch.bfloat16", api_name="sin", specs=specs)
+        judge.decide(row, "mindspore", api_name="sin", specs=specs, ref_row=None,
+                     arrays=judge.StrictArrays(bench.numpy(), held), reference_results=None)
+        rows.append((row.status, row.message, row.verdict, row.verdict_message, row.metrics))
+    assert rows[0] == rows[1] and rows[0][2] == "error"  # 1 % off: msprobe's MindSpore rule fails it
