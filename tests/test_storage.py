@@ -62,3 +62,16 @@ def test_the_mindspore_standard_judges_a_bf16_output_by_its_values() -> None:
                      arrays=judge.StrictArrays(bench.numpy(), held), reference_results=None)
         rows.append((row.status, row.message, row.verdict, row.verdict_message, row.metrics))
     assert rows[0] == rows[1] and rows[0][2] == "error"  # 1 % off: msprobe's MindSpore rule fails it
+
+
+
+def test_integer_uint16_outputs_are_not_taken_for_bf16_storage() -> None:
+    """Only a bf16 output's uint16 array is storage: a torch.uint16 output keeps msprobe's row for its dtype (not
+    comparable), not a float comparison of the integers."""
+    from pytest_msprobe.verdict import standards
+
+    values = np.arange(1000, dtype=np.uint16)
+    row = standards.compare_tensor("x", values, values.copy(), bench_dtype="torch.uint16",
+                                   device_dtype="torch.uint16", api_name="add")
+    assert (row.status, row.message) == ("error", "Bench out dtype is uint16 but npu output dtype is uint16, cannot "
+                                                  "compare.")

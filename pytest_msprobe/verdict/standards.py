@@ -139,10 +139,12 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
         b = b.astype(np.float32, copy=False)           # bench: in _compare_float, read in place where it can be)
     if device_dtype in _FLOAT_NUMPY and d.dtype.kind == "f":
         d = d.astype(_FLOAT_NUMPY[device_dtype], copy=False)
+    # the numpy dtype of d's values: float32 for a bf16 output's storage (a torch.uint16 output stays integers)
+    held = np.dtype(np.float32) if device_dtype == BF16 and storage.is_bits(d) else d.dtype
     if b.shape != d.shape:
         row.message = f"The shape of bench{_torch_size(b.shape)} and npu{_torch_size(d.shape)} not equal."
         return row
-    if b.dtype.kind in "iu" and d.dtype.kind in "iu" and b.size:
+    if b.dtype.kind in "iu" and held.kind in "iu" and b.size:
         rule = _quantization(api_name, specs)
         if rule is not None:  # 26.x: integer outputs of quantisation APIs may differ by one step of rounding
             max_abs = int(np.max(np.abs(b.astype(np.int64) - d.astype(np.int64))))
@@ -151,9 +153,8 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
             row.message = (f"Quantization API: max abs error {max_abs} {'<=' if max_abs <= rule else '>'} {rule} "
                            f"(msprobe 26.x's rule for integer outputs of quantization APIs).")
             return row
-    held = np.dtype(np.float32) if storage.is_bits(d) else d.dtype  # the numpy dtype of d's values
     if not any(b.dtype in group and held in group for group in _COMPARABLE):
-        row.message = f"Bench out dtype is {b.dtype} but npu output dtype is {d.dtype}, cannot compare."
+        row.message = f"Bench out dtype is {b.dtype} but npu output dtype is {held}, cannot compare."
         return row
     if b.size == 0:
         row.message = MSG_EMPTY
