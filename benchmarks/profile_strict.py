@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
+from pytest_msprobe.metrics.storage import widen  # noqa: E402
 from pytest_msprobe.verdict import strict  # noqa: E402
 
 _ENV = "PROFILE_STRICT_OUT"
@@ -105,7 +106,7 @@ def _calls(flat: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, Calla
         "every": lambda: strict._judge_blocks(flat, row, dtype, every_block, kind),
         "bare": lambda: strict._judge_blocks(bare, row, dtype, rules, kind)}
     if dtype == "torch.bfloat16":
-        device = torch.from_numpy(flat["d"]).bfloat16()
+        device = torch.from_numpy(widen(flat["d"])).bfloat16()  # the copy runs made before they read bf16 storage
         calls["widen"] = lambda: device.float()
         if flat["b"].dtype == np.float64:
             calls["fp64"] = lambda: flat["b"].astype(np.float32)

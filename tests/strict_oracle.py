@@ -11,13 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.verdict import strict
 from pytest_msprobe.verdict.strict import _FORMATS, _filled, _Totals, accumulation_roundoff, round_to, ulp, work_dtype
 
 
 def judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Mapping[str, Any],
                  kind: str) -> _Totals:
-    """The totals of every block of whole rows (strict._judge_blocks, in numpy)."""
+    """The totals of every block of whole rows (strict._judge_blocks, in numpy); a bf16 output's storage as its
+    values (metrics/storage.py)."""
+    flat = {k: widen(v) for k, v in flat.items()}
     m = flat["d"].size
     size, block, every, floor = strict.plan(flat, row, rules, kind)
     acc = _Totals()

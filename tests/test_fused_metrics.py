@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_msprobe.metrics import fused
+from pytest_msprobe.metrics import fused, storage
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import standards, strict
 
@@ -54,7 +54,8 @@ def both(b: np.ndarray, d: np.ndarray, dtype: str, api: str, standard: str = "ms
     """(compiled row, numpy row) of one pair, after checking they agree; the compiled path must be taken."""
     kwargs = {"bench_dtype": str(b.dtype), "device_dtype": dtype, "api_name": api, "specs": SPECS,
               "standard": standard}
-    fast = standards.compare_tensor("x", b, d, **kwargs)
+    # a bf16 output reaches the compiled pass as its 16-bit storage (as in a run), the oracle as float32 values
+    fast = standards.compare_tensor("x", b, _stored(d) if dtype == "torch.bfloat16" else d, **kwargs)
     with numpy_metrics():
         slow = standards.compare_tensor("x", b, d, **kwargs)
     assert (fast.status, fast.message, fast.algorithm) == (slow.status, slow.message, slow.algorithm)
@@ -68,6 +69,13 @@ def both(b: np.ndarray, d: np.ndarray, dtype: str, api: str, standard: str = "ms
         else:
             assert _key(v) == _key(w), (k, v, w)
     return fast, slow
+
+
+def _stored(values: np.ndarray) -> np.ndarray:
+    """The bf16 storage of float32-held bf16 values, where it widens back to the very same bits (exact copies
+    of the bench, drawn below, may not be bf16 values)."""
+    bits = np.asarray(values.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    return bits if storage.widen(bits).tobytes() == values.tobytes() else values  # else not bf16 values: as they are
 
 
 def _device(rng: np.random.Generator, bench: np.ndarray, dtype: str, spread: float) -> np.ndarray:
@@ -169,3 +177,20 @@ def test_an_output_of_more_than_2_to_the_24_elements_is_the_oracles() -> None:
     device = _device(rng, bench, "torch.bfloat16", 1e-2)
     fast, slow = both(bench, device, "torch.bfloat16", "gelu")
     assert fast.metrics["rmse"] == slow.metrics["rmse"] and fast.metrics["error_balance"] == slow.metrics["error_balance"]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_bf16_output_beside_a_float64_bench_is_read_in_place(api: str) -> None:
+    """The storage of a bf16 output and its float64 bench go to the compiled pass as they are (the bench rounded
+    to float32, msprobe's error dtype, a chunk at a time): every column the oracle's, non-finite benches too."""
+    rng = np.random.default_rng(12)
+    n = 200_003
+    bench = rng.standard_normal(n) * np.exp(rng.uniform(-30, 30, n))
+    bench[rng.random(n) < 1e-4] = np.inf
+    bench[:7] = [1e300, -1e300, 3.4028235677973366e38, 3.4028235e38 * (1 + 2 ** -30), 1e-300, -0.0, np.nan]
+    device = _device(rng, bench.astype(np.float32), "torch.bfloat16", 3e-3)
+    assert fused.supported(bench, _stored(device), np.dtype(np.float32), None, np.dtype(np.float32))
+    assert not fused.supported(bench, _stored(device), np.dtype(np.float32), None)  # B is the bench's by default
+    both(bench, device, "torch.bfloat16", api)
+    finite = np.isfinite(bench)
+    both(np.where(finite, bench, 1.0), np.where(finite, device, np.float32(1.0)), "torch.bfloat16", api)

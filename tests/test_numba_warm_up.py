@@ -56,13 +56,18 @@ def test_a_compile_after_restored_modules_needs_the_compiler_loaded_first(tmp_pa
 def test_warm_up_loads_the_strict_pass_when_first_asked_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process that warmed up for msprobe's standard (an in-process run) still loads the strict pass when a
     later run asks for strict, and each pass only once."""
-    calls: list[str] = []
+    calls: list[tuple[str, str, str]] = []
     monkeypatch.setattr(compare, "_WARMED", set())
-    monkeypatch.setattr(standards, "compare_tensor", lambda *a, **k: calls.append("metrics"))
-    monkeypatch.setattr(judge, "strict_verdict", lambda *a, **k: calls.append("strict"))
+    monkeypatch.setattr(standards, "compare_tensor",
+                        lambda name, b, d, **k: calls.append(("metrics", str(b.dtype), str(d.dtype))))
+    monkeypatch.setattr(judge, "strict_verdict",
+                        lambda arrays, *a: calls.append(("strict", str(arrays.bench.dtype), str(arrays.device.dtype))))
     compare.warm_up("msprobe")
     compare.warm_up("msprobe")
-    assert calls == ["metrics"]
+    # bf16 outputs as their storage (uint16), fp16 ones as float32: the signatures a run's items use
+    metrics = [("metrics", "float32", "uint16"), ("metrics", "float32", "float32"), ("metrics", "float64", "uint16")]
+    assert calls == metrics
     compare.warm_up("strict")
     compare.warm_up("strict")
-    assert calls == ["metrics", "strict", "strict"]  # a float32 bench and a float64 one, once
+    assert calls == metrics + [("strict", bench, device) for device in ("uint16", "float32")
+                               for bench in ("float32", "float64")]  # a float32 bench and a float64 one, once

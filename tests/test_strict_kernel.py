@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import strict
 from pytest_msprobe.verdict.judge import _rules
@@ -33,10 +34,25 @@ def same(a: strict.StrictResult, b: strict.StrictResult) -> bool:
         {k: key(v) for k, v in a.stats.items()} == {k: key(v) for k, v in b.stats.items()}
 
 
+def stored(values: np.ndarray) -> np.ndarray:
+    """The bf16 storage of float32-held bf16 values (what check.compare.stored gives the checks), where it widens
+    back to the very same bits (the drawn device sides are bf16 values; exact copies of an fp32 bench may not be)."""
+    bits = np.asarray(values.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    return bits if widen(bits).tobytes() == values.tobytes() else values  # else not bf16 values: as they are
+
+
 def both(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, section: str | None = None,
          **extra: Any) -> tuple[strict.StrictResult, strict.StrictResult]:
+    """(compiled, oracle) of the same output; a bf16 output's device, torch run and product reach the compiled
+    pass as their 16-bit storage (as in a run), the oracle as float32 values."""
     rules = _rules(THRESHOLDS, dtype, kind, section)
-    compiled = strict.strict_compare(bench, device, dtype, rules, kind=kind, **extra)
+    fed = dict(extra)
+    if dtype == "torch.bfloat16":
+        device_fed = stored(device)
+        fed.update({k: stored(v) for k, v in extra.items() if k in ("torch_run", "product")})
+    else:
+        device_fed = device
+    compiled = strict.strict_compare(bench, device_fed, dtype, rules, kind=kind, **fed)
     with numpy_strict():
         oracle = strict.strict_compare(bench, device, dtype, rules, kind=kind, **extra)
     return compiled, oracle
@@ -167,3 +183,18 @@ def test_group_sums_of_zero_errors_keep_numpys_sign_of_zero(dtype: str) -> None:
     fast, slow = strict._judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
     for key in fast.bias:
         assert np.concatenate(fast.bias[key]).tobytes() == np.concatenate(slow.bias[key]).tobytes(), key
+
+
+def test_bf16_outputs_held_as_float32_are_judged_as_their_storage() -> None:
+    """The pass's float32 path (a bf16 output whose torch run is not bf16 storage) and its storage path give
+    the same statistics, and both the oracle's."""
+    rng = np.random.default_rng(9)
+    bench = (rng.standard_normal(70_000) * np.exp(rng.uniform(-30, 30, 70_000))).astype(np.float32)
+    device, torch_run = _device_side(rng, bench, "torch.bfloat16", 2), _device_side(rng, bench, "torch.bfloat16", 1)
+    rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction")
+    held = strict.strict_compare(bench, device, "torch.bfloat16", rules, kind="reduction", torch_run=torch_run,
+                                 row=700)
+    mixed = strict.strict_compare(bench, stored(device), "torch.bfloat16", rules, kind="reduction",
+                                  torch_run=torch_run, row=700)
+    compiled, oracle = both(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=700)
+    assert same(held, oracle) and same(mixed, oracle) and same(compiled, oracle)

@@ -1,9 +1,10 @@
 """Comparing one item's outputs: msprobe's metrics and the selected standard's verdict on each pair.
 
-The bench, device and third-run outputs become numpy arrays once. With a spare core, a large output's
-msprobe metrics and strict checks run side by side in two threads (numpy frees the GIL): the metrics
-start in the helper thread as soon as bench and device are done (`start_metrics`), while the torch run
-still runs, and the strict checks follow in the caller.
+The bench, device and third-run outputs become numpy arrays once, without a copy where they are on the host
+(a bf16 one as its 16-bit storage, which the compiled passes widen in registers: metrics/storage.py). With a
+spare core, a large output's msprobe metrics and strict checks run side by side in two threads (numpy frees
+the GIL): the metrics start in the helper thread as soon as bench and device are done (`start_metrics`),
+while the torch run still runs, and the strict checks follow in the caller.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from ..helper import helper
+from ..metrics import storage
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
@@ -35,6 +37,15 @@ def to_numpy(x: Any) -> tuple[str, Any, str | None]:
             t = t.float()
         return ("tensor", t.numpy(), dtype)
     return ("scalar", x, None)
+
+
+def stored(x: Any) -> tuple[str, Any, str | None]:
+    """`to_numpy`, but a bf16 tensor as its 16-bit storage (metrics/storage.py), not widened: the checks'
+    converter, whose arrays only the checks read."""
+    if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
+        t = x.detach().cpu()
+        return ("tensor", t.view(torch.int16).numpy().view(storage.BITS), str(t.dtype))
+    return to_numpy(x)
 
 
 def _memoised(convert: standards.Converter) -> standards.Converter:
@@ -66,7 +77,7 @@ def start_metrics(prefix: str, bench: list[Any], device: list[Any], api: str, sp
     large = sum(x.numel() for x in device if isinstance(x, torch.Tensor)) >= OVERLAP_MIN_ELEMENTS
     if options.work_threads < 2 or not large or api in specs.get("dropout_apis", []):
         return None
-    convert = _memoised(to_numpy)
+    convert = _memoised(stored)
     for x in (*bench, *device):  # converted here, once: the strict checks read the same arrays
         convert(x)
     return EarlyMetrics(helper().submit(standards.compare_structure, prefix, bench, device, api_name=api, specs=specs,
@@ -101,7 +112,7 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         return
     metric_standard = _metric_standard(options)
     # each tensor becomes one array, for msprobe's metrics and the strict checks
-    convert = early.convert if early is not None else _memoised(to_numpy)
+    convert = early.convert if early is not None else _memoised(stored)
     torch_run = magnitude = None
     if third is not None and role == "torch":
         torch_run = [_round_like(r, d) for r, d in zip(third, device)]
@@ -184,23 +195,29 @@ _WARMED: set[str] = set()  # what this process has loaded: "draw and metrics", a
 def warm_up(standard: str) -> None:
     """Load the compiled passes (numba's on-disk cache; on a cold one, compile them) once per process,
     before its first item, so that no item's --msprobe-timeout pays for it: the random draw of inputs,
-    msprobe's metric pass and, under `strict`, the strict pass, in their float32 signatures (bf16, fp16
-    and fp32 outputs; the strict pass also beside a float64 bench). A process whose first items were
-    judged by another standard loads the strict pass when it is first asked for it."""
+    msprobe's metric pass and, under `strict`, the strict pass, in the signatures of 16-bit outputs (bf16 ones
+    as their storage, fp16 ones as float32; beside a float64 bench too, except msprobe's pass of fp16). A
+    process whose first items were judged by another standard loads the strict pass when first asked for it."""
     import numpy as np
 
     values = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
-    dtype = "torch.bfloat16"
+    bits = stored(torch.from_numpy(values).bfloat16())[1]  # how bf16 outputs reach the passes
+    sides = {"torch.bfloat16": bits, "torch.float16": values}  # fp16 ones as float32 (numpy widens them)
     if "draw and metrics" not in _WARMED:
         from ..inputs.draw import warm_up as warm_draw
 
         warm_draw()
-        standards.compare_tensor("warm-up", values, values, bench_dtype=dtype, device_dtype=dtype, api_name="add",
-                                 specs=load_specs())
+        pairs: list[tuple[str, Any, Any]] = [(dtype, device, values) for dtype, device in sides.items()]
+        pairs.append(("torch.bfloat16", bits, values.astype(np.float64)))  # a float64 bench, read in place too
+        for dtype, device, bench in pairs:
+            standards.compare_tensor("warm-up", bench, device, bench_dtype=str(bench.dtype), device_dtype=dtype,
+                                     api_name="add", specs=load_specs())
         _WARMED.add("draw and metrics")
     if standard == "strict" and "strict" not in _WARMED:  # a float32 bench and a float64 one (read as they are)
-        for bench in (values, values.astype(np.float64)):
-            judge.strict_verdict(judge.StrictArrays(bench, values), dtype, thresholds_for(load_specs(), "add"))
+        benches: tuple[Any, ...] = (values, values.astype(np.float64))
+        for dtype, device in sides.items():
+            for bench in benches:
+                judge.strict_verdict(judge.StrictArrays(bench, device), dtype, thresholds_for(load_specs(), "add"))
         _WARMED.add("strict")
 
 
@@ -232,12 +249,12 @@ def _round_like(ref: Any, device: Any) -> Any:
 
 def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
                   product: Any = None, narrow: torch.dtype | None = None, estimated: Any = None,
-                  convert: standards.Converter = to_numpy, on: torch.device | None = None) -> judge.StrictArrays | None:
+                  convert: standards.Converter = stored, on: torch.device | None = None) -> judge.StrictArrays | None:
     """numpy arrays of a float output for the strict standard, or None; with `on` (checks_device), tensors on
     that device instead: the device output and a reference run already there stay, the bench and the other
     arrays are copied there once.
 
-    Kept in their own dtypes (bf16 widened to fp32, exactly); a third run of another shape is left out.
+    Kept in their own dtypes (bf16 as its storage, metrics/storage.py); a third run of another shape is left out.
     """
     if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
         return None

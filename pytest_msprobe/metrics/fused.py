@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import storage
 from . import vectorised as M
 
 
@@ -70,35 +71,47 @@ class Limits:
     binary: bool = False
 
 
-def supported(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], ulp_dtype: str | None = None) -> bool:
+def supported(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], ulp_dtype: str | None = None,
+              work: np.dtype[Any] | None = None) -> bool:
     """Whether the compiled pass computes this pair as numpy does: the error dtype is the bench's (float32
     or float64), the device values are of it or float32 beside float64, and the ULP errors (ulp_compare,
-    computed in `ulp_dtype`) are computed in it too."""
-    if b.dtype not in (np.float32, np.float64) or d.dtype not in (b.dtype, np.float32) or not d.size:
+    computed in `ulp_dtype`) are computed in it too. A bf16 output's storage (metrics/storage.py) is read as it
+    is beside a float32 bench; `work`: the error dtype B where it is float32 and the bench float64 (a bf16
+    output's, which msprobe compares in float32: the pass rounds it a chunk at a time, no copy)."""
+    work = np.dtype(b.dtype if work is None else work)
+    if work != b.dtype and (work != np.float32 or b.dtype != np.float64):
         return False
-    if dev_dtype not in (b.dtype, np.float32, np.float16) or (dev_dtype == np.float16 and b.dtype != np.float32):
+    held = np.float32 if storage.is_bits(d) and work == np.float32 else d.dtype
+    if b.dtype not in (np.float32, np.float64) or held not in (work, np.float32) or not d.size:
         return False
-    return ulp_dtype is None or np.dtype(ulp_dtype) == b.dtype
+    if dev_dtype not in (work, np.float32, np.float16) or (dev_dtype == np.float16 and work != np.float32):
+        return False
+    return ulp_dtype is None or np.dtype(ulp_dtype) == work
 
 
-def compute(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limits) -> MetricStats:
-    """The statistics of a supported pair (flat, contiguous), from the compiled pass."""
+def compute(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limits,
+            work: np.dtype[Any] | None = None) -> MetricStats:
+    """The statistics of a supported pair (flat, contiguous), from the compiled pass; `work` as for
+    `supported`."""
     from . import kernel as K  # numba: imported on the first check, not at collection
 
-    b, d = np.ascontiguousarray(b), np.ascontiguousarray(d, dtype=b.dtype)  # float32 beside float64: widened
-    if dev_dtype == b.dtype:
-        dev, bd = K.DEV_SAME, b[:0]
+    b = np.ascontiguousarray(b)
+    w = np.dtype(b.dtype if work is None else work)
+    # float32 beside float64: widened; bf16 storage beside float32: read as it is
+    d = np.ascontiguousarray(d, dtype=d.dtype if storage.is_bits(d) else w)
+    if dev_dtype == w:
+        dev, bd = K.DEV_SAME, np.empty(0, dtype=w)
     elif dev_dtype == np.float32:
-        dev, bd = K.DEV_FP32, b[:0]
+        dev, bd = K.DEV_FP32, np.empty(0, dtype=w)
     else:
-        dev, bd = K.DEV_ARRAY, b.astype(dev_dtype).astype(b.dtype)
+        dev, bd = K.DEV_ARRAY, b.astype(dev_dtype).astype(w)
     mb, emin, thr = limits.ulp if limits.ulp is not None else (0, 0, 0.0)
-    fix, top = _log2_fix(b.dtype.char)
-    exp2, odd, kmin = _exp2(b.dtype.char, mb, emin)
+    fix, top = _log2_fix(w.char)
+    exp2, odd, kmin = _exp2(w.char, mb, emin)
     params = np.array([limits.eps, limits.small_value, limits.atol, limits.rtol, *limits.dual, thr, LEAF_START])
     out, iout = np.empty(K.F_PW_REL + 1), np.empty(K.I_ULP_OVER + 1, dtype=np.int64)
-    ints = np.empty(0, dtype=np.int32 if b.dtype == np.float32 else np.int64)
-    K.metrics_pass(b, d, bd, ints, dev, limits.ulp is not None, limits.binary, params, fix, top, exp2, odd, kmin, mb,
+    ints = np.empty(0, dtype=np.int32 if w == np.float32 else np.int64)
+    K.metrics_pass(b, d, bd, np.empty(0, dtype=w), ints, dev, limits.ulp is not None, limits.binary, params, fix, top, exp2, odd, kmin, mb,
                    emin, out, iout)
     ulp = limits.ulp is not None
     return MetricStats(
@@ -166,12 +179,13 @@ def mean_in(dtype: np.dtype[Any], total: float, n: int) -> float:
 
 
 def cosine(stats: MetricStats, d: np.ndarray, b: np.ndarray, *, zero_eps: float,
-           pass_gt: float) -> tuple[float | None, bool, str]:
+           pass_gt: float, work: np.dtype[Any] | None = None) -> tuple[float | None, bool, str]:
     """vectorised.cosine from the statistics (its float64 dot products in another order)."""
     n_max = float(max(stats.device_max, -stats.device_min)) if not math.isnan(stats.device_max + stats.device_min) \
         else math.nan
     dots = (stats.dot_db, stats.dot_dd, stats.dot_bb)
-    return M.cosine_of(d, b, n_max, stats.bench_absmax, zero_eps=zero_eps, pass_gt=pass_gt, dots=dots)
+    return M.cosine_of(d, b, n_max, stats.bench_absmax, zero_eps=zero_eps, pass_gt=pass_gt, dots=dots,
+                       bench_dtype=work)
 
 
 def layer2(stats: MetricStats, algo: str, dtype: np.dtype[Any], *, rmse_fudge: tuple[float, float] = (0.0, 0.0),

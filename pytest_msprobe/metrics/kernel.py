@@ -5,7 +5,8 @@ so each leaf's elements are read once from bench and device and every statistic 
 they are in cache; the two sums that numpy takes as a pairwise `mean` over the whole output (the RMSE's
 squares, the ULP errors) come out bitwise numpy's. Each element is computed by numpy's operations in
 numpy's dtypes (metrics/vectorised.py, which stays the oracle): `b` is the bench in its own dtype (the
-error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64).
+error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64), or a
+bf16 output's 16-bit storage beside a float32 bench, each element widened in registers (pairwise.value).
 
 Imported on the first check, never at collection; the compiled code is cached on disk (`cache=True`).
 """
@@ -17,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ..compiled import compiled
-from .pairwise import chunk_last, combine, leaf, leaves, max_leaves
+from .pairwise import as_int, chunk_last, combine, in_dtype_of, leaf, leaves, max_leaves, value
 
 # float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
 P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
@@ -37,7 +38,7 @@ def _float64_sums(dw: Any, bs: Any, rl: Any, n: int, facc: Any) -> None:
     sums are taken in another order than numpy's anyway (fused.py's tolerances)."""
     db = dd = bb = sr = 0.0
     for j in range(n):
-        fd, fb = np.float64(dw[j]), np.float64(bs[j])
+        fd, fb = np.float64(value(dw[j])), np.float64(bs[j])
         db += fd * fb
         dd += fd * fd
         bb += fb * fb
@@ -63,7 +64,7 @@ def _top(bits: Any, n: int) -> Any:
 
 
 @compiled
-def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
+def _chunk(b: Any, d: Any, bd: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
            do_binary: bool, log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, buf: Any,
            ibuf: Any,
            ebuf: Any, absmask: int, inf_key: int, keys: Any, facc: Any, cnt: Any) -> None:
@@ -75,12 +76,12 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: 
     t100, t1000, t10000 = c[P_T100], c[P_T1000], c[P_T10000]
     zero = c[P_EPS] * 0
     sq, ul, rl, ae = buf[0], buf[1], buf[2], buf[3]
-    bs = b[lo:lo + n]
+    bs = in_dtype_of(b, lo, n, buf[5])  # the bench in B (a float64 one of a bf16 output rounded here)
     ds = d[lo:lo + n]
     bds = bd[lo:lo + n] if dev == DEV_ARRAY else bs  # the bench in the device's dtype (fp16 outputs)
     lt100 = lt1000 = lt10000 = n_small = small_over = n_normal = normal_over = up = down = nonfinite = 0
     for j in range(n):
-        bj, dj = bs[j], ds[j]
+        bj, dj = bs[j], value(ds[j])
         # msprobe's bench_dev: the bench in the device's numpy dtype (compared in the error dtype, which
         # holds it exactly): float32 for fp32 outputs of a float64 bench, given for fp16 ones
         bv = np.float32(bj) if dev == DEV_FP32 else bds[j]
@@ -126,20 +127,19 @@ def _chunk(b: Any, d: Any, bd: Any, bbits: Any, dbits: Any, lo: int, n: int, c: 
     keys[M_REL] = max(keys[M_REL], _top(ibuf[2], n))
     # max |b|, max d and min d: the bits of |b|; d's bits made to order as its values (NaN beyond +-inf)
     babs, dmax, dmin = keys[M_BABS], keys[M_DMAX], keys[M_DMIN]
-    bb = bbits[lo:lo + n]
-    idw = dbits[lo:lo + n]
+    bb = bs.view(ibuf.dtype)
     for j in range(n):
         v = bb[j] & absmask
         babs = v if v > babs else babs
-        x = idw[j]
-        kx = x ^ ((x >> (8 * idw.itemsize - 1)) & absmask)
+        x = as_int(value(ds[j]))  # d's value (of the bench dtype) as its bits
+        kx = x ^ ((x >> (8 * bb.itemsize - 1)) & absmask)
         dmax = kx if kx > dmax else dmax
         dmin = kx if kx < dmin else dmin
     keys[M_BABS], keys[M_DMAX], keys[M_DMIN] = babs, dmax, dmin
     if do_binary:
         differ = 0
         for j in range(n):
-            differ += bs[j] != ds[j]
+            differ += bs[j] != value(ds[j])
         cnt[I_DIFFER] += differ
     if do_ulp:
         _ulps(bs, ds, bb, n, log2_fix, top, exp2, odd, kmin, mb, emin, ul, ibuf[1], buf[4], ibuf[4], ebuf,
@@ -192,7 +192,7 @@ def _ulps(bs: Any, ds: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: An
     for j in range(n):
         x = np.int64(bits[j])
         special = ((x >> width) & allexp) == allexp  # NaN or inf bench: log2 gives NaN / inf: the error is NaN
-        u = abs((ds[j] - bs[j]) * scale[j])
+        u = abs((value(ds[j]) - bs[j]) * scale[j])
         u = nan if special else u
         ul[j] = u
         over += u > thr
@@ -204,25 +204,26 @@ CHUNK = 2048  # elements per chunk of whole leaves: its buffers stay in the firs
 
 
 @compiled
-def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
+def metrics_pass(b: Any, d: Any, bd: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
                  log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, out: Any,
                  iout: Any) -> None:
     """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `bd`: the
-    bench in the device dtype where `dev` is DEV_ARRAY; `ints`: an empty signed integer array of b's width
+    bench in the device dtype where `dev` is DEV_ARRAY; `wd`: an empty array of the error dtype B (b's, or
+    float32 beside a float64 b, which is rounded to it a chunk at a time); `ints`: an empty signed integer
+    array of B's width
     (the keys of the maxima); `log2_fix`, `top`: fused._log2_fix; `exp2`, `odd`, `kmin`: fused._exp2; `mb`, `emin`:
     the ULP's mantissa bits and smallest exponent."""
     n = d.size
-    c = np.empty(len(params), b.dtype)  # the parameters in the bench dtype, as numpy's operands are
+    c = np.empty(len(params), wd.dtype)  # the parameters in the bench dtype, as numpy's operands are
     for k in range(len(params)):
         c[k] = params[k]
     leaf_start = c[P_LEAF]
-    buf = np.empty((5, CHUNK), b.dtype)
+    buf = np.empty((6, CHUNK), wd.dtype)
     ibuf = buf.view(ints.dtype)
     ebuf = np.empty(CHUNK, np.int64)
     sq, ul, rl = buf[0], buf[1], buf[2]
     iout[:] = 0
-    bbits, dbits = b.view(ints.dtype), d.view(ints.dtype)
-    narrow = bbits.itemsize == 4
+    narrow = ints.itemsize == 4
     lowest = -0x80000000 if narrow else -0x8000000000000000
     absmask = 0x7FFFFFFF if narrow else 0x7FFFFFFFFFFFFFFF
     inf_key = 0x7F800000 if narrow else 0x7FF0000000000000
@@ -233,12 +234,12 @@ def metrics_pass(b: Any, d: Any, bd: Any, ints: Any, dev: int, do_ulp: bool, do_
     los, lens = np.empty(max_leaves(n), np.int64), np.empty(max_leaves(n), np.int64)
     stack = np.empty((3, 64), np.int64)
     count = leaves(n, los, lens, stack)
-    sums, left = np.empty((3, count), b.dtype), np.empty(64, b.dtype)  # each leaf's sum of squares, of ULP errors, of relative errors
+    sums, left = np.empty((3, count), wd.dtype), np.empty(64, wd.dtype)  # each leaf's sum of squares, of ULP errors, of relative errors
     first = 0
     while first < count:  # chunks of whole leaves
         last, lo = chunk_last(los, lens, first, count, CHUNK), los[first]
         m = los[last] + lens[last] - lo
-        _chunk(b, d, bd, bbits, dbits, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
+        _chunk(b, d, bd, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
                buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
         for i in range(first, last + 1):
             off = los[i] - lo

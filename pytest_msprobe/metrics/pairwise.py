@@ -16,14 +16,71 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from ..compiled import compiled
 
 PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 accumulators each
+
+
+def value(x: Any) -> Any:
+    """An element's value in a compiled pass: a bf16 output's 16-bit storage element (metrics/storage.py)
+    widened to float32, exactly (`bits << 16`); a float as it is."""
+    raise NotImplementedError("compiled passes only")
+
+
+@overload(value, jit_options={"nogil": True, "error_model": "numpy"})
+def _value(x: Any) -> Any:
+    if x in (types.uint16, types.int16):
+        def widened(x: Any) -> Any:
+            return np.uint32(np.uint32(x) << np.uint32(16)).view(np.float32)
+
+        return widened
+
+    def same(x: Any) -> Any:
+        return x
+
+    return same
+
+
+def in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
+    """a[lo:lo + n] in the dtype of `row` (compiled passes only): the slice itself where a is of that dtype, else
+    its values rounded to it (numpy's cast: a float64 bench to float32) in row[:n]."""
+    raise NotImplementedError("compiled passes only")
+
+
+@overload(in_dtype_of, jit_options={"nogil": True, "error_model": "numpy"})
+def _in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
+    def itself(a: Any, lo: int, n: int, row: Any) -> Any:
+        return a[lo:lo + n]
+
+    def rounded(a: Any, lo: int, n: int, row: Any) -> Any:
+        s = a[lo:lo + n]  # a loop over a slice compiles to vector code (a[lo + j], with its index check, does not)
+        for j in range(n):
+            row[j] = s[j]
+        return row[:n]
+
+    return itself if a.dtype == row.dtype else rounded
+
+
+def as_int(x: Any) -> Any:
+    """A float's bits as the signed integer of its width (maxima keys, compiled passes only)."""
+    raise NotImplementedError("compiled passes only")
+
+
+@overload(as_int, jit_options={"nogil": True, "error_model": "numpy"})
+def _as_int(x: Any) -> Any:
+    def narrow(x: Any) -> Any:
+        return np.float32(x).view(np.int32)
+
+    def wide(x: Any) -> Any:
+        return np.float64(x).view(np.int64)
+
+    return narrow if x == types.float32 else wide
 
 
 @compiled

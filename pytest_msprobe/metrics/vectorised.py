@@ -15,6 +15,7 @@ from typing import Callable, ParamSpec, TypeVar
 import numpy as np
 
 from ..records.columns import METRIC_KEYS as METRIC_KEYS  # re-exported: the metrics' column order
+from . import storage
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -107,20 +108,22 @@ def max_abs(values: np.ndarray) -> np.floating:
 _SAFE_SCALE = (1e-100, 1e100)  # max|x| range whose float64 squares, summed, neither overflow nor underflow
 
 
-def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float) -> tuple[float, float, float]:
+def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float,
+          bench_dtype: np.dtype | None = None) -> tuple[float, float, float]:
     """(n.g, n.n, g.g) in float64 for the cosine, which does not depend on the scale of either side.
 
     msprobe divides each side by its max|x| first so that the squares cannot overflow; in float64 that
     is only needed outside _SAFE_SCALE (never for fp32/fp16/bf16 outputs). The sides are widened to
     float64 a block at a time, so there is no float64 copy of the output, and each block's three dots
     run on it while it is in cache. Only the rounding order differs from msprobe's (~1e-16 relative).
+    A block of bf16 storage is widened to its values, and of a wider bench rounded to `bench_dtype` first.
     """
     lo, hi = _SAFE_SCALE
     scale = not (lo <= n_max <= hi and lo <= g_max <= hi)
     ng = nn = gg = 0.0
     for i in range(0, n.size, _DOT_BLOCK):
-        nb = n[i:i + _DOT_BLOCK].astype(np.float64)
-        gb = g[i:i + _DOT_BLOCK].astype(np.float64)
+        nb = storage.widen(n[i:i + _DOT_BLOCK]).astype(np.float64)
+        gb = g[i:i + _DOT_BLOCK].astype(bench_dtype or g.dtype, copy=False).astype(np.float64)
         if scale:
             nb /= n_max
             gb /= g_max
@@ -145,9 +148,11 @@ def cosine(bench: np.ndarray, device: np.ndarray, *, zero_eps: float, pass_gt: f
 
 @_quiet
 def cosine_of(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float, *, zero_eps: float, pass_gt: float,
-              dots: tuple[float, float, float] | None = None) -> tuple[float | None, bool, str]:
+              dots: tuple[float, float, float] | None = None,
+              bench_dtype: np.dtype | None = None) -> tuple[float | None, bool, str]:
     """The cosine of flat device `n` and bench `g` whose max|x| are n_max and g_max; `dots`: their
-    unscaled float64 dot products (n.g, n.n, g.g) where already summed (used inside _SAFE_SCALE)."""
+    unscaled float64 dot products (n.g, n.n, g.g) where already summed (used inside _SAFE_SCALE);
+    `bench_dtype`: the dtype msprobe compares the bench in, where `g` is wider (read in place)."""
     if n.shape != g.shape:
         return -1.0, False, f"Shape of device and bench outputs don't match. device: {n.shape}, bench: {g.shape}."
     if n.size == 0:
@@ -162,7 +167,7 @@ def cosine_of(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float, *, zero_
         return None, False, COSINE_BENCH_ZERO_MSG
     lo, hi = _SAFE_SCALE
     if dots is None or not (lo <= n_max <= hi and lo <= g_max <= hi):
-        dots = _dots(n, g, n_max, g_max)
+        dots = _dots(n, g, n_max, g_max, bench_dtype or g.dtype)
     ng, nn, gg = dots
     cos = ng / (math.sqrt(nn) * math.sqrt(gg))        # nn, gg > 0 here (max|x| > zero_eps), or NaN
     if math.isnan(cos):

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..metrics.storage import widen
 from ..specs.loader import thresholds_for
 from . import ms_results, strict, verdicts
 from .standards import OutputComparison
@@ -114,7 +115,7 @@ def _mindspore(row: OutputComparison, arrays: StrictArrays | None, rule: Mapping
             row.verdict_message = "compared exactly"
         return
     row.verdict, row.verdict_message = ms_results.ms_status(
-        ms_results.ms_metrics(arrays.bench, arrays.device, rule["epsilon"]), rule)
+        ms_results.ms_metrics(widen(arrays.bench), widen(arrays.device), rule["epsilon"]), rule)  # bf16: values
 
 
 def _rules(rules: Mapping[str, Any], dtype: str, kind: str = "elementwise",

@@ -1,8 +1,8 @@
 """msprobe's per-output verdict (the Layer-1 "original standard") plus the Layer-2 metric columns.
 
 REFERENCE-msprobe.md §4.1 (verdict, structure rules), §4.2 (metrics), §4.4 (which algorithm).
-Torch-free: tensors arrive as numpy arrays with their torch dtype string (bf16 as float32), so the
-comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and categories.yaml.
+Torch-free: tensors arrive as numpy arrays with their torch dtype string (bf16 as float32, or as its 16-bit
+storage: metrics/storage.py), so the comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and categories.yaml.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from ..metrics import fused
+from ..metrics import fused, storage
 from ..metrics import vectorised as M
 from ..specs.loader import load_specs, thresholds_for
 
@@ -132,15 +132,19 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
                    standard: str = "msprobe") -> OutputComparison:
     """Layer-1 verdict of one tensor pair plus the Layer-2 columns of its algorithm (§4.1, §4.2)."""
     b, d = np.asarray(bench), np.asarray(device)
+    if bench_dtype == BF16:  # a bf16 bench (rare) as its values; a bf16 device output's storage is read as it is
+        b = storage.widen(b)
     row = _row(name, ERROR, "", bench_dtype, device_dtype, [int(s) for s in d.shape])
-    if device_dtype == BF16:                     # msprobe compares bf16 outputs in float32
-        b = b.astype(np.float32, copy=False)
+    if device_dtype == BF16 and b.dtype != np.float64:  # msprobe compares bf16 outputs in float32 (a float64
+        b = b.astype(np.float32, copy=False)           # bench: in _compare_float, read in place where it can be)
     if device_dtype in _FLOAT_NUMPY and d.dtype.kind == "f":
         d = d.astype(_FLOAT_NUMPY[device_dtype], copy=False)
+    # the numpy dtype of d's values: float32 for a bf16 output's storage (a torch.uint16 output stays integers)
+    held = np.dtype(np.float32) if device_dtype == BF16 and storage.is_bits(d) else d.dtype
     if b.shape != d.shape:
         row.message = f"The shape of bench{_torch_size(b.shape)} and npu{_torch_size(d.shape)} not equal."
         return row
-    if b.dtype.kind in "iu" and d.dtype.kind in "iu" and b.size:
+    if b.dtype.kind in "iu" and held.kind in "iu" and b.size:
         rule = _quantization(api_name, specs)
         if rule is not None:  # 26.x: integer outputs of quantisation APIs may differ by one step of rounding
             max_abs = int(np.max(np.abs(b.astype(np.int64) - d.astype(np.int64))))
@@ -149,8 +153,8 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
             row.message = (f"Quantization API: max abs error {max_abs} {'<=' if max_abs <= rule else '>'} {rule} "
                            f"(msprobe 26.x's rule for integer outputs of quantization APIs).")
             return row
-    if not any(b.dtype in group and d.dtype in group for group in _COMPARABLE):
-        row.message = f"Bench out dtype is {b.dtype} but npu output dtype is {d.dtype}, cannot compare."
+    if not any(b.dtype in group and held in group for group in _COMPARABLE):
+        row.message = f"Bench out dtype is {b.dtype} but npu output dtype is {held}, cannot compare."
         return row
     if b.size == 0:
         row.message = MSG_EMPTY
@@ -180,19 +184,21 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     th, cats = _sections(specs)
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
-    shape, dev_dtype = tuple(row.shape or ()), d.dtype
+    shape, dev_dtype = tuple(row.shape or ()), np.dtype(np.float32) if storage.is_bits(d) else d.dtype
     if dev_dtype == np.float16 and b.dtype != np.float16:   # numpy fp16 math is slow; fp32 holds the values
         d = d.astype(np.float32)
+    work = np.dtype(np.float32) if device_dtype == BF16 else b.dtype  # the error dtype B
     eps = th["rel_err_eps"].get(device_dtype)
-    eps = np.finfo(b.dtype).eps if eps is None else eps
+    eps = np.finfo(work).eps if eps is None else eps
     algo = None
     if device_dtype in cats["layer2_dtypes"]:
         override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
         algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
     limits = _limits(algo, device_dtype, float(eps), th)
-    if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None):
-        _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard)
+    if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None, work):
+        _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
         return
+    b, d = b.astype(work, copy=False), storage.widen(d)  # the numpy path: B's bench, a bf16 output's values
     err = M.error_arrays(b, d, eps)
     worst = int(np.argmax(err.abs_err))
     if not err.abs_err[worst] < th["layer1"]["max_abs_err_pass_lt"]:
@@ -247,9 +253,12 @@ def _limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> 
 
 def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], device_dtype: str,
                    algo: str | None, limits: fused.Limits, shape: tuple[int, ...], th: Mapping[str, Any],
-                   standard: str) -> None:
-    """_compare_float from the statistics of one compiled pass (metrics/fused.py): the same columns."""
-    stats = fused.compute(b, d, dev_dtype, limits)
+                   standard: str, work: np.dtype[Any]) -> None:
+    """_compare_float from the statistics of one compiled pass (metrics/fused.py): the same columns. `b` may be
+    wider than the error dtype `work` (a bf16 output's float64 bench, read in place)."""
+    stats = fused.compute(b, d, dev_dtype, limits, work)
+    if stats.n_nonfinite:  # rare: the numpy path below reads the values
+        b, d = b.astype(work, copy=False), storage.widen(d)
     messages: list[str] = []
     if algo == "thousandth_threshold":
         row.metrics["dual_thousandth"] = fused.dual(stats, limits.dual[1])[0]
@@ -261,16 +270,17 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
             clip = th["inf_nan_clip_range"].get(device_dtype) or (np.finfo(dev_dtype).min, np.finfo(dev_dtype).max)
             inf_nan = M.inf_nan_error_ratio(d, bench_dev, err, both_finite, limits.rtol, tuple(clip), dev_dtype)
         fudge = th["rmse_fudge"]
-        row.metrics.update(fused.layer2(stats, algo, b.dtype, rmse_fudge=(fudge["denominator_eps"], fudge["additive"]),
+        row.metrics.update(fused.layer2(stats, algo, work, rmse_fudge=(fudge["denominator_eps"], fudge["additive"]),
                                         inf_nan=inf_nan))
     else:
         messages += _other_layer2(row, b, d, device_dtype, th, standard)
     w = stats.worst
-    one = M.error_arrays(b[w:w + 1], d[w:w + 1], limits.eps)
-    row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(d[w]), "bench": float(b[w]),
+    dw, bw = storage.widen(d[w:w + 1]), b[w:w + 1].astype(work, copy=False)
+    one = M.error_arrays(bw, dw, limits.eps)
+    row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(dw[0]), "bench": float(bw[0]),
                  "abs_err": float(one.abs_err[0]), "rel_err": float(one.rel_err[0])}
     l1 = th["layer1"]
-    cos = fused.cosine(stats, d, b, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"])
+    cos = fused.cosine(stats, d, b, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"], work=work)
     row.status = _layer1(row.metrics, messages, cos, one.abs_err[0], lambda t: fused.dual(stats, t), device_dtype, l1)
     row.message = "\n".join(messages)
 

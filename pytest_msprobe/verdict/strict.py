@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.storage import BITS, is_bits, widen
+
 # mantissa bits and smallest normal exponent of each device dtype
 _FORMATS = {
     "torch.float16": (10, -14),
@@ -182,6 +184,7 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product,
               "est": estimated if torch_run is not None else None}
     flat = {k: _flat(v) for k, v in arrays.items() if v is not None}
+    flat["b"] = widen(flat["b"])  # a bf16 bench (rare) as its values; the outputs' storage is read as it is
     n = size_of(flat["d"])
     stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
     if not n:
@@ -194,9 +197,9 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
         if not (np.isfinite(acc.sum_w) and np.isfinite(acc.sum_t)):
             flat = {k: _host(v) for k, v in flat.items()}  # rare: tensors on a device come back for this
             b = flat["b"].astype(np.float64)
-            d = flat["d"].astype(np.float64)
+            d = widen(flat["d"]).astype(np.float64)
             rounded = round_to(b, device_dtype)
-            t = rounded if "t" not in flat else flat["t"].astype(np.float64)
+            t = rounded if "t" not in flat else widen(flat["t"]).astype(np.float64)
             finite = np.isfinite(d) & np.isfinite(rounded) & np.isfinite(t) & np.isfinite(b)
             bad_dev, bad_ref = _nonfinite_mismatch(d, rounded), _nonfinite_mismatch(t, rounded)
             # a position where torch's own kernel shows the very same non-finite value is inherent
@@ -224,14 +227,14 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     stats["wrong_lean_z"], stats["wrong_off_tie"] = float(lean), float(acc.wrong_off_tie)
     if acc.wrong > max(rules["exact_min_count"], rules["exact_max_fraction"] * m) or lean > rules["bias_t"] or \
             acc.wrong_off_tie > 0:
-        d0, b0 = float(flat["d"][acc.first_wrong]), float(flat["b"][acc.first_wrong])
+        d0, b0 = _at(flat["d"], acc.first_wrong), _at(flat["b"], acc.first_wrong)
         problems.append(f"not correctly rounded: {acc.wrong} of {m} elements differ from the correctly rounded "
                         f"result and from torch's, {acc.wrong_off_tie} away from a rounding tie, {acc.wrong_zero} toward "
                         f"zero and {acc.wrong_up} upward "
                         f"(sign test {lean:.3g}, limit {float(rules['bias_t']):.3g}; first: device {d0!r}, correctly "
                         f"rounded {float(round_to(np.array([b0]), device_dtype)[0])!r})")
     if acc.gross:
-        d0, b0 = float(flat["d"][acc.worst]), float(flat["b"][acc.worst])
+        d0, b0 = _at(flat["d"], acc.worst), _at(flat["b"], acc.worst)
         unit = float(ulp(round_to(np.array([b0]), device_dtype), device_dtype)[0])
         problems.append(f"gross error: {acc.gross} of {m} elements exceed {float(rules['gross']):.3g} scale units "
                         f"(worst {acc.max_w:.3g} scale units = {abs(d0 - b0) / unit:.3g} ULP, at flat index {index}: "
@@ -307,12 +310,13 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
     groups = (-(-blocks // every)) * -(-block // size)
     bias, counts, out = np.empty((4, groups)), np.empty(groups, dtype=np.int64), np.empty(K.O_GROUPS + 1)
     side = _side_dtype(flat, work)
+    extra = np.dtype(np.float32) if side == BITS else side  # the magnitude run and the product
     # the bench as it is where it is float32 or float64 (the pass rounds it to the work dtype a chunk at a time,
     # as numpy did a block at a time): no copy of a float64 bench of a 16-bit output before the call
     bench_dtype = flat["b"].dtype if flat["b"].dtype in (np.float32, np.float64) else np.dtype(work)
     K.strict_pass(_kernel_array(flat["b"], bench_dtype),
                   _kernel_array(flat["d"], side), _kernel_array(flat.get("t"), side),
-                  _kernel_array(flat.get("mag"), side), _kernel_array(flat.get("prod"), side),
+                  _kernel_array(flat.get("mag"), extra), _kernel_array(flat.get("prod"), extra),
                   np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
                   *_scratch(work, min(block, m)), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
                   K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params, bias, counts, out)
@@ -353,20 +357,30 @@ def _scratch(work: type[np.floating[Any]], size: int) -> tuple[np.ndarray, np.nd
     return have
 
 
-def _side_dtype(flat: Mapping[str, np.ndarray], work: type[np.floating[Any]]) -> type[np.floating[Any]]:
-    """One dtype for device, torch run, magnitude and product, so that few signatures are compiled (three:
-    16-bit outputs, fp32 outputs, fp64 ones): the work dtype of 16-bit outputs (numpy rounds each to it),
-    else float32 when all are float32 (fp32 outputs)."""
-    if work == np.float32 or all(flat[k].dtype == np.float32 for k in ("d", "t", "mag", "prod") if k in flat):
-        return np.float32
-    return np.float64
+def _side_dtype(flat: Mapping[str, np.ndarray], work: type[np.floating[Any]]) -> np.dtype[Any]:
+    """One dtype for device, torch run, magnitude and product, so that few signatures are compiled (four:
+    bf16 outputs, other 16-bit ones, fp32 outputs, fp64 ones): a bf16 output's storage where device and torch
+    run are bf16 (the pass widens each element in registers: no copy), else the work dtype of 16-bit outputs (numpy rounds
+    each to it), else float32 when all are float32 (fp32 outputs)."""
+    if all(flat[k].dtype == BITS for k in ("d", "t") if k in flat):
+        return BITS  # the magnitude run (fp32) and the product are then read as float32 (_kernel_arrays)
+    sides = [flat[k].dtype for k in ("d", "t", "mag", "prod") if k in flat]
+    if work == np.float32 or all(dtype == np.float32 for dtype in sides):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
 
 
 def _kernel_array(values: np.ndarray | None, dtype: type[np.floating[Any]] | np.dtype[Any]) -> np.ndarray:
-    """`values` as a contiguous array of `dtype` (no copy where it is one); an empty one where there is none."""
+    """`values` as a contiguous array of `dtype` (no copy where it is one; bf16 storage widened to its values
+    where `dtype` is not that storage); an empty one where there is none."""
     if values is None:
         return np.empty(0, dtype=dtype)
-    return np.ascontiguousarray(values, dtype=dtype)
+    return np.ascontiguousarray(values if np.dtype(dtype) == values.dtype else widen(values), dtype=dtype)
+
+
+def _at(values: Any, i: int) -> float:
+    """The value of element i of a flat numpy array (bf16 storage widened) or tensor."""
+    return float(widen(values[i:i + 1])[0]) if is_bits(values) else float(values[i])
 
 
 def _flat(values: Any) -> Any:

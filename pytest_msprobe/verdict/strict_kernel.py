@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..compiled import compiled
-from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, leaf_wide, leaves, max_leaves
+from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, leaf_wide, leaves, max_leaves, value
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
@@ -97,10 +97,11 @@ def _max(a: Any, b: Any) -> Any:
 
 @compiled
 def _load(src: Any, dst: Any, n: int) -> None:
-    """dst[:n] = src[:n], cast to dst's dtype (a loop over a slice compiles to vector code; numba's slice
-    assignment, and src[start + j] with its negative-index check, do not)."""
+    """dst[:n] = the values of src[:n] (a bf16 output's storage widened), cast to dst's dtype (a loop over a
+    slice compiles to vector code; numba's slice assignment, and src[start + j] with its negative-index check,
+    do not)."""
     for j in range(n):
-        dst[j] = src[j]
+        dst[j] = value(src[j])
 
 
 @compiled
@@ -222,8 +223,8 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
     over = wrong = 0
     for j in range(n):
         bj, r = bw[j], rw[j]
-        dj = _unflushed(d[j], bj, r, tiny, zero)
-        tj = _unflushed(t[j], bj, r, tiny, zero)
+        dj = _unflushed(value(d[j]), bj, r, tiny, zero)
+        tj = _unflushed(value(t[j]), bj, r, tiny, zero)
         wrong += 1 if (dj != r) & (dj != tj) else 0
         et = abs(tj - bj)
         s = _max(_max(uw[j], c_torch * et), sx[j])
@@ -242,7 +243,7 @@ def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any)
     over = wrong = 0
     for j in range(n):
         bj, r = bw[j], rw[j]
-        dj = _unflushed(d[j], bj, r, tiny, zero)
+        dj = _unflushed(value(d[j]), bj, r, tiny, zero)
         w = abs(dj - bj) / _max(uw[j], sx[j])
         w = w * (one if dj != r else zero)
         f1[j] = w
@@ -306,8 +307,8 @@ def _bias_terms(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, sd: Any, st: 
     has_t = t.size > 0
     for j in range(n):
         x, r = bw[j], rw[j]
-        dj = _unflushed(d[j], x, r, tiny, zero)
-        tj = _unflushed(t[j], x, r, tiny, zero) if has_t else r
+        dj = _unflushed(value(d[j]), x, r, tiny, zero)
+        tj = _unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
         tz = -(one if x > zero else (-one if x < zero else (zero if x == zero else x)))
         a = _clip1((dj - r) / uw[j], one)  # from the correctly rounded result, which has no error
         e = _clip1((tj - r) / uw[j], one)
@@ -323,8 +324,8 @@ def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: An
     n_wrong = n_zero = n_up = n_off = 0
     for j in range(n):
         x, r = bw[j], rw[j]
-        dj = _unflushed(d[j], x, r, tiny, zero)
-        tj = _unflushed(t[j], x, r, tiny, zero) if has_t else r
+        dj = _unflushed(value(d[j]), x, r, tiny, zero)
+        tj = _unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
         bad = (dj != r) & (dj != tj)
         n_wrong += 1 if bad else 0
         n_zero += 1 if bad and abs(dj) < abs(r) else 0
@@ -337,8 +338,8 @@ def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: An
     if n_wrong:
         for j in range(n):
             x, r = bw[j], rw[j]
-            dj = _unflushed(d[j], x, r, tiny, zero)
-            tj = _unflushed(t[j], x, r, tiny, zero) if has_t else r
+            dj = _unflushed(value(d[j]), x, r, tiny, zero)
+            tj = _unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
             if (dj != r) & (dj != tj):
                 return j
     return -1

@@ -1,0 +1,77 @@
+"""A bf16 output's 16-bit storage (metrics/storage.py): one value per element, whoever reads it: numpy's
+`widen` (the oracles, the careful paths), the compiled passes' `value`, and torch's own bf16 -> float32; and the
+checks take the storage of a host tensor without a copy."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pytest_msprobe.check import compare
+from pytest_msprobe.metrics import storage
+from pytest_msprobe.verdict import strict_kernel
+
+
+def every_bf16() -> torch.Tensor:
+    return torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+
+
+def test_every_bf16_bit_pattern_has_one_value() -> None:
+    """All 65,536 patterns (signed zeros, subnormals, inf, every NaN): numpy's, the compiled pass's and torch's
+    float32 values have the same bits."""
+    tensor = every_bf16()
+    kind, bits, dtype = compare.stored(tensor)
+    assert (kind, dtype, bits.dtype) == ("tensor", "torch.bfloat16", storage.BITS) and storage.is_bits(bits)
+    expected = tensor.float().numpy().view(np.uint32)
+    assert (storage.widen(bits).view(np.uint32) == expected).all()
+    compiled = np.empty(bits.size, np.float32)
+    strict_kernel._load(bits, compiled, bits.size)  # the pass's load: pairwise.value on each element
+    assert (compiled.view(np.uint32) == expected).all()
+
+
+def test_the_checks_read_a_bf16_tensor_in_place() -> None:
+    tensor = torch.randn(64, 33).bfloat16()
+    bits = compare.stored(tensor)[1]
+    assert bits.shape == (64, 33) and np.shares_memory(bits, tensor.view(torch.int16).numpy())
+    column = compare.stored(tensor[:, 1])[1]  # a strided view: still its storage, not a copy
+    assert np.shares_memory(column, bits) and (storage.widen(column) == tensor[:, 1].float().numpy()).all()
+    assert compare.stored(tensor.float())[1].dtype == np.float32  # other dtypes as to_numpy gives them
+    assert compare.to_numpy(tensor)[1].dtype == np.float32  # to_numpy's other callers still get values
+
+
+def test_widen_leaves_other_arrays_and_keeps_0_d_arrays() -> None:
+    floats = np.linspace(-1, 1, 5, dtype=np.float32)
+    assert storage.widen(floats) is floats and not storage.is_bits(floats)
+    zero_d = compare.stored(torch.tensor(1.5, dtype=torch.bfloat16))[1]
+    assert zero_d.shape == () and isinstance(storage.widen(zero_d), np.ndarray) and float(storage.widen(zero_d)) == 1.5
+
+
+def test_the_mindspore_standard_judges_a_bf16_output_by_its_values() -> None:
+    """`--msprobe-standard mindspore` reads the same StrictArrays as strict: the storage of a bf16 output gives
+    the verdict and metrics its values give."""
+    from pytest_msprobe.specs.loader import load_specs
+    from pytest_msprobe.verdict import judge, standards
+
+    specs = load_specs()
+    bench = torch.linspace(-3, 3, 4096, dtype=torch.float64).sin()
+    device = (bench * 1.01).bfloat16()
+    rows = []
+    for held in (compare.stored(device)[1], device.float().numpy()):
+        row = standards.compare_tensor("x", bench.numpy(), held, bench_dtype="torch.float64",
+                                       device_dtype="torch.bfloat16", api_name="sin", specs=specs)
+        judge.decide(row, "mindspore", api_name="sin", specs=specs, ref_row=None,
+                     arrays=judge.StrictArrays(bench.numpy(), held), reference_results=None)
+        rows.append((row.status, row.message, row.verdict, row.verdict_message, row.metrics))
+    assert rows[0] == rows[1] and rows[0][2] == "error"  # 1 % off: msprobe's MindSpore rule fails it
+
+
+
+def test_integer_uint16_outputs_are_not_taken_for_bf16_storage() -> None:
+    """Only a bf16 output's uint16 array is storage: a torch.uint16 output keeps msprobe's row for its dtype (not
+    comparable), not a float comparison of the integers."""
+    from pytest_msprobe.verdict import standards
+
+    values = np.arange(1000, dtype=np.uint16)
+    row = standards.compare_tensor("x", values, values.copy(), bench_dtype="torch.uint16",
+                                   device_dtype="torch.uint16", api_name="add")
+    assert (row.status, row.message) == ("error", "Bench out dtype is uint16 but npu output dtype is uint16, cannot "
+                                                  "compare.")
