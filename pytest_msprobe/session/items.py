@@ -219,6 +219,7 @@ class ApiItem(pytest.Item):
 
     def _check(self, entry_name: str) -> dict[str, Any]:
         from ..check import check_entry  # torch is imported here, never at collection
+        from ..check.prepare import prefetch_later
         from ..runs.memory import keep_freed_memory, release_freed_memory
         from ..specs.loader import load_specs
 
@@ -229,11 +230,13 @@ class ApiItem(pytest.Item):
             # file, and a call that releases the GIL just after that hand-off waited 0.5-2 ms for it back.
             self.dump = dump = load_dump(self.path)
             specs = load_specs(user_file=options.specs_file)
-            self._prefetch_next(options, specs, dump)
+            # handed over when this item's sides are made, just before its device run (check/prepare.py)
+            prefetch_later(lambda: self._prefetch_next(options, specs, dump))
             return check_entry(dump, entry_name, options, specs)
         except ValueError as exc:  # unparseable entry name
             return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
         finally:
+            prefetch_later(None)  # skipped before its runs: the next item builds its own inputs
             release_freed_memory()  # the check's tensors are gone: their memory goes back to the OS
 
     def _prefetch_next(self, options: Any, specs: dict[str, Any], dump: Dump) -> None:
