@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import platform
 import subprocess
@@ -45,6 +46,14 @@ def test_release_is_harmless_anywhere() -> None:
     memory.release_freed_memory()
 
 
+def _fresh_pages(size: int) -> mmap.mmap:
+    """`size` bytes of a fresh anonymous mapping, every page written: resident memory the process did not
+    hold before (a numpy array may reuse heap pages that earlier tests freed and the process kept)."""
+    block = mmap.mmap(-1, size)
+    np.frombuffer(block, dtype=np.uint8)[::4096] = 1
+    return block
+
+
 @pytest.mark.skipif(not Path("/proc/self/statm").is_file(), reason="no /proc: resident_bytes() is 0 there")
 def test_resident_bytes_follows_this_process() -> None:
     """The kept descriptor reads the current value each time, as opening the file does."""
@@ -54,11 +63,11 @@ def test_resident_bytes_follows_this_process() -> None:
 
     before = memory.resident_bytes()
     assert abs(before - opened()) < 8 << 20
-    block = np.ones(8 << 20)  # 64 MiB, written
+    block = _fresh_pages(64 << 20)
     grown = memory.resident_bytes()
     assert grown - before > 56 << 20
     assert abs(grown - opened()) < 8 << 20
-    del block
+    block.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/statm").is_file(), reason="needs fork and /proc")
@@ -68,9 +77,14 @@ def test_a_forked_child_reads_its_own_resident_set() -> None:
     at_fork = memory.resident_bytes()  # the parent's descriptor is open now
     pid = os.fork()
     if pid == 0:  # the child: only os-level calls and a numpy allocation
-        start = memory.resident_bytes()
-        block = np.ones(24 << 20)  # 192 MiB, written: the child's own pages
-        os._exit(0 if memory.resident_bytes() - start > 150 << 20 and block[-1] == 1 else 1)
+        code = 1
+        try:
+            start = memory.resident_bytes()
+            block = _fresh_pages(192 << 20)  # the child's own pages
+            code = 0 if memory.resident_bytes() - start > 150 << 20 else 1
+            block.close()
+        finally:
+            os._exit(code)  # never back into pytest
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert memory.resident_bytes() - at_fork < 100 << 20  # the parent's own value, without the child's block
