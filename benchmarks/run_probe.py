@@ -12,7 +12,8 @@ their records; the controller's received-report count and bytes. CPU is user+sys
 process (getrusage), so a helper thread's time counts. Linux only.
 
 With MSPROBE_RUN_PROBE_DETAIL=1 (bench_phases.py --detail) also "steps": what the items' (main) thread
-spends in each hook of pytest's protocol (every plugin's implementations together), in the package's
+spends in each hook of pytest's protocol (every plugin's implementations together, and the package's own
+implementations apart: "ours: ..."), in the package's
 functions an item calls outside its timed phases (DETAIL: they are wrapped at the first item) and in the
 cyclic collector's passes; per step its calls, wall, that thread's CPU and the longest call. Wall well
 above CPU is time the thread waited: for the GIL (the helper thread), the disk or a busy machine.
@@ -64,26 +65,82 @@ phases = dict.fromkeys(PHASES, 0.0)
 steps: dict[str, list[float]] = {}
 
 
-def _add_step(name: str, wall: float, cpu: float) -> None:
+def _add_step(name: str, wall: float, cpu: float, calls: int = 1) -> None:
     row = steps.setdefault(name, [0, 0.0, 0.0, 0.0])
-    row[0] += 1
+    row[0] += calls
     row[1] += wall
     row[2] += cpu
     row[3] = max(row[3], wall)
 
 
 def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """fn, its calls from the main thread timed under `name` (the helper thread's calls are not)."""
+    """fn, its calls from the main thread timed under `name` (the helper thread's calls are not). A call
+    that returns True is also counted under "<name>: True" (release_freed_memory: the items that trimmed)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if threading.current_thread() is not threading.main_thread():
             return fn(*args, **kwargs)
         wall, cpu = time.perf_counter(), time.thread_time()
+        result: Any = None
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            return result
+        finally:
+            spent = time.perf_counter() - wall, time.thread_time() - cpu
+            _add_step(name, *spent)
+            if result is True:
+                _add_step(f"{name}: True", *spent)
+    return wrapper
+
+
+def _timed_generator(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A hook wrapper (a generator function) whose own code, before and after its yield, is timed under
+    `name`; what it wraps (the yield) is not."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Generator[Any, Any, Any]:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        gen = fn(*args)
+        try:
+            value = next(gen)
         finally:
             _add_step(name, time.perf_counter() - wall, time.thread_time() - cpu)
+        try:
+            sent = yield value
+        except BaseException as exc:  # what the wrapped hooks raised goes to the wrapper
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                gen.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                _add_step(name, time.perf_counter() - wall, time.thread_time() - cpu, calls=0)
+            raise RuntimeError(f"{fn.__qualname__} yielded twice") from None
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            gen.send(sent)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            _add_step(name, time.perf_counter() - wall, time.thread_time() - cpu, calls=0)
+        raise RuntimeError(f"{fn.__qualname__} yielded twice")
     return wrapper
+
+
+PROTOCOL_HOOKS = ("pytest_runtest_logstart", "pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown",
+                  "pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_runtest_logfinish")
+
+
+def _time_our_hookimpls(config: pytest.Config) -> None:
+    """The package's own implementations of each protocol hook, timed apart ("ours: makereport (plugin)"):
+    the rest of a hook's time is pytest's and other plugins'."""
+    for hook_name in PROTOCOL_HOOKS:
+        for impl in getattr(config.pluginmanager.hook, hook_name).get_hookimpls():
+            module = getattr(impl.function, "__module__", "") or ""
+            if not module.startswith("pytest_msprobe"):
+                continue
+            step = f"  ours: {hook_name.removeprefix('pytest_runtest_')} ({impl.plugin_name})"
+            timed = _timed_generator if impl.wrapper or impl.hookwrapper else _timed
+            impl.function = timed(step, impl.function)
 
 
 # (module, attribute, step): the functions an item calls outside its timed phases, where they are looked up
@@ -183,6 +240,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _mark("numba_imported")
         if os.environ.get(DETAIL_ENV) == "1":
             _install_detail()  # imports the check modules (and warms nothing): before the items' timing
+            _time_our_hookimpls(item.config)
             _mark("detail_installed")
     wall, cpu = time.time(), _cpu()
     try:

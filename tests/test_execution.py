@@ -101,12 +101,16 @@ def test_device_selection_is_clear() -> None:
             select_device("cuda")
 
 
-def test_plugin_import_and_collection_do_not_import_torch(tmp_path) -> None:
+def test_plugin_import_and_collection_do_not_import_torch_or_yaml(tmp_path) -> None:
+    """The plugin loads in every pytest run of the environment: torch comes with the first item, yaml with the
+    first item's api_specs or with --msprobe-baseline (15-20 ms per process otherwise)."""
     dump = tmp_path / "dump.json"
     dump.write_text(json.dumps({"data": {"Functional.relu.0.forward": {"input_args": [tensor()]}}}))
     code = ("import sys, pytest; import pytest_msprobe.plugin; assert 'torch' not in sys.modules; "
+            "assert 'yaml' not in sys.modules, 'the plugin imported yaml'; "
             f"pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', {str(dump)!r}]); "
-            "assert 'torch' not in sys.modules, 'collection imported torch'")
+            "assert 'torch' not in sys.modules, 'collection imported torch'; "
+            "assert 'yaml' not in sys.modules, 'collection imported yaml'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, capture_output=True)
 
 

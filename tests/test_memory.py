@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import math
+import mmap
+import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,9 +30,9 @@ def test_freed_heap_memory_goes_back_to_the_os() -> None:
     allocated = _rss_pages()
     del blocks
     freed = _rss_pages()
-    memory.release_freed_memory(above=freed * 4096 * 2)  # below the limit: kept
+    assert not memory.release_freed_memory(above=freed * 4096 * 2)  # below the limit: kept
     assert _rss_pages() > freed * 0.9
-    memory.release_freed_memory(above=0)
+    assert memory.release_freed_memory(above=0)
     trimmed = _rss_pages()
     assert top.sum() == 100_000
     if freed < allocated * 0.9:  # an earlier test's heap state let glibc give it back by itself
@@ -41,6 +44,50 @@ def test_freed_heap_memory_goes_back_to_the_os() -> None:
 def test_release_is_harmless_anywhere() -> None:
     memory.release_freed_memory()
     memory.release_freed_memory()
+
+
+def _fresh_pages(size: int) -> mmap.mmap:
+    """`size` bytes of a fresh anonymous mapping, every page written: resident memory the process did not
+    hold before (a numpy array may reuse heap pages that earlier tests freed and the process kept)."""
+    block = mmap.mmap(-1, size)
+    np.frombuffer(block, dtype=np.uint8)[::4096] = 1
+    return block
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").is_file(), reason="no /proc: resident_bytes() is 0 there")
+def test_resident_bytes_follows_this_process() -> None:
+    """The kept descriptor reads the current value each time, as opening the file does."""
+    def opened() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    before = memory.resident_bytes()
+    assert abs(before - opened()) < 8 << 20
+    block = _fresh_pages(64 << 20)
+    grown = memory.resident_bytes()
+    assert grown - before > 56 << 20
+    assert abs(grown - opened()) < 8 << 20
+    block.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/statm").is_file(), reason="needs fork and /proc")
+def test_a_forked_child_reads_its_own_resident_set() -> None:
+    """The descriptor is per process: a child forked after the parent's first read must not read the parent's
+    /proc/<pid>/statm through the inherited descriptor."""
+    at_fork = memory.resident_bytes()  # the parent's descriptor is open now
+    pid = os.fork()
+    if pid == 0:  # the child: only os-level calls and a numpy allocation
+        code = 1
+        try:
+            start = memory.resident_bytes()
+            block = _fresh_pages(192 << 20)  # the child's own pages
+            code = 0 if memory.resident_bytes() - start > 150 << 20 else 1
+            block.close()
+        finally:
+            os._exit(code)  # never back into pytest
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert memory.resident_bytes() - at_fork < 100 << 20  # the parent's own value, without the child's block
 
 
 _REFAULTS = """

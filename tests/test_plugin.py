@@ -326,3 +326,26 @@ def test_a_result_dtype_argument_is_raised_with_the_bench(pytester: pytest.Pytes
     pytester.runpytest(str(make_dump(pytester, data)), "-p", "no:cacheprovider").assert_outcomes(passed=1)
     (record,) = records(pytester)
     assert record["outputs"][0]["bench_dtype"] == ("torch.float64" if dtype == "torch.float32" else "torch.float32")
+
+
+def test_rerun_command_is_the_quoted_command_line_and_follows_the_settings(pytestconfig: pytest.Config) -> None:
+    """rerun_command quotes its options once per process: the line is shlex.join of the whole command, and a
+    replaced CheckOptions (the journal adopts a resumed run's seed at configure) is picked up."""
+    import dataclasses
+    import shlex
+
+    from pytest_msprobe.session.items import _rerun_options, rerun_command
+    from pytest_msprobe.session.stash import SETTINGS_KEY
+
+    target = "dumps/a b/dump.json::Functional.relu.0.forward"
+    line = rerun_command(pytestconfig, target, "--msprobe-fuzz", "5")
+    assert line == shlex.join(["pytest", target, *_rerun_options(pytestconfig), "--msprobe-fuzz", "5"])
+    assert shlex.split(line)[:2] == ["pytest", target]
+    settings = pytestconfig.stash[SETTINGS_KEY]
+    before = settings.check_options
+    try:
+        settings.check_options = dataclasses.replace(before, run_seed=987654)
+        assert "--msprobe-seed 987654 " in rerun_command(pytestconfig, target)
+    finally:
+        settings.check_options = before
+    assert f"--msprobe-seed {before.run_seed} " in rerun_command(pytestconfig, target)

@@ -121,3 +121,38 @@ def test_an_item_looks_its_dump_up_once(pytester: pytest.Pytester, monkeypatch) 
     records = api_records(pytester, "out")
     assert result.ret == 0 and len(records) >= 10
     assert calls == [str(dump)] * len(records)
+
+
+def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: pytest.Pytester, monkeypatch) -> None:
+    """The hand-over comes after the item's own sides are made and just before its device run: the sides'
+    copies take and drop the GIL per tensor, and each waited for it while the helper thread built the next
+    item's inputs in Python beside them. An item skipped before its runs hands nothing over."""
+    from pytest_msprobe.check import rerun
+    from pytest_msprobe.runs import backends
+
+    dump = copy_dump(pytester, EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0", "d")
+    events: list[str] = []
+
+    def logged(what: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is threading.main_thread():
+                events.append(what)
+            return fn(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(prepare, "prefetch", logged("prefetch", prepare.prefetch))
+    monkeypatch.setattr(rerun, "make_side", logged("side", rerun.make_side))
+    monkeypatch.setattr(backends, "device_call", logged("device", backends.device_call))
+    monkeypatch.setattr(devices, "work_threads", lambda threads: 2)  # the next item's prefetch, on any machine
+    result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
+                                          "--msprobe-out", "out")
+    records = api_records(pytester, "out")
+    assert result.ret == 0 and len(records) >= 10
+    assert events.count("prefetch") == len(records) - 1  # every item but the last hands the next one over
+    for i, event in enumerate(events):
+        if event == "prefetch":
+            assert events[i - 2:i] == ["side", "side"] and events[i + 1] == "device", events[max(0, i - 3):i + 2]
+    prepare.prefetch_later(lambda: events.append("stale"))
+    prepare.prefetch_later(None)  # what an item that skipped before its runs leaves behind
+    prepare.start_prefetch()
+    assert "stale" not in events

@@ -67,6 +67,12 @@ def test_detail_times_each_items_steps(pytester: pytest.Pytester, monkeypatch: p
         assert steps[step][0] == items, step
     assert steps["hook: makereport"][0] == steps["hook: logreport"][0] == 3 * items
     assert steps["  compare_outputs (in compare_s)"][1] <= steps["check_entry"][1] <= steps["hook: call (runtest)"][1]
+    # the package's own implementations of a hook, each call counted once, within that hook's time
+    for ours, hook in (("  ours: makereport (msprobe)", "hook: makereport"),
+                       ("  ours: logreport (msprobe-results)", "hook: logreport")):
+        assert steps[ours][0] == 3 * items and steps[ours][1] <= steps[hook][1], ours
+    assert steps["release_freed_memory"][0] == items
+    assert steps.get("release_freed_memory: True", [0])[0] <= items  # the items after which the heap was trimmed
     assert all(calls >= 1 and 0 <= longest <= wall for calls, wall, _, longest in steps.values())
 
 

@@ -72,7 +72,7 @@ def _checkable(value: Any) -> bool:
 def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
                        record: dict[str, Any]) -> None:
     """check.check_entry's run for an overflow_check dump: fills `record` or raises its skip/error."""
-    from .prepare import checkable_entries, encoded_arguments, prepared_inputs
+    from .prepare import checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
     from .rerun import _timed, backward_both
 
     api = name.api_name
@@ -108,6 +108,7 @@ def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict
     timings["inputs_s"] = time.perf_counter() - started
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     device_fn = backends.runner(device, api_key, resolved.device_fn)
+    start_prefetch()  # the next item's inputs, in the helper thread while the API runs
     seed_random_apis(record["seed"], device)
     out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
         entry_name, api_key, "forward", device, resolved.label, lambda: run_side(

@@ -3,11 +3,15 @@ statistics, or the saved tensors), reproducibly from the item's seed.
 
 With a spare core (CheckOptions.work_threads > 1) the next item's inputs are built in the helper thread
 while this item's API runs (`prefetch`); they are the same values, since every draw comes from the item's
-own seed.
+own seed. The item hands that build over once its own sides are made, just before its device run
+(`prefetch_later`, `start_prefetch`): the sides' copies take and drop the GIL once per tensor, and with the
+helper thread building inputs in Python beside them each copy waited for the GIL, whereas the API runs
+drop it for milliseconds at a time.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
@@ -35,6 +39,22 @@ class _Key(NamedTuple):
 
 
 _pending: dict[_Key, tuple[Future[Built], Dump, dict[str, Any]]] = {}  # the dump and specs keep their ids
+
+
+_later: list[Callable[[], None]] = []  # the running item's hand-over of the next item's build (items' thread)
+
+
+def prefetch_later(start: Callable[[], None] | None) -> None:
+    """`start` (which calls `prefetch` for the next item) runs at `start_prefetch`, when the item that runs now
+    has made its sides; None forgets a hand-over that did not happen (an item skipped before its runs)."""
+    _later[:] = [] if start is None else [start]
+
+
+def start_prefetch() -> None:
+    """The running item's sides are made: start building the next item's inputs (check flows call this just
+    before the device run; nothing happens where no item handed a build over)."""
+    while _later:
+        _later.pop()()
 
 
 def prefetch(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> None:

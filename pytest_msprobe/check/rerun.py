@@ -45,7 +45,7 @@ from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from ..verdict import standards
 from .compare import compare_outputs, start_metrics
-from .prepare import checkable_entries, encoded_arguments, prepared_inputs
+from .prepare import checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
 
 
 class ApiFailure(Exception):
@@ -185,6 +185,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     timings = record["timings"]
     reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
                           shared=shared)
+    start_prefetch()  # the next item's inputs, in the helper thread while the API runs
     seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 HEADER = ("# pytest-msprobe baseline: reviewed known failures, run as xfail(strict=True).\n"
           "# Replace each reason with the review outcome (ticket, owner); delete a line when its API is fixed.\n")
@@ -21,6 +20,8 @@ HEADER = ("# pytest-msprobe baseline: reviewed known failures, run as xfail(stri
 
 def load(path: Path) -> list[tuple[str, str]]:
     """[(pattern, reason)]; a malformed file is a usage error naming the entry."""
+    import yaml  # only with --msprobe-baseline: not in every process the plugin loads in (15-20 ms)
+
     try:
         entries = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML too
     except (OSError, yaml.YAMLError) as exc:
@@ -91,6 +92,8 @@ def failures(records: Iterable[Mapping[str, Any]], warning_as_error: bool = Fals
 
 
 def dump_yaml(entries: list[dict[str, str]]) -> str:
+    import yaml
+
     return HEADER + (yaml.safe_dump(entries, allow_unicode=True, sort_keys=False, width=120) if entries else "[]\n")
 
 

@@ -154,10 +154,23 @@ def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
     """The `rerun:` command of an item: its node, and every option that changes its verdict (seed, device,
     standard, modes, recording device, reference, specs, kernels, threads, NPU runtime, warning-as-error) and the plugins
     `-p` loaded (one may wrap the device call), so that it fails alone as it failed in the run. Like the
-    record it belongs to, it does not depend on -n."""
+    record it belongs to, it does not depend on -n. The options' part is quoted once per process (the
+    settings are fixed once configured)."""
+    settings = config.stash[SETTINGS_KEY]
+    options = config.stash.get(_RERUN_OPTIONS_KEY, None)
+    if options is None or options[0] is not settings.check_options or options[1] != settings.warning_as_error:
+        options = config.stash[_RERUN_OPTIONS_KEY] = (settings.check_options, settings.warning_as_error,
+                                                      shlex.join(_rerun_options(config)))
+    return " ".join(["pytest", shlex.quote(target), options[2], *map(shlex.quote, extra)])
+
+
+_RERUN_OPTIONS_KEY = pytest.StashKey[tuple[Any, bool, str]]()
+
+
+def _rerun_options(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
-    args = ["pytest", target, "--msprobe-seed", str(opts.run_seed), "--msprobe-device", opts.device,
+    args = ["--msprobe-seed", str(opts.run_seed), "--msprobe-device", opts.device,
             "--msprobe-standard", opts.standard]
     for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
                         ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
@@ -177,7 +190,7 @@ def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
     for plugin in dict.fromkeys(config.getoption("plugins", None) or ()):  # -p NAME, in the order given
         if not plugin.startswith(("no:", "xdist")):  # not what -p no:... disables, nor -n's scheduler: same verdicts
             args += ["-p", plugin]
-    return shlex.join([*args, *extra])
+    return args
 
 
 def fuzz_failure_text(result: dict[str, Any]) -> str:
@@ -206,6 +219,7 @@ class ApiItem(pytest.Item):
 
     def _check(self, entry_name: str) -> dict[str, Any]:
         from ..check import check_entry  # torch is imported here, never at collection
+        from ..check.prepare import prefetch_later
         from ..runs.memory import keep_freed_memory, release_freed_memory
         from ..specs.loader import load_specs
 
@@ -216,11 +230,13 @@ class ApiItem(pytest.Item):
             # file, and a call that releases the GIL just after that hand-off waited 0.5-2 ms for it back.
             self.dump = dump = load_dump(self.path)
             specs = load_specs(user_file=options.specs_file)
-            self._prefetch_next(options, specs, dump)
+            # handed over when this item's sides are made, just before its device run (check/prepare.py)
+            prefetch_later(lambda: self._prefetch_next(options, specs, dump))
             return check_entry(dump, entry_name, options, specs)
         except ValueError as exc:  # unparseable entry name
             return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
         finally:
+            prefetch_later(None)  # skipped before its runs: the next item builds its own inputs
             release_freed_memory()  # the check's tensors are gone: their memory goes back to the OS
 
     def _prefetch_next(self, options: Any, specs: dict[str, Any], dump: Dump) -> None:
