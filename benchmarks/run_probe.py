@@ -107,17 +107,12 @@ def _timed_generator(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             sent = yield value
         except BaseException as exc:  # what the wrapped hooks raised goes to the wrapper
-            wall, cpu = time.perf_counter(), time.thread_time()
-            try:
-                gen.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-            finally:
-                _add_step(name, time.perf_counter() - wall, time.thread_time() - cpu, calls=0)
-            raise RuntimeError(f"{fn.__qualname__} yielded twice") from None
+            resume: Callable[[], Any] = functools.partial(gen.throw, exc)
+        else:
+            resume = functools.partial(gen.send, sent)
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            gen.send(sent)
+            resume()
         except StopIteration as stop:
             return stop.value
         finally:
