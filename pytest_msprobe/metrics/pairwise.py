@@ -28,18 +28,34 @@ PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 ac
 
 
 def value(x: Any) -> Any:
-    """An element's value in a compiled pass: a bf16 output's 16-bit storage element (metrics/storage.py)
-    widened to float32, exactly (`bits << 16`); a float as it is."""
+    """An element's value in a compiled pass: a 16-bit output's storage element (metrics/storage.py) widened
+    to float32, exactly, without a branch (so that the loops stay vector code): bf16 storage (uint16) is
+    `bits << 16`; fp16 storage (int16) is its exponent and mantissa moved into a float32's (`<< 13`) and scaled
+    by 2**112 (the bias 127 - 15; a subnormal fp16 lands on a float32 subnormal, which the multiply keeps: no
+    flush to zero under these flags), its exponent 31 made float32's 255 (inf, NaN with its payload) and its
+    sign put back. A float as it is."""
     raise NotImplementedError("compiled passes only")
+
+
+_HALF_SCALE = np.float32(2.0 ** 112)
 
 
 @overload(value, jit_options={"nogil": True, "error_model": "numpy"})
 def _value(x: Any) -> Any:
-    if x in (types.uint16, types.int16):
-        def widened(x: Any) -> Any:
+    if x == types.uint16:
+        def bf16(x: Any) -> Any:
             return np.uint32(np.uint32(x) << np.uint32(16)).view(np.float32)
 
-        return widened
+        return bf16
+    if x == types.int16:
+        def fp16(x: Any) -> Any:
+            h = np.uint32(np.uint16(x))
+            body = np.uint32((h & np.uint32(0x7FFF)) << np.uint32(13))
+            scaled = np.float32(body.view(np.float32) * _HALF_SCALE).view(np.uint32)
+            top = np.uint32(0x7F800000) if (h & np.uint32(0x7C00)) == np.uint32(0x7C00) else np.uint32(0)
+            return np.uint32(scaled | top | ((h & np.uint32(0x8000)) << np.uint32(16))).view(np.float32)
+
+        return fp16
 
     def same(x: Any) -> Any:
         return x
