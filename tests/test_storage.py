@@ -149,3 +149,29 @@ def test_fp16_outputs_reach_both_compiled_passes_as_their_storage(monkeypatch: A
     assert (verdict.status, verdict.message) == (wide.status, wide.message) and verdict.status == "error"
     assert verdict.stats.keys() == wide.stats.keys()
     assert all(a == b or (np.isnan(a) and np.isnan(b)) for a, b in zip(verdict.stats.values(), wide.stats.values()))
+
+
+def test_the_metric_pass_rounds_a_bench_to_fp16_as_numpy_does() -> None:
+    """msprobe's bench_dev of an fp16 output, rounded in the pass (pairwise.half_rounded), has numpy's float32 ->
+    float16 -> float32 bits (NaN: NaN) on float32 patterns across the whole range (every 997th, and every pattern
+    around fp16's subnormal, normal and overflow boundaries and their ties). The whole 2**32 was checked once."""
+    from numba import njit
+
+    from pytest_msprobe.metrics.pairwise import half_rounded
+
+    @njit(cache=False)
+    def rounded(values: np.ndarray, out: np.ndarray) -> None:
+        for j in range(values.size):
+            out[j] = half_rounded(values[j])
+
+    edges = np.array([2.0 ** -25, 2.0 ** -24, 2.0 ** -15, 2.0 ** -14, 1.0, 2048.0, 65504.0, 65520.0, np.inf],
+                     dtype=np.float32).view(np.uint32).astype(np.int64)
+    around = (edges[:, None] + np.arange(-5000, 5000)[None, :]).reshape(-1)
+    bits = np.concatenate([np.arange(0, 1 << 32, 997, dtype=np.int64), around, around | (1 << 31)])
+    values = bits.astype(np.uint32).view(np.float32)
+    out = np.empty_like(values)
+    rounded(values, out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = values.astype(np.float16).astype(np.float32)
+    nan = np.isnan(expected)
+    assert (np.isnan(out) == nan).all() and (out[~nan].view(np.uint32) == expected[~nan].view(np.uint32)).all()

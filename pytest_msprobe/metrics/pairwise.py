@@ -83,6 +83,41 @@ def _in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
     return itself if a.dtype == row.dtype else rounded
 
 
+def half_rounded(x: Any) -> Any:
+    """A float32 rounded to fp16 (to nearest, ties to even; subnormals, inf beyond 65,504, NaN kept), as a
+    float32, exactly numpy's float32 -> float16 -> float32, without a branch (compiled passes only): fp16's
+    normal range rounds away float32's 13 lowest mantissa bits (bf16's rounding on 13 bits), its subnormals
+    (|x| < 2**-14, multiples of 2**-24) are rounded by float32's own addition in [0.5, 1), where the spacing is
+    2**-24. A float64 is returned as it is (never asked: fp16 outputs are compared in float32)."""
+    raise NotImplementedError("compiled passes only")
+
+
+_HALF_TINY, _HALF_TOP = np.float32(2.0 ** -14), np.uint32(0x47800000)  # fp16's least normal; 2**16's bits
+
+
+@overload(half_rounded, jit_options={"nogil": True, "error_model": "numpy"})
+def _half_rounded(x: Any) -> Any:
+    def itself(x: Any) -> Any:
+        return x
+
+    if x != types.float32:
+        return itself
+
+    def rounded(x: Any) -> Any:
+        bits = np.float32(x).view(np.uint32)
+        a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
+        a = a_bits.view(np.float32)
+        normal = np.uint32((a_bits + np.uint32(0xFFF) + ((a_bits >> np.uint32(13)) & np.uint32(1)))
+                           & np.uint32(0xFFFFE000))
+        normal = np.uint32(0x7F800000) if normal >= _HALF_TOP else normal  # 65,520 and beyond: inf
+        sub = np.float32(np.float32(a + np.float32(0.5)) - np.float32(0.5)).view(np.uint32)
+        r = np.uint32(sub if a < _HALF_TINY else normal)
+        r = np.uint32(a_bits if a != a else r)  # NaN
+        return np.uint32(r | (bits & np.uint32(0x80000000))).view(np.float32)
+
+    return rounded
+
+
 def as_int(x: Any) -> Any:
     """A float's bits as the signed integer of its width (maxima keys, compiled passes only)."""
     raise NotImplementedError("compiled passes only")
