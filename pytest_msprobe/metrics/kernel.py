@@ -6,7 +6,8 @@ they are in cache; the two sums that numpy takes as a pairwise `mean` over the w
 squares, the ULP errors) come out bitwise numpy's. Each element is computed by numpy's operations in
 numpy's dtypes (metrics/vectorised.py, which stays the oracle): `b` is the bench in its own dtype (the
 error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64), or a
-bf16 output's 16-bit storage beside a float32 bench, each element widened in registers (pairwise.value).
+bf16 or fp16 output's 16-bit storage beside a float32 bench, each element widened in registers (pairwise.value;
+an fp16 output's bench_dev, the bench rounded to fp16, is rounded in registers too: pairwise.half_rounded).
 
 Imported on the first check, never at collection; the compiled code is cached on disk (`cache=True`).
 """
