@@ -9,7 +9,8 @@ output as a run does (`strict._judge_blocks`: the plan, the compiled kernel), in
 least of `repeat` interleaved calls: as it is, with the bias test on every block (as outputs under 524,288
 elements are sampled), and without the third run; and it times the copies made before the checks: torch's
 widening of a bf16 output (and of the torch run) to float32 and, for msprobe's metric pass, numpy's float64
-bench of a bf16 output to float32. Every figure is ns per element, with the CPU model and native bf16.
+bench of a bf16 output to float32; for an fp16 output, numpy's widening to float32 and its bench rounded to fp16
+and back (the metric pass's bench_dev; both made before the checks until fp16 outputs were read as storage). Every figure is ns per element, with the CPU model and native bf16.
 
 Removing one part of the kernel at a time (the table in benchmarks/README.md, "2026-11-25 (11th session), the
 checks") was done on copies of verdict/strict_kernel.py called the same way.
@@ -79,7 +80,7 @@ def profile(folder: Path, repeat: int) -> None:
     torch.set_num_threads(1)
     print(f"ns per element, CPU time of one thread, least of {repeat}; {_cpu()}")
     print(f"{'output':50} {'elements':>11} {'as run':>7} {'bias every block':>17} {'no third run':>13} "
-          f"{'bf16 to fp32':>13} {'fp64 bench to fp32':>19}")
+          f"{'16-bit to fp32':>14} {'bench copy (metrics)':>20}")  # fp16: bench to fp16 and back
     for meta_file in sorted(folder.glob("*.json")):
         meta = json.loads(meta_file.read_text())
         with np.load(meta_file.with_suffix(".npz")) as saved:
@@ -91,7 +92,7 @@ def profile(folder: Path, repeat: int) -> None:
         widen = f"{t['widen']:.2f}" if "widen" in t else "-"
         fp64 = f"{t['fp64']:.2f}" if "fp64" in t else "-"
         print(f"{meta_file.stem:50} {n:>11,} {t['as run']:>7.2f} {t['every']:>17.2f} {t['bare']:>13.2f} "
-              f"{widen:>13} {fp64:>19}")
+              f"{widen:>14} {fp64:>20}")
 
 
 def _calls(flat: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, Callable[[], Any]]:
@@ -110,6 +111,9 @@ def _calls(flat: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, Calla
         calls["widen"] = lambda: device.float()
         if flat["b"].dtype == np.float64:
             calls["fp64"] = lambda: flat["b"].astype(np.float32)
+    if dtype == "torch.float16":  # numpy's widening the passes read before fp16 storage, and the metric pass's
+        calls["widen"] = lambda: flat["d"].astype(np.float32)  # fp16 bench_dev (now rounded in the pass)
+        calls["fp64"] = lambda: flat["b"].astype(np.float16).astype(np.float32)
     return calls
 
 

@@ -64,10 +64,11 @@ def test_warm_up_loads_the_strict_pass_when_first_asked_for_it(monkeypatch: pyte
                         lambda arrays, *a: calls.append(("strict", str(arrays.bench.dtype), str(arrays.device.dtype))))
     compare.warm_up("msprobe")
     compare.warm_up("msprobe")
-    # bf16 outputs as their storage (uint16), fp16 ones as float32: the signatures a run's items use
-    metrics = [("metrics", "float32", "uint16"), ("metrics", "float32", "float32"), ("metrics", "float64", "uint16")]
+    # bf16 outputs as their storage (uint16), fp16 ones as numpy's float16 (the passes read it as int16): the
+    # signatures a run's items use
+    metrics = [("metrics", "float32", "uint16"), ("metrics", "float32", "float16"), ("metrics", "float64", "uint16")]
     assert calls == metrics
     compare.warm_up("strict")
     compare.warm_up("strict")
-    assert calls == metrics + [("strict", bench, device) for device in ("uint16", "float32")
+    assert calls == metrics + [("strict", bench, device) for device in ("uint16", "float16")
                                for bench in ("float32", "float64")]  # a float32 bench and a float64 one, once

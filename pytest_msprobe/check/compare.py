@@ -1,7 +1,7 @@
 """Comparing one item's outputs: msprobe's metrics and the selected standard's verdict on each pair.
 
 The bench, device and third-run outputs become numpy arrays once, without a copy where they are on the host
-(a bf16 one as its 16-bit storage, which the compiled passes widen in registers: metrics/storage.py). With a
+(a bf16 or fp16 one as its 16-bit storage, which the compiled passes widen in registers: metrics/storage.py). With a
 spare core, a large output's msprobe metrics and strict checks run side by side in two threads (numpy frees
 the GIL): the metrics start in the helper thread as soon as bench and device are done (`start_metrics`),
 while the torch run still runs, and the strict checks follow in the caller.
@@ -195,14 +195,14 @@ _WARMED: set[str] = set()  # what this process has loaded: "draw and metrics", a
 def warm_up(standard: str) -> None:
     """Load the compiled passes (numba's on-disk cache; on a cold one, compile them) once per process,
     before its first item, so that no item's --msprobe-timeout pays for it: the random draw of inputs,
-    msprobe's metric pass and, under `strict`, the strict pass, in the signatures of 16-bit outputs (bf16 ones
-    as their storage, fp16 ones as float32; beside a float64 bench too, except msprobe's pass of fp16). A
+    msprobe's metric pass and, under `strict`, the strict pass, in the signatures of 16-bit outputs (as their
+    storage, metrics/storage.py; beside a float64 bench too, except msprobe's pass of fp16). A
     process whose first items were judged by another standard loads the strict pass when first asked for it."""
     import numpy as np
 
     values = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
     bits = stored(torch.from_numpy(values).bfloat16())[1]  # how bf16 outputs reach the passes
-    sides = {"torch.bfloat16": bits, "torch.float16": values}  # fp16 ones as float32 (numpy widens them)
+    sides = {"torch.bfloat16": bits, "torch.float16": stored(torch.from_numpy(values).half())[1]}
     if "draw and metrics" not in _WARMED:
         from ..inputs.draw import warm_up as warm_draw
 

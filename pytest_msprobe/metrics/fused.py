@@ -75,13 +75,13 @@ def supported(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], ulp_dtype:
               work: np.dtype[Any] | None = None) -> bool:
     """Whether the compiled pass computes this pair as numpy does: the error dtype is the bench's (float32
     or float64), the device values are of it or float32 beside float64, and the ULP errors (ulp_compare,
-    computed in `ulp_dtype`) are computed in it too. A bf16 output's storage (metrics/storage.py) is read as it
-    is beside a float32 bench; `work`: the error dtype B where it is float32 and the bench float64 (a bf16
+    computed in `ulp_dtype`) are computed in it too. A bf16 or fp16 output's storage (metrics/storage.py) is read
+    as it is beside a float32 bench; `work`: the error dtype B where it is float32 and the bench float64 (a bf16
     output's, which msprobe compares in float32: the pass rounds it a chunk at a time, no copy)."""
     work = np.dtype(b.dtype if work is None else work)
     if work != b.dtype and (work != np.float32 or b.dtype != np.float64):
         return False
-    held = np.float32 if storage.is_bits(d) and work == np.float32 else d.dtype
+    held = np.float32 if (storage.is_bits(d) or d.dtype == np.float16) and work == np.float32 else d.dtype
     if b.dtype not in (np.float32, np.float64) or held not in (work, np.float32) or not d.size:
         return False
     if dev_dtype not in (work, np.float32, np.float16) or (dev_dtype == np.float16 and work != np.float32):
@@ -97,21 +97,17 @@ def compute(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limi
 
     b = np.ascontiguousarray(b)
     w = np.dtype(b.dtype if work is None else work)
-    # float32 beside float64: widened; bf16 storage beside float32: read as it is
-    d = np.ascontiguousarray(d, dtype=d.dtype if storage.is_bits(d) else w)
-    if dev_dtype == w:
-        dev, bd = K.DEV_SAME, np.empty(0, dtype=w)
-    elif dev_dtype == np.float32:
-        dev, bd = K.DEV_FP32, np.empty(0, dtype=w)
-    else:
-        dev, bd = K.DEV_ARRAY, b.astype(dev_dtype).astype(w)
+    # float32 beside float64: widened; bf16 or fp16 storage beside float32: read as it is (storage.kernel_view)
+    d = storage.kernel_view(np.ascontiguousarray(d, dtype=d.dtype if d.itemsize == 2 else w))
+    # msprobe's bench_dev: the bench itself, rounded to float32 or to fp16 in the pass (no copy)
+    dev = K.DEV_SAME if dev_dtype == w else K.DEV_FP32 if dev_dtype == np.float32 else K.DEV_FP16
     mb, emin, thr = limits.ulp if limits.ulp is not None else (0, 0, 0.0)
     fix, top = _log2_fix(w.char)
     exp2, odd, kmin = _exp2(w.char, mb, emin)
     params = np.array([limits.eps, limits.small_value, limits.atol, limits.rtol, *limits.dual, thr, LEAF_START])
     out, iout = np.empty(K.F_PW_REL + 1), np.empty(K.I_ULP_OVER + 1, dtype=np.int64)
     ints = np.empty(0, dtype=np.int32 if w == np.float32 else np.int64)
-    K.metrics_pass(b, d, bd, np.empty(0, dtype=w), ints, dev, limits.ulp is not None, limits.binary, params, fix, top, exp2, odd, kmin, mb,
+    K.metrics_pass(b, d, np.empty(0, dtype=w), ints, dev, limits.ulp is not None, limits.binary, params, fix, top, exp2, odd, kmin, mb,
                    emin, out, iout)
     ulp = limits.ulp is not None
     return MetricStats(

@@ -6,7 +6,8 @@ they are in cache; the two sums that numpy takes as a pairwise `mean` over the w
 squares, the ULP errors) come out bitwise numpy's. Each element is computed by numpy's operations in
 numpy's dtypes (metrics/vectorised.py, which stays the oracle): `b` is the bench in its own dtype (the
 error dtype), `d` the device values in it too (exactly: fused.compute widens float32 beside float64), or a
-bf16 output's 16-bit storage beside a float32 bench, each element widened in registers (pairwise.value).
+bf16 or fp16 output's 16-bit storage beside a float32 bench, each element widened in registers (pairwise.value;
+an fp16 output's bench_dev, the bench rounded to fp16, is rounded in registers too: pairwise.half_rounded).
 
 Imported on the first check, never at collection; the compiled code is cached on disk (`cache=True`).
 """
@@ -18,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from ..compiled import compiled
-from .pairwise import as_int, chunk_last, combine, in_dtype_of, leaf, leaves, max_leaves, value
+from .pairwise import as_int, chunk_last, combine, half_rounded, in_dtype_of, leaf, leaves, max_leaves, value
 
 # float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
 P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
@@ -29,7 +30,7 @@ P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = r
 (I_WORST, I_LT100, I_LT1000, I_LT10000, I_SMALL, I_SMALL_OVER, I_NORMAL, I_NORMAL_OVER, I_UP, I_DOWN,
  I_NONFINITE, I_DIFFER, I_ULP_OVER) = range(13)
 # how the bench becomes msprobe's `bench_dev` (the bench in the device's numpy dtype, then d's dtype)
-DEV_SAME, DEV_ARRAY, DEV_FP32 = 0, 1, 2  # DEV_ARRAY: given (`bd`, fp16 outputs), DEV_FP32: float32(b)
+DEV_SAME, DEV_FP16, DEV_FP32 = 0, 1, 2  # DEV_FP16: rounded to fp16 here (pairwise.half_rounded), DEV_FP32: float32(b)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
@@ -64,7 +65,7 @@ def _top(bits: Any, n: int) -> Any:
 
 
 @compiled
-def _chunk(b: Any, d: Any, bd: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
+def _chunk(b: Any, d: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
            do_binary: bool, log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, buf: Any,
            ibuf: Any,
            ebuf: Any, absmask: int, inf_key: int, keys: Any, facc: Any, cnt: Any) -> None:
@@ -78,13 +79,12 @@ def _chunk(b: Any, d: Any, bd: Any, lo: int, n: int, c: Any, dev: int, do_ulp: b
     sq, ul, rl, ae = buf[0], buf[1], buf[2], buf[3]
     bs = in_dtype_of(b, lo, n, buf[5])  # the bench in B (a float64 one of a bf16 output rounded here)
     ds = d[lo:lo + n]
-    bds = bd[lo:lo + n] if dev == DEV_ARRAY else bs  # the bench in the device's dtype (fp16 outputs)
     lt100 = lt1000 = lt10000 = n_small = small_over = n_normal = normal_over = up = down = nonfinite = 0
     for j in range(n):
         bj, dj = bs[j], value(ds[j])
         # msprobe's bench_dev: the bench in the device's numpy dtype (compared in the error dtype, which
-        # holds it exactly): float32 for fp32 outputs of a float64 bench, given for fp16 ones
-        bv = np.float32(bj) if dev == DEV_FP32 else bds[j]
+        # holds it exactly): float32 for fp32 outputs of a float64 bench, rounded to fp16 for fp16 ones
+        bv = np.float32(bj) if dev == DEV_FP32 else half_rounded(bj) if dev == DEV_FP16 else bj
         e = abs(dj - bj)
         ab = abs(bj)
         rel = e / (ab + eps)
@@ -204,11 +204,10 @@ CHUNK = 2048  # elements per chunk of whole leaves: its buffers stay in the firs
 
 
 @compiled
-def metrics_pass(b: Any, d: Any, bd: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
+def metrics_pass(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
                  log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, out: Any,
                  iout: Any) -> None:
-    """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `bd`: the
-    bench in the device dtype where `dev` is DEV_ARRAY; `wd`: an empty array of the error dtype B (b's, or
+    """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `wd`: an empty array of the error dtype B (b's, or
     float32 beside a float64 b, which is rounded to it a chunk at a time); `ints`: an empty signed integer
     array of B's width
     (the keys of the maxima); `log2_fix`, `top`: fused._log2_fix; `exp2`, `odd`, `kmin`: fused._exp2; `mb`, `emin`:
@@ -239,7 +238,7 @@ def metrics_pass(b: Any, d: Any, bd: Any, wd: Any, ints: Any, dev: int, do_ulp: 
     while first < count:  # chunks of whole leaves
         last, lo = chunk_last(los, lens, first, count, CHUNK), los[first]
         m = los[last] + lens[last] - lo
-        _chunk(b, d, bd, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
+        _chunk(b, d, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
                buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
         for i in range(first, last + 1):
             off = los[i] - lo

@@ -28,18 +28,34 @@ PW_BLOCK = 128  # numpy's pairwise summation: leaves of up to 128 elements, 8 ac
 
 
 def value(x: Any) -> Any:
-    """An element's value in a compiled pass: a bf16 output's 16-bit storage element (metrics/storage.py)
-    widened to float32, exactly (`bits << 16`); a float as it is."""
+    """An element's value in a compiled pass: a 16-bit output's storage element (metrics/storage.py) widened
+    to float32, exactly, without a branch (so that the loops stay vector code): bf16 storage (uint16) is
+    `bits << 16`; fp16 storage (int16) is its exponent and mantissa moved into a float32's (`<< 13`) and scaled
+    by 2**112 (the bias 127 - 15; a subnormal fp16 lands on a float32 subnormal, which the multiply keeps: no
+    flush to zero under these flags), its exponent 31 made float32's 255 (inf, NaN with its payload) and its
+    sign put back. A float as it is."""
     raise NotImplementedError("compiled passes only")
+
+
+_HALF_SCALE = np.float32(2.0 ** 112)
 
 
 @overload(value, jit_options={"nogil": True, "error_model": "numpy"})
 def _value(x: Any) -> Any:
-    if x in (types.uint16, types.int16):
-        def widened(x: Any) -> Any:
+    if x == types.uint16:
+        def bf16(x: Any) -> Any:
             return np.uint32(np.uint32(x) << np.uint32(16)).view(np.float32)
 
-        return widened
+        return bf16
+    if x == types.int16:
+        def fp16(x: Any) -> Any:
+            h = np.uint32(np.uint16(x))
+            body = np.uint32((h & np.uint32(0x7FFF)) << np.uint32(13))
+            scaled = np.float32(body.view(np.float32) * _HALF_SCALE).view(np.uint32)
+            top = np.uint32(0x7F800000) if (h & np.uint32(0x7C00)) == np.uint32(0x7C00) else np.uint32(0)
+            return np.uint32(scaled | top | ((h & np.uint32(0x8000)) << np.uint32(16))).view(np.float32)
+
+        return fp16
 
     def same(x: Any) -> Any:
         return x
@@ -65,6 +81,41 @@ def _in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
         return row[:n]
 
     return itself if a.dtype == row.dtype else rounded
+
+
+def half_rounded(x: Any) -> Any:
+    """A float32 rounded to fp16 (to nearest, ties to even; subnormals, inf beyond 65,504, NaN kept), as a
+    float32, exactly numpy's float32 -> float16 -> float32, without a branch (compiled passes only): fp16's
+    normal range rounds away float32's 13 lowest mantissa bits (bf16's rounding on 13 bits), its subnormals
+    (|x| < 2**-14, multiples of 2**-24) are rounded by float32's own addition in [0.5, 1), where the spacing is
+    2**-24. A float64 is returned as it is (never asked: fp16 outputs are compared in float32)."""
+    raise NotImplementedError("compiled passes only")
+
+
+_HALF_TINY, _HALF_TOP = np.float32(2.0 ** -14), np.uint32(0x47800000)  # fp16's least normal; 2**16's bits
+
+
+@overload(half_rounded, jit_options={"nogil": True, "error_model": "numpy"})
+def _half_rounded(x: Any) -> Any:
+    def itself(x: Any) -> Any:
+        return x
+
+    if x != types.float32:
+        return itself
+
+    def rounded(x: Any) -> Any:
+        bits = np.float32(x).view(np.uint32)
+        a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
+        a = a_bits.view(np.float32)
+        normal = np.uint32((a_bits + np.uint32(0xFFF) + ((a_bits >> np.uint32(13)) & np.uint32(1)))
+                           & np.uint32(0xFFFFE000))
+        normal = np.uint32(0x7F800000) if normal >= _HALF_TOP else normal  # 65,520 and beyond: inf
+        sub = np.float32(np.float32(a + np.float32(0.5)) - np.float32(0.5)).view(np.uint32)
+        r = np.uint32(sub if a < _HALF_TINY else normal)
+        r = np.uint32(a_bits if a != a else r)  # NaN
+        return np.uint32(r | (bits & np.uint32(0x80000000))).view(np.float32)
+
+    return rounded
 
 
 def as_int(x: Any) -> Any:

@@ -185,8 +185,6 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
     shape, dev_dtype = tuple(row.shape or ()), np.dtype(np.float32) if storage.is_bits(d) else d.dtype
-    if dev_dtype == np.float16 and b.dtype != np.float16:   # numpy fp16 math is slow; fp32 holds the values
-        d = d.astype(np.float32)
     work = np.dtype(np.float32) if device_dtype == BF16 else b.dtype  # the error dtype B
     eps = th["rel_err_eps"].get(device_dtype)
     eps = np.finfo(work).eps if eps is None else eps
@@ -198,7 +196,7 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None, work):
         _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
         return
-    b, d = b.astype(work, copy=False), storage.widen(d)  # the numpy path: B's bench, a bf16 output's values
+    b, d = b.astype(work, copy=False), _values(d, b)  # the numpy path: B's bench, a 16-bit output's values
     err = M.error_arrays(b, d, eps)
     worst = int(np.argmax(err.abs_err))
     if not err.abs_err[worst] < th["layer1"]["max_abs_err_pass_lt"]:
@@ -217,6 +215,13 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     row.status = _layer1(row.metrics, messages, cos, err.abs_err[worst],
                          lambda t: M.dual_ratio(err.rel_err, t), device_dtype, l1)
     row.message = "\n".join(messages)
+
+
+def _values(d: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A device output's values for the numpy paths: bf16 storage widened (metrics/storage.py), fp16 in float32
+    beside a wider bench (numpy's fp16 math is slow; float32 holds the values exactly)."""
+    d = storage.widen(d)
+    return d.astype(np.float32) if d.dtype == np.float16 and b.dtype != np.float16 else d
 
 
 def _other_layer2(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str, th: Mapping[str, Any],
@@ -258,7 +263,7 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
     wider than the error dtype `work` (a bf16 output's float64 bench, read in place)."""
     stats = fused.compute(b, d, dev_dtype, limits, work)
     if stats.n_nonfinite:  # rare: the numpy path below reads the values
-        b, d = b.astype(work, copy=False), storage.widen(d)
+        b, d = b.astype(work, copy=False), _values(d, b)
     messages: list[str] = []
     if algo == "thousandth_threshold":
         row.metrics["dual_thousandth"] = fused.dual(stats, limits.dual[1])[0]
@@ -275,7 +280,7 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
     else:
         messages += _other_layer2(row, b, d, device_dtype, th, standard)
     w = stats.worst
-    dw, bw = storage.widen(d[w:w + 1]), b[w:w + 1].astype(work, copy=False)
+    dw, bw = _values(d[w:w + 1], b), b[w:w + 1].astype(work, copy=False)
     one = M.error_arrays(bw, dw, limits.eps)
     row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(dw[0]), "bench": float(bw[0]),
                  "abs_err": float(one.abs_err[0]), "rel_err": float(one.rel_err[0])}

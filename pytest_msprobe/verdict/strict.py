@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics.storage import BITS, is_bits, widen
+from ..metrics.storage import BITS, is_bits, kernel_view, widen
 
 # mantissa bits and smallest normal exponent of each device dtype
 _FORMATS = {
@@ -310,12 +310,12 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
     groups = (-(-blocks // every)) * -(-block // size)
     bias, counts, out = np.empty((4, groups)), np.empty(groups, dtype=np.int64), np.empty(K.O_GROUPS + 1)
     side = _side_dtype(flat, work)
-    extra = np.dtype(np.float32) if side == BITS else side  # the magnitude run and the product
+    extra = np.dtype(np.float32) if side.itemsize == 2 else side  # the magnitude run and the product
     # the bench as it is where it is float32 or float64 (the pass rounds it to the work dtype a chunk at a time,
     # as numpy did a block at a time): no copy of a float64 bench of a 16-bit output before the call
     bench_dtype = flat["b"].dtype if flat["b"].dtype in (np.float32, np.float64) else np.dtype(work)
     K.strict_pass(_kernel_array(flat["b"], bench_dtype),
-                  _kernel_array(flat["d"], side), _kernel_array(flat.get("t"), side),
+                  kernel_view(_kernel_array(flat["d"], side)), kernel_view(_kernel_array(flat.get("t"), side)),
                   _kernel_array(flat.get("mag"), extra), _kernel_array(flat.get("prod"), extra),
                   np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
                   *_scratch(work, min(block, m)), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
@@ -358,12 +358,14 @@ def _scratch(work: type[np.floating[Any]], size: int) -> tuple[np.ndarray, np.nd
 
 
 def _side_dtype(flat: Mapping[str, np.ndarray], work: type[np.floating[Any]]) -> np.dtype[Any]:
-    """One dtype for device, torch run, magnitude and product, so that few signatures are compiled (four:
-    bf16 outputs, other 16-bit ones, fp32 outputs, fp64 ones): a bf16 output's storage where device and torch
-    run are bf16 (the pass widens each element in registers: no copy), else the work dtype of 16-bit outputs (numpy rounds
-    each to it), else float32 when all are float32 (fp32 outputs)."""
-    if all(flat[k].dtype == BITS for k in ("d", "t") if k in flat):
-        return BITS  # the magnitude run (fp32) and the product are then read as float32 (_kernel_arrays)
+    """One dtype for device, torch run, magnitude and product, so that few signatures are compiled (five:
+    bf16 outputs, fp16 ones, other 16-bit ones, fp32 outputs, fp64 ones): a 16-bit output's storage where device
+    and torch run are both bf16 storage or both fp16 (the pass widens each element in registers: no copy;
+    metrics/storage.py), else the work dtype of 16-bit outputs (numpy rounds each to it), else float32 when all
+    are float32 (fp32 outputs)."""
+    for stored in (BITS, np.dtype(np.float16)):
+        if all(flat[k].dtype == stored for k in ("d", "t") if k in flat):
+            return stored  # the magnitude run (fp32) and the product are then read as float32
     sides = [flat[k].dtype for k in ("d", "t", "mag", "prod") if k in flat]
     if work == np.float32 or all(dtype == np.float32 for dtype in sides):
         return np.dtype(np.float32)
