@@ -1,6 +1,6 @@
 """numpy's pairwise sum rebuilt from metrics/pairwise.py's pieces (the tree walk and the vector leaf) equals
-numpy's own sum, bit for bit: in the terms' dtype (`leaf`, msprobe's metric pass) and widened to float64
-(`leaf_wide`, a float32 sum into float64 as the strict pass takes it)."""
+numpy's own sum, bit for bit: in the terms' dtype (`leaf` from a start in that dtype, msprobe's metric pass)
+and widened to float64 (`leaf` from a float64 start, a float32 sum into float64 as the strict pass takes it)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +21,8 @@ def rebuilt(x: np.ndarray, wide: bool) -> float:
     count = P.leaves(n, los, lens, stack)
     assert count >= 1 and lens[:count].sum() == n and (lens[:count] <= P.PW_BLOCK).all()
     dtype = np.dtype(np.float64) if wide else x.dtype
-    sums = np.array([P.leaf_wide(x, int(lo), int(k), LEAF_START) if wide else P.leaf(x, int(lo), int(k), x.dtype.type(LEAF_START))
-                     for lo, k in zip(los[:count], lens[:count])], dtype=dtype)
+    start = LEAF_START if wide else x.dtype.type(LEAF_START)
+    sums = np.array([P.leaf(x, int(lo), int(k), start) for lo, k in zip(los[:count], lens[:count])], dtype=dtype)
     return float(dtype.type(0.0) + P.combine(n, sums, stack, np.empty(64, dtype)))
 
 

@@ -6,7 +6,7 @@ output in chunks of whole leaves takes each leaf's sum while the leaf is in cach
 order) and rebuilds numpy's total from those sums (`combine`), bit for bit. The metric pass
 (metrics/kernel.py) and the strict pass (verdict/strict_kernel.py) both use these two walks; they are
 written without recursion because numba's disk cache cannot hold a recursive function. A leaf's 8
-accumulators are one vector register (`leaf`, `leaf_wide`, through a loop written in LLVM IR): numba kept
+accumulators are one vector register (`leaf`, through a loop written in LLVM IR): numba kept
 them scalar, at 0.28 ns per element and sum on an AMD EPYC against 0.10 ns, and each lane still adds its
 terms in numpy's order, so the sums are the same bit for bit.
 
@@ -216,44 +216,42 @@ def _tuple(context: Any, builder: Any, vec: Any, ret: Any) -> Any:
     return out
 
 
-def _lanes_of(wide: bool) -> Any:
-    def lanes(typingctx: Any, arr: Any, vectors: Any) -> Any:
-        """The 8 accumulators of numpy's leaf over arr[:8 * vectors]: lane k adds arr[k], arr[8 + k], ... in
-        order (float64 lanes if `wide`), as one vector register in one loop written in LLVM IR (numba keeps
-        neither 8 scalar accumulators nor a tuple of them in a vector register)."""
-        ret = types.UniTuple(types.float64 if wide else arr.dtype, 8)  # type: ignore[no-untyped-call]
+def _lanes_typed(typingctx: Any, arr: Any, vectors: Any, start: Any) -> Any:
+    """The 8 accumulators of numpy's leaf over arr[:8 * vectors]: lane k adds arr[k], arr[8 + k], ... in order,
+    in float64 where `start` is a float64 (its terms widened), else in arr's dtype, as one vector register in one
+    loop written in LLVM IR (numba keeps neither 8 scalar accumulators nor a tuple of them in a vector register)."""
+    wide = start == types.float64
+    ret = types.UniTuple(types.float64 if wide else arr.dtype, 8)  # type: ignore[no-untyped-call]
 
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            dtype = signature.args[0].dtype
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-            element = context.get_value_type(dtype)
-            vector = ir.VectorType(element, 8)
-            lane = ir.VectorType(ir.DoubleType(), 8) if wide else vector
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        dtype = signature.args[0].dtype
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        vector = ir.VectorType(context.get_value_type(dtype), 8)
+        lane = ir.VectorType(ir.DoubleType(), 8) if wide else vector
 
-            def load(index: Any) -> Any:
-                value = builder.load(builder.bitcast(builder.gep(data, [index]), vector.as_pointer()),
-                                     align=dtype.bitwidth // 8)
-                return builder.fpext(value, lane) if wide and dtype != types.float64 else value
+        def load(index: Any) -> Any:
+            value = builder.load(builder.bitcast(builder.gep(data, [index]), vector.as_pointer()),
+                                 align=dtype.bitwidth // 8)
+            return builder.fpext(value, lane) if wide and dtype != types.float64 else value
 
-            eight = ir.Constant(args[1].type, 8)
-            total = cgutils.alloca_once_value(builder, load(ir.Constant(args[1].type, 0)))  # type: ignore[no-untyped-call]
-            with cgutils.for_range(builder, builder.sub(args[1], ir.Constant(args[1].type, 1))) as loop:
-                index = builder.mul(builder.add(loop.index, ir.Constant(args[1].type, 1)), eight)
-                builder.store(builder.fadd(builder.load(total), load(index)), total)
-            return _tuple(context, builder, builder.load(total), ret)
+        eight = ir.Constant(args[1].type, 8)
+        total = cgutils.alloca_once_value(builder, load(ir.Constant(args[1].type, 0)))  # type: ignore[no-untyped-call]
+        with cgutils.for_range(builder, builder.sub(args[1], ir.Constant(args[1].type, 1))) as loop:
+            index = builder.mul(builder.add(loop.index, ir.Constant(args[1].type, 1)), eight)
+            builder.store(builder.fadd(builder.load(total), load(index)), total)
+        return _tuple(context, builder, builder.load(total), ret)
 
-        return ret(arr, vectors), codegen
-
-    return intrinsic(lanes)
+    return ret(arr, vectors, start), codegen
 
 
-_lanes, _lanes64 = _lanes_of(False), _lanes_of(True)
+_lanes: Any = intrinsic(_lanes_typed)  # called as _lanes(arr, vectors, start) in compiled code
 
 
 @compiled
 def leaf(a: Any, lo: int, n: int, start: Any) -> Any:
-    """numpy's pairwise leaf of a[lo:lo + n] (n <= 128) in a's dtype: in order below 8 terms (from `start`,
-    numpy 2's -0.0), else in 8 accumulators (one vector), added pairwise, then the rest in order."""
+    """numpy's pairwise leaf of a[lo:lo + n] (n <= 128) in the dtype of `start`: a's own (numpy 2's -0.0 in
+    it), or float64 for a float32 sum into float64 (numpy's cast buffers hold the terms widened). In order below
+    8 terms (from `start`), else in 8 accumulators (one vector), added pairwise, then the rest in order."""
     s = a[lo:lo + n]
     if n < 8:
         res = start
@@ -261,24 +259,7 @@ def leaf(a: Any, lo: int, n: int, start: Any) -> Any:
             res += s[i]
         return res
     whole = n - (n % 8)
-    r = _lanes(s, whole // 8)
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-    for i in range(whole, n):
-        res += s[i]
-    return res
-
-
-@compiled
-def leaf_wide(a: Any, lo: int, n: int, zero: float) -> Any:
-    """`leaf` in float64 (a float32 sum into float64: numpy's cast buffers hold the terms widened)."""
-    s = a[lo:lo + n]
-    if n < 8:
-        res = zero
-        for i in range(n):
-            res += s[i]
-        return res
-    whole = n - (n % 8)
-    r = _lanes64(s, whole // 8)
+    r = _lanes(s, whole // 8, start)
     res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
     for i in range(whole, n):
         res += s[i]

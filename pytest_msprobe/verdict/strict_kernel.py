@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..compiled import compiled
-from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, leaf_wide, leaves, max_leaves, value
+from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, leaf, leaves, max_leaves, value
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
@@ -58,10 +58,10 @@ def pairwise(a: Any, lo: int, n: int, zero: Any, tree: Any) -> Any:
     metrics/pairwise.py's tree, added back by its walk. `tree`: the caller's Tree (so that a call allocates
     nothing)."""
     if n <= PW_BLOCK:
-        return leaf_wide(a, lo, n, zero)
+        return leaf(a, lo, n, zero)
     count = leaves(n, tree.los, tree.lens, tree.stack)
     for i in range(count):
-        tree.sums[i] = leaf_wide(a, lo + tree.los[i], tree.lens[i], zero)
+        tree.sums[i] = leaf(a, lo + tree.los[i], tree.lens[i], zero)
     return combine(n, tree.sums[:count], tree.stack, tree.left)
 
 
@@ -79,9 +79,9 @@ def _segment(a: Any, lo: int, n: int, start: float, count: int, tree: Tree) -> A
     if n == 1:
         return a[lo]
     if n - 1 <= PW_BLOCK:
-        return a[lo] + leaf_wide(a, lo + 1, n - 1, start)
+        return a[lo] + leaf(a, lo + 1, n - 1, start)
     for i in range(count):
-        tree.sums[i] = leaf_wide(a, lo + 1 + tree.los[i], tree.lens[i], start)
+        tree.sums[i] = leaf(a, lo + 1 + tree.los[i], tree.lens[i], start)
     return a[lo] + combine(n - 1, tree.sums[:count], tree.stack, tree.left)
 
 
@@ -417,9 +417,9 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
                     over, bad = _errors(bw, d[lo:lo + cn], rw, uw, scale, cn, f1, c)
                 gross += over
                 for i in range(first, last + 1):
-                    sums[i] = leaf_wide(f1, los[i] - c0, lens[i], leaf_zero)
+                    sums[i] = leaf(f1, los[i] - c0, lens[i], leaf_zero)
                     if has_t:
-                        leaf_t[i] = leaf_wide(f2, los[i] - c0, lens[i], leaf_zero)
+                        leaf_t[i] = leaf(f2, los[i] - c0, lens[i], leaf_zero)
                 # np.argmax of the block: its first NaN, else its first largest
                 nans, top = _top(f1, cn, ints)
                 if nans:
