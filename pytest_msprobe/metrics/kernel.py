@@ -207,11 +207,11 @@ CHUNK = 2048  # elements per chunk of whole leaves: its buffers stay in the firs
 def metrics_pass(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
                  log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, out: Any,
                  iout: Any) -> None:
-    """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `wd`: an empty array of the error dtype B (b's, or
-    float32 beside a float64 b, which is rounded to it a chunk at a time); `ints`: an empty signed integer
-    array of B's width
-    (the keys of the maxima); `log2_fix`, `top`: fused._log2_fix; `exp2`, `odd`, `kmin`: fused._exp2; `mb`, `emin`:
-    the ULP's mantissa bits and smallest exponent."""
+    """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `wd`: an
+    empty array of the error dtype B (b's, or float32 beside a float64 b, which is rounded to it a chunk at a
+    time); `ints`: an empty signed integer array of B's width (the keys of the maxima); `log2_fix`, `top`:
+    fused._log2_fix; `exp2`, `odd`, `kmin`: fused._exp2; `mb`, `emin`: the ULP's mantissa bits and smallest
+    exponent."""
     n = d.size
     c = np.empty(len(params), wd.dtype)  # the parameters in the bench dtype, as numpy's operands are
     for k in range(len(params)):

@@ -109,7 +109,7 @@ _SAFE_SCALE = (1e-100, 1e100)  # max|x| range whose float64 squares, summed, nei
 
 
 def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float,
-          bench_dtype: np.dtype | None = None) -> tuple[float, float, float]:
+          bench_dtype: np.dtype) -> tuple[float, float, float]:
     """(n.g, n.n, g.g) in float64 for the cosine, which does not depend on the scale of either side.
 
     msprobe divides each side by its max|x| first so that the squares cannot overflow; in float64 that
@@ -123,7 +123,7 @@ def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float,
     ng = nn = gg = 0.0
     for i in range(0, n.size, _DOT_BLOCK):
         nb = storage.widen(n[i:i + _DOT_BLOCK]).astype(np.float64)
-        gb = g[i:i + _DOT_BLOCK].astype(bench_dtype or g.dtype, copy=False).astype(np.float64)
+        gb = g[i:i + _DOT_BLOCK].astype(bench_dtype, copy=False).astype(np.float64)
         if scale:
             nb /= n_max
             gb /= g_max

@@ -196,7 +196,7 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None, work):
         _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
         return
-    b, d = b.astype(work, copy=False), _values(d, b)  # the numpy path: B's bench, a 16-bit output's values
+    b, d = _values(b, d, work)  # the numpy path
     err = M.error_arrays(b, d, eps)
     worst = int(np.argmax(err.abs_err))
     if not err.abs_err[worst] < th["layer1"]["max_abs_err_pass_lt"]:
@@ -217,11 +217,12 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     row.message = "\n".join(messages)
 
 
-def _values(d: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """A device output's values for the numpy paths: bf16 storage widened (metrics/storage.py), fp16 in float32
-    beside a wider bench (numpy's fp16 math is slow; float32 holds the values exactly)."""
+def _values(b: np.ndarray, d: np.ndarray, work: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The numpy paths' arrays: the bench in the error dtype `work`, and the device output's values (bf16
+    storage widened, metrics/storage.py; fp16 in float32 beside a wider bench: numpy's fp16 math is slow and
+    float32 holds the values exactly)."""
     d = storage.widen(d)
-    return d.astype(np.float32) if d.dtype == np.float16 and b.dtype != np.float16 else d
+    return b.astype(work, copy=False), d.astype(np.float32) if d.dtype == np.float16 and b.dtype != np.float16 else d
 
 
 def _other_layer2(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str, th: Mapping[str, Any],
@@ -263,7 +264,7 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
     wider than the error dtype `work` (a bf16 output's float64 bench, read in place)."""
     stats = fused.compute(b, d, dev_dtype, limits, work)
     if stats.n_nonfinite:  # rare: the numpy path below reads the values
-        b, d = b.astype(work, copy=False), _values(d, b)
+        b, d = _values(b, d, work)
     messages: list[str] = []
     if algo == "thousandth_threshold":
         row.metrics["dual_thousandth"] = fused.dual(stats, limits.dual[1])[0]
@@ -280,7 +281,7 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
     else:
         messages += _other_layer2(row, b, d, device_dtype, th, standard)
     w = stats.worst
-    dw, bw = _values(d[w:w + 1], b), b[w:w + 1].astype(work, copy=False)
+    bw, dw = _values(b[w:w + 1], d[w:w + 1], work)
     one = M.error_arrays(bw, dw, limits.eps)
     row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(dw[0]), "bench": float(bw[0]),
                  "abs_err": float(one.abs_err[0]), "rel_err": float(one.rel_err[0])}

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics.storage import BITS, is_bits, kernel_view, widen
+from ..metrics.storage import BITS, kernel_view, widen
 
 # mantissa bits and smallest normal exponent of each device dtype
 _FORMATS = {
@@ -382,7 +382,7 @@ def _kernel_array(values: np.ndarray | None, dtype: type[np.floating[Any]] | np.
 
 def _at(values: Any, i: int) -> float:
     """The value of element i of a flat numpy array (bf16 storage widened) or tensor."""
-    return float(widen(values[i:i + 1])[0]) if is_bits(values) else float(values[i])
+    return float(widen(values[i:i + 1])[0])
 
 
 def _flat(values: Any) -> Any:
