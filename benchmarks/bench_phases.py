@@ -10,8 +10,9 @@ it: wall time, CPU time and peak RSS (of the largest process, controller or work
 sums over items of the phases in `record["timings"]`: inputs per generated input element (the elements of
 each item's recorded input tensors), the device, bench and reference runs, and the checks (`compare`) per
 compared output element (the elements of every compared output). "own work" is everything but the API
-runs (device, bench, reference); at -n 2 the phase sums hold both workers' time, so shares are of
-2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker loses (the phase sums against 2 x wall:
+runs (device, bench, reference) on the items' thread: with a spare core the bench runs beside it, in the
+helper thread (records with `bench_beside`), and its time is left out there; at -n 2 the phase sums hold
+both workers' time, so shares are of 2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker loses (the phase sums against 2 x wall:
 start-up, idle time at the end, pytest and xdist).
 
 With benchmarks/run_probe.py in every process, each run's wall and CPU time is broken down step by
@@ -42,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_vs_msprobe import DUMPS, load, ours  # noqa: E402
+from benchmarks.bench_vs_msprobe import API_PHASES, DUMPS, load, on_thread, ours  # noqa: E402
 from benchmarks.run_probe import DETAIL_ENV  # noqa: E402
 from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
 
@@ -97,7 +98,7 @@ def breakdown(proc: dict[str, Any], end_wall: float | None = None) -> list[tuple
         rows += [("wait for the first item", *_span(proc, "collected", "first_item")),
                  ("import torch (first item)", *_span(proc, "first_item", "torch_imported")),
                  ("import numba (first item)", *_span(proc, "torch_imported", "numba_imported"))]
-        phase_sum = sum(p.values())
+        phase_sum = on_thread(p)
         for name in ("inputs", "device", "bench", "reference", "compare"):
             rows.append((f"  {'checks' if name == 'compare' else name} (phase sums)", p[name], float("nan")))
         rows.append(("  per-item overhead (pytest, hooks, records, report)", counts["items_wall"] - phase_sum,
@@ -220,16 +221,17 @@ def main() -> None:
     for workers, run in sorted(best.items()):
         p, procs = run["phases"], max(1, workers)
         api = p["device"] + p["bench"] + p["reference"]
-        own = procs * run["wall"] - api
+        own = procs * run["wall"] - on_thread(p, API_PHASES)
         print(f"\n-n {workers}: wall {run['wall']:.1f} s, CPU {run['cpu']:.1f} s, peak RSS {run['rss']:.0f} MiB, "
               f"{run['items']} items, collection {run['collection']:.2f} s")
         print(f"  API runs {api:.1f} s (device {p['device']:.1f}, bench {p['bench']:.1f}, reference "
-              f"{p['reference']:.1f}); own work {own:.1f} s = {own / (procs * run['wall']):.0%} of "
+              f"{p['reference']:.1f}; {p.get('bench_beside', 0.0):.1f} of the bench beside the items' thread); own "
+              f"work {own:.1f} s = {own / (procs * run['wall']):.0%} of "
               f"{procs} x wall; wall / API runs {procs * run['wall'] / max(api, 1e-9):.2f}")
         print(f"  inputs {p['inputs']:.2f} s = {p['inputs'] / max(run['generated'], 1) * 1e9:.2f} ns per generated "
               f"element ({run['generated']:,}); checks {p['compare']:.2f} s = "
               f"{p['compare'] / max(run['compared'], 1) * 1e9:.2f} ns per compared element ({run['compared']:,})")
-        rest = procs * run["wall"] - sum(p.values())
+        rest = procs * run["wall"] - on_thread(p)
         print(f"  outside the phases (start-up, pytest, xdist, idle workers, reports): {rest:.1f} s")
         print_breakdown(run)
         print_steps(run)

@@ -76,14 +76,21 @@ def wait(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, 
 PHASES = ("inputs", "device", "bench", "reference", "compare")
 
 
-def add_phases(sums: dict[str, float], t: dict[str, float]) -> None:
-    """Add one record's `timings` to per-phase sums (the backward passes moved out of compare_s)."""
-    backward = t.get("device_backward_s", 0.0) + t.get("bench_backward_s", 0.0) + t.get("reference_backward_s", 0.0)
+def add_phases(sums: dict[str, float], t: dict[str, float], beside: bool = False) -> None:
+    """Add one record's `timings` to per-phase sums (each backward pass in its side's phase); `beside`: the
+    record's bench ran beside the items' thread (its time also summed as "bench_beside")."""
+    if beside:
+        sums["bench_beside"] = sums.get("bench_beside", 0.0) + t.get("bench_s", 0.0) + t.get("bench_backward_s", 0.0)
     sums["inputs"] += t.get("inputs_s", 0.0)
     sums["device"] += t.get("device_s", 0.0) + t.get("device_backward_s", 0.0)
     sums["bench"] += t.get("bench_s", 0.0) + t.get("bench_backward_s", 0.0)
     sums["reference"] += sum(v for k, v in t.items() if k.startswith("reference"))
-    sums["compare"] += t.get("compare_s", 0.0) - backward  # compare_s spans the backward passes
+    sums["compare"] += t.get("compare_s", 0.0)  # the checks alone
+
+
+def on_thread(p: dict[str, float], keys: tuple[str, ...] = PHASES) -> float:
+    """The phases `keys` as the items' thread spent them: a bench run beside it is left out."""
+    return sum(p[k] for k in keys) - (p.get("bench_beside", 0.0) if "bench" in keys else 0.0)
 
 
 def phases(out: Path) -> tuple[int, dict[str, float]]:
@@ -94,7 +101,8 @@ def phases(out: Path) -> tuple[int, dict[str, float]]:
         if not line.strip():
             continue
         count += 1
-        add_phases(sums, json.loads(line).get("timings") or {})
+        record = json.loads(line)
+        add_phases(sums, record.get("timings") or {}, bool(record.get("bench_beside")))
     return count, sums
 
 
@@ -175,8 +183,8 @@ def main() -> None:
         if "phases" not in row:
             continue
         p, width = row["phases"], row["wall"] * max(row["workers"], 1)
-        other = width - row["collection"] * max(row["workers"], 1) - sum(p.values())
-        outside = 1 - sum(p[k] for k in API_PHASES) / width
+        other = width - row["collection"] * max(row["workers"], 1) - on_thread(p)
+        outside = 1 - on_thread(p, API_PHASES) / width
         print(f"{row['tool']:34} {row['collection']:>7.1f} {p['inputs']:>7.1f} {p['device']:>7.1f} {p['bench']:>7.1f} "
               f"{p['reference']:>6.1f} {p['compare']:>7.1f} {other:>6.1f} {outside:>10.0%}")
 

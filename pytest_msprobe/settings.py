@@ -38,9 +38,9 @@ class CheckOptions:
     mode: str = "auto"  # MODES: where the device result comes from
     kernels: str | None = None  # --msprobe-kernels module:attr (a file path made absolute)
     threads: int = 1  # torch intra-op threads; CPU reductions depend on it, so it is fixed, not per -n
-    work_threads: int = 1  # 2 with a spare core: a helper thread builds the next item's inputs, draws large
-    # random tensors and runs a large output's msprobe metrics beside the strict checks and the torch run
-    # (helper.py; the same values and verdicts as with 1)
+    work_threads: int = 1  # 2 with a spare core: a helper thread runs the bench beside the device and the
+    # third run, builds the next item's inputs, draws large random tensors and runs a large output's msprobe
+    # metrics beside the strict checks (helper.py; the same values and verdicts as with 1)
     bench_precision: str = "auto"  # BENCH_PRECISIONS
     recorded_on: str = "auto"  # RECORDED_ON: the device that recorded a replayed dump's outputs
     checks_on: str = "auto"  # CHECKS_ON: where the strict checks run (the same verdicts either way)

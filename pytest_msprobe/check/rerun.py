@@ -8,11 +8,13 @@ from __future__ import annotations
 import functools
 import time
 import traceback
+from concurrent.futures import Future, wait
 from typing import Any, Callable
 
 import torch
 
 from ..dump.reader import Dump, parse_entry_name
+from ..helper import helper
 from ..inputs.build import InputError
 from ..inputs.seeds import item_seed
 from ..runs import backends, capture, kernels
@@ -185,88 +187,165 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     timings = record["timings"]
     reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
                           shared=shared)
-    start_prefetch()  # the next item's inputs, in the helper thread while the API runs
-    seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
     device_fn = backends.runner(device, api_key, resolved.device_fn)
+    grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
 
     def run_bench() -> Any:
         return run_side(resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad)
 
-    try:
-        out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
-            entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
-                device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
-    except ApiFailure as failure:
-        reason = record["data"] == "random" and broken_precondition(failure.__cause__, run_bench,
-                                                                    resolved.bench_fn, bench_side)
-        if reason:
-            raise NotCheckable(reason) from None
-        raise
-    out_b = _timed(timings, "bench_s", "bench", run_bench, None)
-    capture.stash(out_d=out_d, out_b=out_b)
-    leaves_d, leaves_b = _selected(output_leaves(out_d), api, specs), _selected(output_leaves(out_b), api, specs)
-    if name.api_type == "NPU":  # rows an NPU op leaves unwritten (output_postprocess, api_specs/bench_functions.yaml)
-        from bench_functions import postprocess
-        leaves_d, leaves_b = (postprocess(api, leaves, args, kwargs, side)
-                              for leaves, side in ((leaves_d, "device"), (leaves_b, "bench")))
-    # msprobe's metrics need only bench and device: with a spare core they run while the torch run does
-    early = start_metrics(f"{name.full_name}.forward.output", leaves_b, leaves_d, api, specs, options) \
-        if backward_entry is None else None
-    leaves_r: list[Any] | None = None  # the third run's outputs
-    if reference is not None and reference.side is not None:
-        record["reference"] = reference.label
-        ref_side = reference.side
-        seed_random_apis(record["seed"], reference.device)  # the same random numbers as the device call
-        out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
-            reference.fn, ref_side, autocast=reference.autocast, device_type=reference.device.kind,
-            grad=want_grad), reference.device)
-        leaves_r = _selected(output_leaves(out_r), api, specs)
+    def bench_runs(with_backward: bool) -> tuple[Any, list[Any], int]:
+        """The bench's forward and, `with_backward`, its backward (beside the device: in the helper thread);
+        its outputs, and how many of them took a gradient."""
+        out = _timed(timings, "bench_s", "bench", run_bench, None)
+        leaves = _selected(output_leaves(out), api, specs)
+        return out, leaves, bench_backward(name, leaves, cotangents, grad_index, timings) if with_backward else 0
 
-    started = time.perf_counter()
-    role = reference.role if reference is not None else "torch"
-    if backward_entry is None:
-        product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
-        compare_outputs(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api, specs, options,
-                 product=product, autocast=plan.autocast, scalar_operand=has_scalar_operand(args, kwargs),
-                 early=early)
-    else:
-        if not dev_side.grad_leaves:
-            raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
-        grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
-        backward_both(name, leaves_b, leaves_d, cotangents, grad_index, timings, device, resolved.label)
-        grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
-        grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
-        positions = [pos for pos, _ in dev_side.grad_leaves]
-        prefix = f"{name.full_name}.backward.output"
-        early = start_metrics(prefix, grads_b, grads_d, api, specs, options)
-        grads_r = estimated = None
-        if leaves_r is not None and reference is not None and reference.side is not None:
-            run, ref_side = reference, reference.side
-            pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
-            _timed(timings, "reference_backward_s", "reference backward",
-                   lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
-            grads_r, estimated = run.complete([leaf.grad for _, leaf in ref_side.grad_leaves], grads_b,
-                                              [pos for pos, _ in ref_side.grad_leaves])
-        compare_outputs(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options,
-                 positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early)
-    timings["compare_s"] = time.perf_counter() - started
-    finish_record(record)
+    # With a spare core the bench (forward and backward) runs beside the device and the third run, unless the
+    # call may draw random numbers (device and third run draw the same ones from the one CPU generator) or is
+    # an NPU op (its outputs are post-processed before its backward).
+    beside = options.work_threads > 1 and name.api_type != "NPU" and not may_draw(api, kwargs, specs)
+    bench_future = helper().submit(bench_runs, want_grad) if beside else None
+    if beside:
+        record["bench_beside"] = True
+    start_prefetch()  # the next item's inputs, in the helper thread while the API runs
+    seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
+    try:
+        try:
+            out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
+                entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
+                    device_fn, dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)
+        except ApiFailure as failure:
+            reason = record["data"] == "random" and broken_precondition(
+                failure.__cause__, functools.partial(_bench_raw, bench_future) if bench_future else run_bench,
+                resolved.bench_fn, bench_side)
+            if reason:
+                raise NotCheckable(reason) from None
+            raise
+        leaves_d = _selected(output_leaves(out_d), api, specs)
+        out_b: Any = None
+        leaves_b: list[Any] = []
+        early = None
+        pairs_b = pairs_d = 0
+        if bench_future is None:
+            out_b, leaves_b, _ = bench_runs(False)
+            if name.api_type == "NPU":  # rows an NPU op leaves unwritten (output_postprocess, bench_functions.yaml)
+                from bench_functions import postprocess
+                leaves_d, leaves_b = (postprocess(api, leaves, args, kwargs, side)
+                                      for leaves, side in ((leaves_d, "device"), (leaves_b, "bench")))
+            # msprobe's metrics need only bench and device: with a spare core they run while the torch run does
+            early = start_metrics(f"{name.full_name}.forward.output", leaves_b, leaves_d, api, specs, options) \
+                if backward_entry is None else None
+        leaves_r: list[Any] | None = None  # the third run's outputs
+        try:
+            if reference is not None and reference.side is not None:
+                record["reference"] = reference.label
+                ref_side = reference.side
+                seed_random_apis(record["seed"], reference.device)  # the same random numbers as the device call
+                out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
+                    reference.fn, ref_side, autocast=reference.autocast, device_type=reference.device.kind,
+                    grad=want_grad), reference.device)
+                leaves_r = _selected(output_leaves(out_r), api, specs)
+            if backward_entry is not None:
+                if not dev_side.grad_leaves:
+                    raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
+                if bench_future is None:
+                    pairs_b = bench_backward(name, leaves_b, cotangents, grad_index, timings)
+                pairs_d = device_backward(name, leaves_d, cotangents, grad_index, timings, device, resolved.label)
+                if leaves_r is not None and reference is not None and reference.side is not None:
+                    run = reference
+                    pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
+                    _timed(timings, "reference_backward_s", "reference backward",
+                           lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
+        except Exception:
+            if bench_future is not None:  # one thread meets the bench's failure first: so is it reported
+                wait([bench_future])
+                failed = bench_future.exception()
+                if failed is not None:
+                    raise failed from None
+            raise
+        if bench_future is not None:
+            out_b, leaves_b, pairs_b = bench_future.result()
+        capture.stash(out_d=out_d, out_b=out_b)
+        if pairs_b != pairs_d:
+            raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
+
+        started = time.perf_counter()
+        role = reference.role if reference is not None else "torch"
+        if backward_entry is None:
+            product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
+            compare_outputs(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api,
+                            specs, options, product=product, autocast=plan.autocast,
+                            scalar_operand=has_scalar_operand(args, kwargs),
+                            early=early or start_metrics(f"{name.full_name}.forward.output", leaves_b, leaves_d,
+                                                         api, specs, options))
+        else:
+            grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
+            grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
+            positions = [pos for pos, _ in dev_side.grad_leaves]
+            prefix = f"{name.full_name}.backward.output"
+            early = start_metrics(prefix, grads_b, grads_d, api, specs, options)
+            grads_r = estimated = None
+            if reference is not None and reference.side is not None and leaves_r is not None:
+                grads_r, estimated = reference.complete([leaf.grad for _, leaf in reference.side.grad_leaves],
+                                                        grads_b, [pos for pos, _ in reference.side.grad_leaves])
+            compare_outputs(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options,
+                            positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early)
+        timings["compare_s"] = time.perf_counter() - started
+        finish_record(record)
+    finally:
+        if bench_future is not None:
+            wait([bench_future])  # a re-run must not share inputs with a bench still running
+
+
+def _bench_raw(future: Future[Any]) -> Any:
+    """The bench's result, or its own exception (not the ApiFailure around it), as run_bench would raise it."""
+    try:
+        return future.result()
+    except ApiFailure as failure:
+        raise (failure.__cause__ or failure) from None
+
+
+def backward_seconds(timings: dict[str, float]) -> float:
+    """The backward passes' time so far: `compare_s` is the checks alone, the backward passes have their keys."""
+    return sum(v for k, v in timings.items() if k.endswith("backward_s"))
+
+
+def may_draw(api: str, kwargs: dict[str, Any], specs: dict[str, Any]) -> bool:
+    """Whether a call may draw from torch's CPU generator: a random or dropout API, or a dropout-like argument."""
+    return api in specs.get("dropout_apis", []) or in_list(specs, api, "random_apis") or \
+        any("dropout" in key or key in ("p", "keep_prob", "generator", "training") for key in kwargs)
+
+
+def bench_backward(name: Any, leaves_b: list[Any], cotangents: list[Any], grad_index: int | None,
+                   timings: dict[str, float]) -> int:
+    """The bench's backward from the recorded gradients paired with its outputs; how many were paired."""
+    pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
+    if not pairs_b:
+        raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
+    _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
+    return len(pairs_b)
+
+
+def device_backward(name: Any, leaves_d: list[Any], cotangents: list[Any], grad_index: int | None,
+                    timings: dict[str, float], device: Device, impl: str) -> int:
+    """The device's backward, inside the device-call boundary; how many outputs were paired."""
+    pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
+    if not pairs_d:
+        raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
+    _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
+        f"{name.full_name}.{name.direction}", f"{name.api_type}.{name.api_name}", "backward", device, impl,
+        lambda: backward(leaves_d, pairs_d, device.name)), None)
+    return len(pairs_d)
 
 
 def backward_both(name: Any, leaves_b: list[Any], leaves_d: list[Any], cotangents: list[Any], grad_index: int | None,
                   timings: dict[str, float], device: Device, impl: str) -> None:
-    """Backward of the bench and, inside the device-call boundary, of the device, from the recorded
-    gradients paired with each side's outputs."""
-    pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
-    pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
-    if not pairs_b or len(pairs_b) != len(pairs_d):
+    """Backward of the bench and of the device (overflow_check dumps)."""
+    if bench_backward(name, leaves_b, cotangents, grad_index, timings) != \
+            device_backward(name, leaves_d, cotangents, grad_index, timings, device, impl):
         raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
-    _timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
-    _timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
-        f"{name.full_name}.{name.direction}", f"{name.api_type}.{name.api_name}", "backward", device, impl,
-        lambda: backward(leaves_d, pairs_d, device.name)), None)
 
 
 def finish_record(record: dict[str, Any]) -> None:
