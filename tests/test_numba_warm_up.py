@@ -66,7 +66,8 @@ def test_warm_up_loads_the_strict_pass_when_first_asked_for_it(monkeypatch: pyte
     compare.warm_up("msprobe")
     # bf16 outputs as their storage (uint16), fp16 ones as numpy's float16 (the passes read it as int16): the
     # signatures a run's items use
-    metrics = [("metrics", "float32", "uint16"), ("metrics", "float32", "float16"), ("metrics", "float64", "uint16")]
+    metrics = [("metrics", "float32", "uint16"), ("metrics", "float32", "float16"), ("metrics", "float64", "uint16"),
+               ("metrics", "float64", "float16")]
     assert calls == metrics
     compare.warm_up("strict")
     compare.warm_up("strict")

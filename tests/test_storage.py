@@ -175,3 +175,38 @@ def test_the_metric_pass_rounds_a_bench_to_fp16_as_numpy_does() -> None:
         expected = values.astype(np.float16).astype(np.float32)
     nan = np.isnan(expected)
     assert (np.isnan(out) == nan).all() and (out[~nan].view(np.uint32) == expected[~nan].view(np.uint32)).all()
+
+
+def test_the_metric_pass_rounds_a_float64_bench_to_fp16_as_numpy_does() -> None:
+    """A float64 bench of an fp16 output is rounded to fp16 from float64 itself (numpy's cast, never through
+    float32, which rounds twice at some ties): numpy's float64 -> float16 -> float64 bits on patterns across
+    fp16's range and around its subnormal, normal and overflow boundaries, ties and near-ties."""
+    from numba import njit
+
+    from pytest_msprobe.metrics.pairwise import half_rounded
+
+    @njit(cache=False)
+    def rounded(values: np.ndarray, out: np.ndarray) -> None:
+        for j in range(values.size):
+            out[j] = half_rounded(values[j])
+
+    rng = np.random.default_rng(5)
+    grid = rng.integers(0, 0x7C00, 200_000).astype(np.uint16).view(np.float16)  # every finite fp16 >= 0
+    with np.errstate(over="ignore"):  # 65504's spacing is inf in fp16
+        step = np.spacing(grid).astype(np.float64)
+    step[grid == np.float16(65504.0)] = 32.0
+    grid = grid.astype(np.float64)
+    ties = np.concatenate([grid + step / 2, grid + step / 2 * (1 + 2.0 ** -40), grid + step / 2 * (1 - 2.0 ** -40)])
+    edges = np.array([2.0 ** -25, 2.0 ** -24, 2.0 ** -15, 2.0 ** -14, 1.0, 2048.0, 65504.0, 65520.0, np.inf])
+    around = (edges.view(np.int64)[:, None] + np.arange(-3000, 3000)[None, :]).reshape(-1).view(np.float64)
+    spread = rng.standard_normal(200_000) * np.exp(rng.uniform(-40, 15, 200_000))
+    values = np.concatenate([ties, around, spread, [np.nan, 1e300, 1e-300]])
+    values = np.concatenate([values, -values])
+    out = np.empty_like(values)
+    rounded(values, out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = values.astype(np.float16).astype(np.float64)
+        through32 = values.astype(np.float32).astype(np.float16).astype(np.float64)
+    nan = np.isnan(expected)
+    assert (np.isnan(out) == nan).all() and (out[~nan].view(np.uint64) == expected[~nan].view(np.uint64)).all()
+    assert (through32[~nan] != expected[~nan]).any()  # the double rounding the cast from float64 avoids

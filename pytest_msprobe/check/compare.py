@@ -196,7 +196,7 @@ def warm_up(standard: str) -> None:
     """Load the compiled passes (numba's on-disk cache; on a cold one, compile them) once per process,
     before its first item, so that no item's --msprobe-timeout pays for it: the random draw of inputs,
     msprobe's metric pass and, under `strict`, the strict pass, in the signatures of 16-bit outputs (as their
-    storage, metrics/storage.py; beside a float64 bench too, except msprobe's pass of fp16). A
+    storage, metrics/storage.py; beside a float64 bench too). A
     process whose first items were judged by another standard loads the strict pass when first asked for it."""
     import numpy as np
 
@@ -208,7 +208,7 @@ def warm_up(standard: str) -> None:
 
         warm_draw()
         pairs: list[tuple[str, Any, Any]] = [(dtype, device, values) for dtype, device in sides.items()]
-        pairs.append(("torch.bfloat16", bits, values.astype(np.float64)))  # a float64 bench, read in place too
+        pairs += [(dtype, device, values.astype(np.float64)) for dtype, device in sides.items()]  # read in place too
         for dtype, device, bench in pairs:
             standards.compare_tensor("warm-up", bench, device, bench_dtype=str(bench.dtype), device_dtype=dtype,
                                      api_name="add", specs=load_specs())

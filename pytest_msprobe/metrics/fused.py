@@ -76,15 +76,16 @@ def supported(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], ulp_dtype:
     """Whether the compiled pass computes this pair as numpy does: the error dtype is the bench's (float32
     or float64), the device values are of it or float32 beside float64, and the ULP errors (ulp_compare,
     computed in `ulp_dtype`) are computed in it too. A bf16 or fp16 output's storage (metrics/storage.py) is read
-    as it is beside a float32 bench; `work`: the error dtype B where it is float32 and the bench float64 (a bf16
-    output's, which msprobe compares in float32: the pass rounds it a chunk at a time, no copy)."""
+    as it is beside a float32 bench (and an fp16 one beside a float64 bench too: its values widen exactly); `work`:
+    the error dtype B where it is float32 and the bench float64 (a bf16 output's, which msprobe compares in
+    float32: the pass rounds it a chunk at a time, no copy)."""
     work = np.dtype(b.dtype if work is None else work)
     if work != b.dtype and (work != np.float32 or b.dtype != np.float64):
         return False
-    held = np.float32 if (storage.is_bits(d) or d.dtype == np.float16) and work == np.float32 else d.dtype
+    held = np.float32 if storage.is_bits(d) and work == np.float32 or d.dtype == np.float16 else d.dtype
     if b.dtype not in (np.float32, np.float64) or held not in (work, np.float32) or not d.size:
         return False
-    if dev_dtype not in (work, np.float32, np.float16) or (dev_dtype == np.float16 and work != np.float32):
+    if dev_dtype not in (work, np.float32, np.float16):
         return False
     return ulp_dtype is None or np.dtype(ulp_dtype) == work
 

@@ -19,7 +19,18 @@ import numpy as np
 from numba import njit
 
 from ..compiled import compiled
-from .pairwise import as_int, chunk_last, combine, half_rounded, in_dtype_of, leaf, leaves, max_leaves, value
+from .pairwise import (
+    as_int,
+    chunk_last,
+    combine,
+    half_rounded,
+    in_dtype_of,
+    leaf,
+    leaves,
+    max_leaves,
+    value,
+    widened,
+)
 
 # float parameters (`params`, rounded to the bench dtype as numpy's weak Python scalars are)
 P_EPS, P_SMALL, P_ATOL, P_RTOL, P_T100, P_T1000, P_T10000, P_ULP_THR, P_LEAF = range(9)
@@ -131,7 +142,7 @@ def _chunk(b: Any, d: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
     for j in range(n):
         v = bb[j] & absmask
         babs = v if v > babs else babs
-        x = as_int(value(ds[j]))  # d's value (of the bench dtype) as its bits
+        x = as_int(widened(value(ds[j]), eps))  # d's value in the bench dtype (eps: of it), as its bits
         kx = x ^ ((x >> (8 * bb.itemsize - 1)) & absmask)
         dmax = kx if kx > dmax else dmax
         dmin = kx if kx < dmin else dmin

@@ -84,24 +84,35 @@ def _in_dtype_of(a: Any, lo: int, n: int, row: Any) -> Any:
 
 
 def half_rounded(x: Any) -> Any:
-    """A float32 rounded to fp16 (to nearest, ties to even; subnormals, inf beyond 65,504, NaN kept), as a
-    float32, exactly numpy's float32 -> float16 -> float32, without a branch (compiled passes only): fp16's
-    normal range rounds away float32's 13 lowest mantissa bits (bf16's rounding on 13 bits), its subnormals
-    (|x| < 2**-14, multiples of 2**-24) are rounded by float32's own addition in [0.5, 1), where the spacing is
-    2**-24. A float64 is returned as it is (never asked: fp16 outputs are compared in float32)."""
+    """A float32 or float64 rounded to fp16 (to nearest, ties to even; subnormals, inf beyond 65,504, NaN kept),
+    in its own type, exactly numpy's x.astype(float16).astype(x.dtype), without a branch (compiled passes only):
+    fp16's normal range rounds away the lowest 13 (float32) or 42 (float64) mantissa bits, as bf16's rounding
+    does 16, and its subnormals (|x| < 2**-14, multiples of 2**-24) are rounded by the type's own addition where
+    its spacing is 2**-24: in [0.5, 1) for float32, in [2**28, 2**29) for float64. A float64 is rounded from
+    itself, as numpy's cast does, never through float32 (which could round twice)."""
     raise NotImplementedError("compiled passes only")
 
 
 _HALF_TINY, _HALF_TOP = np.float32(2.0 ** -14), np.uint32(0x47800000)  # fp16's least normal; 2**16's bits
+_HALF_TOP64, _HALF_MAGIC64 = np.uint64(0x40F0000000000000), np.float64(2.0 ** 28)  # 2**16's bits; spacing 2**-24
 
 
 @overload(half_rounded, jit_options={"nogil": True, "error_model": "numpy"})
 def _half_rounded(x: Any) -> Any:
-    def itself(x: Any) -> Any:
-        return x
+    def wide(x: Any) -> Any:
+        bits = np.float64(x).view(np.uint64)
+        a_bits = np.uint64(bits & np.uint64(0x7FFFFFFFFFFFFFFF))
+        a = a_bits.view(np.float64)
+        normal = np.uint64((a_bits + np.uint64(0x1FFFFFFFFFF) + ((a_bits >> np.uint64(42)) & np.uint64(1)))
+                           & np.uint64(0xFFFFFC0000000000))
+        normal = np.uint64(0x7FF0000000000000) if normal >= _HALF_TOP64 else normal
+        sub = np.float64(np.float64(a + _HALF_MAGIC64) - _HALF_MAGIC64).view(np.uint64)
+        r = np.uint64(sub if a < np.float64(_HALF_TINY) else normal)
+        r = np.uint64(a_bits if a != a else r)  # NaN
+        return np.uint64(r | (bits & np.uint64(0x8000000000000000))).view(np.float64)
 
-    if x != types.float32:
-        return itself
+    if x == types.float64:
+        return wide
 
     def rounded(x: Any) -> Any:
         bits = np.float32(x).view(np.uint32)
@@ -116,6 +127,23 @@ def _half_rounded(x: Any) -> Any:
         return np.uint32(r | (bits & np.uint32(0x80000000))).view(np.float32)
 
     return rounded
+
+
+def widened(x: Any, like: Any) -> Any:
+    """x in the float type of `like` (compiled passes only): a float32 beside a float64 widened, exactly (an fp16
+    output's values beside a float64 bench); else x as it is."""
+    raise NotImplementedError("compiled passes only")
+
+
+@overload(widened, jit_options={"nogil": True, "error_model": "numpy"})
+def _widened(x: Any, like: Any) -> Any:
+    def wide(x: Any, like: Any) -> Any:
+        return np.float64(x)
+
+    def same(x: Any, like: Any) -> Any:
+        return x
+
+    return wide if like == types.float64 and x == types.float32 else same
 
 
 def as_int(x: Any) -> Any:
