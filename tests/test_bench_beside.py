@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -61,11 +62,35 @@ def test_the_bench_runs_beside_with_the_same_record(write_dump, monkeypatch, ent
     assert {k: one.get(k) for k in COMPARED} == {k: two.get(k) for k in COMPARED}
     assert "bench_beside" not in one and two["bench_beside"] is True
     half = len(seen) // 2
-    bench_keys = {"bench_s", "bench_backward_s"}
     assert all(thread == "MainThread" for _, thread in seen[:half])
-    assert {thread for key, thread in seen[half:] if key in bench_keys} == {"msprobe-helper_0"}
-    assert {thread for key, thread in seen[half:] if key not in bench_keys} == {"MainThread"}
+    assert {thread for key, thread in seen[half:] if key.startswith("bench")} == {"msprobe-helper_0"}
+    assert {thread for key, thread in seen[half:] if key.startswith("device")} == {"MainThread"}
     assert ("bench_backward_s" in dict(seen)) == entry.endswith("backward")
+
+
+@pytest.mark.parametrize("slow", ["device", "bench"])
+def test_the_third_run_goes_to_whichever_thread_is_free_first(write_dump, monkeypatch, slow) -> None:
+    """The CPU third run waits behind the bench in the helper: the items' thread takes it back when the device is
+    done first (a slow bench), the helper runs it when the bench is done first (a slow device); the same record."""
+    plain = rerun.resolve
+
+    def slowed(fn: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(0.3)
+            return fn(*args, **kwargs)
+        return run
+
+    def resolve(*args: Any, **kwargs: Any) -> Any:
+        resolved = plain(*args, **kwargs)
+        return dataclasses.replace(resolved, **{f"{slow}_fn": slowed(getattr(resolved, f"{slow}_fn"))})
+
+    monkeypatch.setattr(rerun, "resolve", resolve)
+    seen = _phases_by_thread(monkeypatch)
+    one, two = _both(load_dump(write_dump(LINEAR)), "Functional.linear.0.backward")
+    assert one["status"] == "pass" and one["reference"].startswith("magnitude")
+    assert {k: one.get(k) for k in COMPARED} == {k: two.get(k) for k in COMPARED}
+    reference = {thread for key, thread in seen[len(seen) // 2:] if key.startswith("reference")}
+    assert reference == {"MainThread" if slow == "bench" else "msprobe-helper_0"}
 
 
 def test_a_call_that_may_draw_random_numbers_keeps_the_bench_on_its_thread(write_dump, monkeypatch) -> None:
@@ -115,3 +140,38 @@ def test_a_precondition_both_sides_break_is_a_skip_beside_too(write_dump, monkey
     assert one["status"] == two["status"] == ("SKIP" if bench_fn is _picky else "error")
     assert one["message"] == two["message"] and "not positive-definite" in one["message"]
     assert ("break a precondition" in one["message"]) == (bench_fn is _picky)
+
+
+def test_an_item_stopped_by_its_timeout_does_not_wait_for_the_bench(write_dump, monkeypatch) -> None:
+    """--msprobe-timeout's SIGALRM raises a BaseException in the items' thread: the item ends then, not when the
+    bench beside it is done (its record is made elsewhere; the helper finishes the bench on its own)."""
+    import signal
+
+    from pytest_msprobe.helper import helper
+
+    class Stopped(BaseException):
+        pass
+
+    def slow_bench(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(3.0)
+        return torch.nn.functional.gelu(*args, **kwargs)
+
+    _with_bench(monkeypatch, slow_bench)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    started = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(Stopped):
+            check_entry(load_dump(write_dump(LINEAR)), "Functional.gelu.0.forward",
+                        CheckOptions(device="cpu", standard="strict", work_threads=2), SPECS)
+        stopped = time.monotonic() - started
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        helper().submit(lambda: None).result()  # the bench, finished in the helper
+    assert stopped < 2.0
+

@@ -47,7 +47,7 @@ from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from ..verdict import standards
 from .compare import compare_outputs, start_metrics
-from .prepare import checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
+from .prepare import build_pending_here, checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
 
 
 class ApiFailure(Exception):
@@ -195,9 +195,12 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     def run_bench() -> Any:
         return run_side(resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad)
 
+    threads = torch.get_num_threads()  # this thread's: CPU reductions (the bench's) split by it, so the helper's too
+
     def bench_runs(with_backward: bool) -> tuple[Any, list[Any], int]:
         """The bench's forward and, `with_backward`, its backward (beside the device: in the helper thread);
         its outputs, and how many of them took a gradient."""
+        same_threads(threads)
         out = _timed(timings, "bench_s", "bench", run_bench, None)
         leaves = _selected(output_leaves(out), api, specs)
         return out, leaves, bench_backward(name, leaves, cotangents, grad_index, timings) if with_backward else 0
@@ -205,8 +208,31 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     # With a spare core the bench (forward and backward) runs beside the device and the third run, unless the
     # call may draw random numbers (device and third run draw the same ones from the one CPU generator) or is
     # an NPU op (its outputs are post-processed before its backward).
+    def reference_runs() -> list[Any] | None:
+        """The third run's forward and, for a backward item, its backward; its outputs (None without one)."""
+        if reference is None or reference.side is None:
+            return None
+        ref_side, run = reference.side, reference
+        same_threads(threads)
+        seed_random_apis(record["seed"], run.device)  # the same random numbers as the device call
+        out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
+            run.fn, ref_side, autocast=run.autocast, device_type=run.device.kind, grad=want_grad), run.device)
+        leaves_r = _selected(output_leaves(out_r), api, specs)
+        if backward_entry is not None:
+            pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
+            _timed(timings, "reference_backward_s", "reference backward",
+                   lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
+        return leaves_r
+
     beside = options.work_threads > 1 and name.api_type != "NPU" and not may_draw(api, kwargs, specs)
     bench_future = helper().submit(bench_runs, want_grad) if beside else None
+    # a CPU third run is queued behind the bench: the items' thread takes it back if the helper has not started
+    # it by the time the device is done, so whichever thread is free first runs it
+    ref_future = helper().submit(reference_runs) if beside and reference is not None and \
+        reference.side is not None and reference.device.kind == "cpu" else None
+    helped: list[Future[Any]] = [f for f in (bench_future, ref_future) if f is not None]
+    if reference is not None and reference.side is not None:
+        record["reference"] = reference.label
     if beside:
         record["bench_beside"] = True
     start_prefetch()  # the next item's inputs, in the helper thread while the API runs
@@ -239,33 +265,25 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                 if backward_entry is None else None
         leaves_r: list[Any] | None = None  # the third run's outputs
         try:
-            if reference is not None and reference.side is not None:
-                record["reference"] = reference.label
-                ref_side = reference.side
-                seed_random_apis(record["seed"], reference.device)  # the same random numbers as the device call
-                out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
-                    reference.fn, ref_side, autocast=reference.autocast, device_type=reference.device.kind,
-                    grad=want_grad), reference.device)
-                leaves_r = _selected(output_leaves(out_r), api, specs)
             if backward_entry is not None:
                 if not dev_side.grad_leaves:
                     raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
                 if bench_future is None:
                     pairs_b = bench_backward(name, leaves_b, cotangents, grad_index, timings)
                 pairs_d = device_backward(name, leaves_d, cotangents, grad_index, timings, device, resolved.label)
-                if leaves_r is not None and reference is not None and reference.side is not None:
-                    run = reference
-                    pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
-                    _timed(timings, "reference_backward_s", "reference backward",
-                           lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
+            if ref_future is None or ref_future.cancel():  # not started in the helper yet: run here
+                leaves_r = reference_runs()
+            else:
+                leaves_r = ref_future.result()
         except Exception:
-            if bench_future is not None:  # one thread meets the bench's failure first: so is it reported
-                wait([bench_future])
-                failed = bench_future.exception()
+            for first in helped:  # one thread meets the bench's failure first: so is it reported
+                failed = None if first.cancelled() else first.exception()
                 if failed is not None:
                     raise failed from None
             raise
         if bench_future is not None:
+            if not bench_future.done():
+                build_pending_here()  # the next item's inputs, queued behind the bench: built here while it runs
             out_b, leaves_b, pairs_b = bench_future.result()
         capture.stash(out_d=out_d, out_b=out_b)
         if pairs_b != pairs_d:
@@ -294,9 +312,20 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                             positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early)
         timings["compare_s"] = time.perf_counter() - started
         finish_record(record)
-    finally:
-        if bench_future is not None:
-            wait([bench_future])  # a re-run must not share inputs with a bench still running
+    except BaseException as exc:
+        for future in helped:
+            future.cancel()
+        if isinstance(exc, Exception):  # the record is final only once the runs beside it are done; a timeout
+            wait(helped)  # (a BaseException) gets a record of its own and leaves the helper to finish
+        raise
+
+
+def same_threads(threads: int) -> None:
+    """torch's intra-op threads of this thread set to the items' thread's: a thread torch has not seen starts
+    from the machine's default (OMP_NUM_THREADS, else every core), and kernels that size their partial sums by
+    it (layer_norm's weight gradient) would round otherwise than on the items' thread."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _bench_raw(future: Future[Any]) -> Any:
