@@ -231,8 +231,6 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     ref_future = helper().submit(reference_runs) if beside and reference is not None and \
         reference.side is not None and reference.device.kind == "cpu" else None
     helped: list[Future[Any]] = [f for f in (bench_future, ref_future) if f is not None]
-    if reference is not None and reference.side is not None:
-        record["reference"] = reference.label
     if beside:
         record["bench_beside"] = True
     start_prefetch()  # the next item's inputs, in the helper thread while the API runs
@@ -275,6 +273,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                 leaves_r = reference_runs()
             else:
                 leaves_r = ref_future.result()
+            if leaves_r is not None and reference is not None:
+                record["reference"] = reference.label
         except Exception:
             for first in helped:  # one thread meets the bench's failure first: so is it reported
                 failed = None if first.cancelled() else first.exception()
