@@ -1,6 +1,6 @@
 """Detection and false alarms of the standards on planted kernel bugs and correct variants, end to end.
 
-    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--out DIR]
+    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--json FILE]
            [--checks-on auto|device|host]
     python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... --fuzz N [--arms ...] [--workers K]
 
