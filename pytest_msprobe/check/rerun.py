@@ -205,9 +205,6 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         leaves = _selected(output_leaves(out), api, specs)
         return out, leaves, bench_backward(name, leaves, cotangents, grad_index, timings) if with_backward else 0
 
-    # With a spare core the bench (forward and backward) runs beside the device and the third run, unless the
-    # call may draw random numbers (device and third run draw the same ones from the one CPU generator) or is
-    # an NPU op (its outputs are post-processed before its backward).
     def reference_runs() -> list[Any] | None:
         """The third run's forward and, for a backward item, its backward; its outputs (None without one)."""
         if reference is None or reference.side is None:
@@ -224,10 +221,13 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                    lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
         return leaves_r
 
+    # With a spare core the bench (forward and backward) runs beside the device and the third run, unless the
+    # call may draw random numbers (device and third run draw the same ones from the one CPU generator) or is
+    # an NPU op (its outputs are post-processed before its backward). A CPU third run is queued behind the
+    # bench: the items' thread takes it back if the helper has not started it by the time the device is done,
+    # so whichever thread is free first runs it.
     beside = options.work_threads > 1 and name.api_type != "NPU" and not may_draw(api, kwargs, specs)
     bench_future = helper().submit(bench_runs, want_grad) if beside else None
-    # a CPU third run is queued behind the bench: the items' thread takes it back if the helper has not started
-    # it by the time the device is done, so whichever thread is free first runs it
     ref_future = helper().submit(reference_runs) if beside and reference is not None and \
         reference.side is not None and reference.device.kind == "cpu" else None
     helped: list[Future[Any]] = [f for f in (bench_future, ref_future) if f is not None]

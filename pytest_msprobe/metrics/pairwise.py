@@ -93,40 +93,35 @@ def half_rounded(x: Any) -> Any:
     raise NotImplementedError("compiled passes only")
 
 
-_HALF_TINY, _HALF_TOP = np.float32(2.0 ** -14), np.uint32(0x47800000)  # fp16's least normal; 2**16's bits
-_HALF_TOP64, _HALF_MAGIC64 = np.uint64(0x40F0000000000000), np.float64(2.0 ** 28)  # 2**16's bits; spacing 2**-24
+def _half_rounder(ftype: Any, utype: Any) -> Any:
+    """half_rounded for one float type (`utype`: the unsigned integer of its width), with the type's constants."""
+    mant = np.finfo(ftype).nmant  # 23 or 52 mantissa bits, of which fp16 keeps 10
+    one, dropped = utype(1), utype(mant - 10)
+    sign = one << utype(8 * np.dtype(utype).itemsize - 1)
+    body, bias, keep = ~sign, (one << (dropped - one)) - one, ~((one << dropped) - one)
+    inf, top = ftype(np.inf).view(utype), ftype(2.0 ** 16).view(utype)  # 65,520 and beyond round to 2**16: inf
+    magic, tiny = ftype(2.0 ** (mant - 24)), ftype(2.0 ** -14)  # the type's spacing is 2**-24 above `magic`
+
+    def rounded(x: Any) -> Any:
+        bits = ftype(x).view(utype)
+        a_bits = utype(bits & body)
+        a = a_bits.view(ftype)
+        normal = utype((a_bits + bias + ((a_bits >> dropped) & one)) & keep)
+        normal = inf if normal >= top else normal
+        sub = ftype(ftype(a + magic) - magic).view(utype)
+        r = utype(sub if a < tiny else normal)
+        r = utype(a_bits if a != a else r)  # NaN
+        return utype(r | (bits & sign)).view(ftype)
+
+    return rounded
+
+
+_HALF_ROUNDERS = {types.float32: _half_rounder(np.float32, np.uint32), types.float64: _half_rounder(np.float64, np.uint64)}
 
 
 @overload(half_rounded, jit_options={"nogil": True, "error_model": "numpy"})
 def _half_rounded(x: Any) -> Any:
-    def wide(x: Any) -> Any:
-        bits = np.float64(x).view(np.uint64)
-        a_bits = np.uint64(bits & np.uint64(0x7FFFFFFFFFFFFFFF))
-        a = a_bits.view(np.float64)
-        normal = np.uint64((a_bits + np.uint64(0x1FFFFFFFFFF) + ((a_bits >> np.uint64(42)) & np.uint64(1)))
-                           & np.uint64(0xFFFFFC0000000000))
-        normal = np.uint64(0x7FF0000000000000) if normal >= _HALF_TOP64 else normal
-        sub = np.float64(np.float64(a + _HALF_MAGIC64) - _HALF_MAGIC64).view(np.uint64)
-        r = np.uint64(sub if a < np.float64(_HALF_TINY) else normal)
-        r = np.uint64(a_bits if a != a else r)  # NaN
-        return np.uint64(r | (bits & np.uint64(0x8000000000000000))).view(np.float64)
-
-    if x == types.float64:
-        return wide
-
-    def rounded(x: Any) -> Any:
-        bits = np.float32(x).view(np.uint32)
-        a_bits = np.uint32(bits & np.uint32(0x7FFFFFFF))
-        a = a_bits.view(np.float32)
-        normal = np.uint32((a_bits + np.uint32(0xFFF) + ((a_bits >> np.uint32(13)) & np.uint32(1)))
-                           & np.uint32(0xFFFFE000))
-        normal = np.uint32(0x7F800000) if normal >= _HALF_TOP else normal  # 65,520 and beyond: inf
-        sub = np.float32(np.float32(a + np.float32(0.5)) - np.float32(0.5)).view(np.uint32)
-        r = np.uint32(sub if a < _HALF_TINY else normal)
-        r = np.uint32(a_bits if a != a else r)  # NaN
-        return np.uint32(r | (bits & np.uint32(0x80000000))).view(np.float32)
-
-    return rounded
+    return _HALF_ROUNDERS[x]
 
 
 def widened(x: Any, like: Any) -> Any:
