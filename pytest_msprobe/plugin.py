@@ -107,7 +107,7 @@ def _settings(config: pytest.Config) -> Settings:
     threads = devices.threads(config)
     options = CheckOptions(device=device, run_seed=int(seed), data_mode=opt.msprobe_data_mode,
                            device_index=devices.device_index(config), threads=threads,
-                           work_threads=devices.work_threads(threads),
+                           work_threads=devices.work_threads(threads, config),
                            standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
                            specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,

@@ -20,6 +20,7 @@ RECORDED_ON = ("auto", "npu", "cuda", "cpu")
 # else on the host (the compiled pass); device: in torch ops where those outputs live, the CPU included; host:
 # the compiled pass on the host
 CHECKS_ON = ("auto", "device", "host")
+HELPER_THREAD = ("auto", "off")  # --msprobe-helper-thread: off keeps each item's work in one thread
 
 
 @dataclass(frozen=True)

@@ -175,3 +175,28 @@ def test_an_item_stopped_by_its_timeout_does_not_wait_for_the_bench(write_dump, 
         helper().submit(lambda: None).result()  # the bench, finished in the helper
     assert stopped < 2.0
 
+
+
+def test_the_helper_thread_can_be_turned_off(pytester: pytest.Pytester, monkeypatch) -> None:
+    """--msprobe-helper-thread off keeps every item's work in its own thread (for device plugins that change torch
+    for every thread): no bench beside, the same records; a bad ini value is a usage error naming the choices."""
+    from pytest_msprobe.session import devices
+    from tests.helpers import EXAMPLES, api_records, copy_dump
+
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # a spare core
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    dump = copy_dump(pytester, EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0", "d")
+    runs = {}
+    for setting in ("auto", "off"):
+        result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
+                                              "--msprobe-helper-thread", setting, "--msprobe-out", setting)
+        assert result.ret == 0
+        runs[setting] = api_records(pytester, setting)
+    assert any(r.get("bench_beside") for r in runs["auto"].values())
+    assert not any(r.get("bench_beside") for r in runs["off"].values())
+    assert {k: {f: r.get(f) for f in COMPARED} for k, r in runs["auto"].items()} == \
+        {k: {f: r.get(f) for f in COMPARED} for k, r in runs["off"].items()}
+    pytester.makeini("[pytest]\nmsprobe_helper_thread = sometimes\n")
+    bad = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "msprobe_helper_thread: 'sometimes' is not one of auto, off" in bad.stderr.str()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from ..settings import CheckOptions, Settings
+from ..settings import HELPER_THREAD, CheckOptions, Settings
 from .items import ApiItem
 
 VISIBLE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -277,14 +277,22 @@ def device_index(config: pytest.Config) -> int | None:
     return None if info.slot is None else pin(info.slot)
 
 
-def work_threads(threads: int) -> int:
-    """2 where this process has a core to spare beside its torch threads, counting every xdist worker
-    (the checker's own work then uses two threads: CheckOptions.work_threads), else 1."""
+def work_threads(threads: int, config: pytest.Config | None = None, workers: int | None = None) -> int:
+    """2 where this process has a core to spare beside its torch threads, counting every process that runs
+    items (xdist workers, or `workers` online checkers), and --msprobe-helper-thread allows it (the checker's
+    own work then uses two threads: CheckOptions.work_threads), else 1."""
+    if config is not None:
+        allowed = config.getoption("msprobe_helper_thread", None) or config.getini("msprobe_helper_thread")
+        if allowed not in HELPER_THREAD:
+            raise pytest.UsageError(f"msprobe_helper_thread: {allowed!r} is not one of {', '.join(HELPER_THREAD)}")
+        if allowed == "off":
+            return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers is None:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     return 2 if cpus >= workers * (threads + 1) else 1
 
 

@@ -20,7 +20,6 @@ far are written either way. The summary accounts for every call per rank: receiv
 """
 from __future__ import annotations
 
-import os
 import queue
 import shutil
 import time
@@ -354,12 +353,11 @@ def _start_pool(config: pytest.Config, workers: int) -> Any:
     import dataclasses
 
     from ..online.checking import CheckerPool
+    from .devices import child_slots, work_threads
 
     options = config.stash[SETTINGS_KEY].check_options
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    options = dataclasses.replace(options, work_threads=2 if cpus >= workers * (options.threads + 1) else 1)
+    options = dataclasses.replace(options, work_threads=work_threads(options.threads, config, workers))
     value = config.getoption("msprobe_timeout", None) or config.getini("msprobe_timeout") or None
-    from .devices import child_slots
 
     return CheckerPool(workers, options, child_slots(config, workers), timeout=float(value) if value else None)
 

@@ -6,7 +6,16 @@ import argparse
 
 import pytest
 
-from ..settings import BENCH_PRECISIONS, CHECKS_ON, DATA_MODES, DEFAULT_SEED, MODES, RECORDED_ON, STANDARDS
+from ..settings import (
+    BENCH_PRECISIONS,
+    CHECKS_ON,
+    DATA_MODES,
+    DEFAULT_SEED,
+    HELPER_THREAD,
+    MODES,
+    RECORDED_ON,
+    STANDARDS,
+)
 from . import npu_options, online_setup, result_files, workers
 from . import triage_hooks as triage
 from .shard import parse_shard
@@ -83,6 +92,11 @@ def addoption(parser: pytest.Parser) -> None:
     group.addoption("--msprobe-threads", default=None, metavar="N",
                     help="torch intra-op threads per process running items (default: OMP_NUM_THREADS, else 1); "
                          "fixed so results do not depend on -n")
+    group.addoption("--msprobe-helper-thread", choices=HELPER_THREAD, default=None,
+                    help="auto: where a core is spare, one more thread per process runs the bench beside the "
+                         "device, builds the next item's inputs and computes msprobe's metrics (the same "
+                         "records); off: each item's work in one thread (for device plugins that change torch "
+                         "for every thread inside the device call)")
     group.addoption("--msprobe-timeout", default=None, metavar="SECONDS",
                     help="fail an item running longer; a call stuck in native code ends its xdist worker "
                          "(counted as a crash) or, without xdist, the run")
@@ -118,6 +132,7 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_workers_per_device", "default for --msprobe-workers-per-device", default="8")
     parser.addini("msprobe_threads", "default for --msprobe-threads", default="")
     parser.addini("msprobe_timeout", "default for --msprobe-timeout (seconds)", default="")
+    parser.addini("msprobe_helper_thread", "default for --msprobe-helper-thread", default=HELPER_THREAD[0])
     parser.addini("msprobe_baseline", "default for --msprobe-baseline", default="")
     parser.addini("msprobe_allow_all_skipped", "default for --msprobe-allow-all-skipped", type="bool", default=False)
     parser.addini("msprobe_filter_api", "default for --msprobe-filter-api", type="bool", default=False)
