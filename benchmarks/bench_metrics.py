@@ -90,7 +90,7 @@ def main() -> None:
               f"(numpy {t_numpy / args.numel * 1e9:5.2f})")
     from pytest_msprobe.verdict.judge import _rules
 
-    for dtype, storage in (("torch.float32", np.float32), ("torch.bfloat16", np.float32)):
+    for dtype, storage in (("torch.float32", np.float32), ("torch.bfloat16", np.float32), ("torch.float16", np.float16)):
         device = as_run(strict.round_to(bench64 * (1 + 2e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
                         dtype)
         torch_run = as_run(strict.round_to(bench64, dtype).astype(storage), dtype)

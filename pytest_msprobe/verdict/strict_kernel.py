@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..compiled import compiled
-from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, leaf, leaves, max_leaves, value
+from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, half_rounded, leaf, leaves, max_leaves, value
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
@@ -147,29 +147,16 @@ def _clip1(x: Any, one: Any) -> Any:
 @compiled
 def _round(src: Any, dst: Any, n: int, fmt: int) -> None:
     """dst[:n] = src[:n] correctly rounded to the device dtype (strict.round_to, all_finite): bf16 by the
-    float32 bit trick, fp16 to nearest even with its subnormals and overflow, fp32 by a cast."""
+    float32 bit trick, fp16 to nearest even with its subnormals and overflow (pairwise.half_rounded), fp32 by a
+    cast."""
     if fmt == 0:
         bits, out = src.view(np.uint32), dst.view(np.uint32)
         for j in range(n):
             x = np.int64(bits[j])
             out[j] = np.uint32(((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF)
-    elif fmt == 1:
-        bits, out = src.view(np.uint32), dst.view(np.uint32)
+    elif fmt == 1:  # numpy's float32 -> fp16 -> float32, without a branch (vector code)
         for j in range(n):
-            x = np.int64(bits[j])
-            sign, mag = x & 0x80000000, x & 0x7FFFFFFF
-            if mag > 0x7F800000:  # NaN
-                out[j] = np.uint32(x)
-            elif mag >= 0x477FF000:  # |x| >= 65520, the midpoint above fp16's largest value: inf
-                out[j] = np.uint32(sign | 0x7F800000)
-            elif mag < 0x38800000:  # below fp16's smallest normal: multiples of 2**-24, ties to even
-                y = src[j] * np.float32(16777216.0)
-                y = abs(y)
-                q = (y + np.float32(8388608.0)) - np.float32(8388608.0)
-                dst[j] = q * np.float32(5.960464477539063e-08)
-                out[j] |= np.uint32(sign)
-            else:
-                out[j] = np.uint32(sign | (((mag + (((mag >> 13) & 1) + 0xFFF)) & 0x7FFFE000) & 0xFFFFFFFF))
+            dst[j] = half_rounded(src[j])
     elif fmt == 2:
         for j in range(n):
             dst[j] = np.float32(src[j])
