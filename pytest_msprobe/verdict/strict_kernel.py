@@ -150,10 +150,8 @@ def _round(src: Any, dst: Any, n: int, fmt: int) -> None:
     float32 bit trick, fp16 to nearest even with its subnormals and overflow (pairwise.half_rounded), fp32 by a
     cast."""
     if fmt == 0:
-        bits, out = src.view(np.uint32), dst.view(np.uint32)
         for j in range(n):
-            x = np.int64(bits[j])
-            out[j] = np.uint32(((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF)
+            dst[j] = _bf16_rounded(src[j])
     elif fmt == 1:  # numpy's float32 -> fp16 -> float32, without a branch (vector code)
         for j in range(n):
             dst[j] = half_rounded(src[j])
@@ -166,16 +164,23 @@ def _round(src: Any, dst: Any, n: int, fmt: int) -> None:
 
 
 @compiled
-def _prepare_bf16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any) -> None:
-    """_load, _round and _ulp of a bf16 output's chunk in one loop, in registers: the bench in float32 (bw),
-    rounded to bf16 (rw, the float32 bit trick), and the ULP of that (uw)."""
+def _bf16_rounded(v: Any) -> Any:
+    """A float32 rounded to bf16 (to nearest even), as a float32: the bit trick."""
+    x = np.int64(np.float32(v).view(np.uint32))
+    return np.uint32(((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF).view(np.float32)
+
+
+@compiled
+def _prepare_16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any, fmt: int) -> None:
+    """_load, _round and _ulp of a 16-bit output's chunk in one loop, in registers: the bench in float32 (bw),
+    rounded to the device dtype (rw: bf16 by the float32 bit trick, fp16 by pairwise.half_rounded), and the
+    ULP of that (uw)."""
     for j in range(n):
         v = np.float32(b[j])
-        x = np.int64(v.view(np.uint32))
-        r = np.uint32(((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF)
+        r = _bf16_rounded(v) if fmt == 0 else half_rounded(v)
         bw[j] = v
-        rw[j] = r.view(np.float32)
-        uw[j] = _max(np.uint32(r & np.uint32(0x7F800000)).view(np.float32), tiny) * step
+        rw[j] = r
+        uw[j] = _max(np.uint32(np.float32(r).view(np.uint32) & np.uint32(0x7F800000)).view(np.float32), tiny) * step
 
 
 @compiled
@@ -391,8 +396,8 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
                 cn = los[last] + lens[last] - c0
                 off = p0 + c0
                 lo = start + off
-                if fmt == 0 and cast:
-                    _prepare_bf16(b[lo:lo + cn], bw, rw, uw, cn, tiny, step)
+                if fmt <= 1 and cast:
+                    _prepare_16(b[lo:lo + cn], bw, rw, uw, cn, tiny, step, fmt)
                 else:
                     _load(b[lo:lo + cn], bw, cn)
                     _round(bw, rw, cn, fmt)
