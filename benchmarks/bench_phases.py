@@ -12,8 +12,8 @@ each item's recorded input tensors), the device, bench and reference runs, and t
 compared output element (the elements of every compared output). "own work" is everything but the API
 runs (device, bench, reference) on the items' thread: with a spare core the bench runs beside it, in the
 helper thread (records with `bench_beside`), and its time is left out there; at -n 2 the phase sums hold
-both workers' time, so shares are of 2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker loses (the phase sums against 2 x wall:
-start-up, idle time at the end, pytest and xdist).
+both workers' time, so shares are of 2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker
+loses (the phase sums against 2 x wall: start-up, idle time at the end, pytest and xdist).
 
 With benchmarks/run_probe.py in every process, each run's wall and CPU time is broken down step by
 step (interpreter and pytest start-up, plugin load, collection, the first item's torch and numba
