@@ -106,7 +106,7 @@ def test_items_run_in_one_process_use_the_next_items_prefetch(pytester: pytest.P
     threads = _builds(monkeypatch)
     runs = {}
     for spare in (1, 2):
-        monkeypatch.setattr(devices, "work_threads", lambda threads, spare=spare: spare)  # on any machine
+        monkeypatch.setattr(devices, "work_threads", lambda threads, *where, spare=spare: spare)  # on any machine
         threads.clear()
         result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
                                               "--msprobe-out", f"out{spare}")
@@ -136,7 +136,7 @@ def test_an_item_looks_its_dump_up_once(pytester: pytest.Pytester, monkeypatch) 
 
     for module in ("pytest_msprobe.session.items", "pytest_msprobe.session.journal"):
         monkeypatch.setattr(f"{module}.load_dump", counted)
-    monkeypatch.setattr(devices, "work_threads", lambda threads: 2)  # the next item's prefetch, on any machine
+    monkeypatch.setattr(devices, "work_threads", lambda threads, *where: 2)  # the next item's prefetch, on any machine
     result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
                                           "--msprobe-out", "out")
     records = api_records(pytester, "out")
@@ -164,7 +164,7 @@ def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: py
     monkeypatch.setattr(prepare, "prefetch", logged("prefetch", prepare.prefetch))
     monkeypatch.setattr(rerun, "make_side", logged("side", rerun.make_side))
     monkeypatch.setattr(backends, "device_call", logged("device", backends.device_call))
-    monkeypatch.setattr(devices, "work_threads", lambda threads: 2)  # the next item's prefetch, on any machine
+    monkeypatch.setattr(devices, "work_threads", lambda threads, *where: 2)  # the next item's prefetch, on any machine
     result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
                                           "--msprobe-out", "out")
     records = api_records(pytester, "out")
