@@ -3,8 +3,8 @@
 The bench, device and third-run outputs become numpy arrays once, without a copy where they are on the host
 (a bf16 or fp16 one as its 16-bit storage, which the compiled passes widen in registers: metrics/storage.py). With a
 spare core, a large output's msprobe metrics and strict checks run side by side in two threads (numpy frees
-the GIL): the metrics start in the helper thread as soon as bench and device are done (`start_metrics`),
-while the torch run still runs, and the strict checks follow in the caller.
+the GIL): the metrics start in the helper thread as soon as bench and device are done (`start_metrics`; while
+the torch run still runs, where the bench ran in the item's thread), and the strict checks follow in the caller.
 """
 from __future__ import annotations
 

@@ -39,8 +39,8 @@ class _Key(NamedTuple):
     specs: int
 
 
-# each build's future and the build itself (to run it elsewhere); the dump and specs keep their ids
-_pending: dict[_Key, tuple[Future[Built], Callable[[], Built], Dump, dict[str, Any]]] = {}
+# each build's future and the build itself (to run it elsewhere), which holds the dump and specs: their ids stay theirs
+_pending: dict[_Key, tuple[Future[Built], Callable[[], Built]]] = {}
 
 
 _later: list[Callable[[], None]] = []  # the running item's hand-over of the next item's build (items' thread)
@@ -81,14 +81,14 @@ def prefetch(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str
     one_thread = dataclasses.replace(options, work_threads=1)  # it runs in the helper thread already
     inputs = functools.partial(build_inputs, dump, name.api_name, args_enc, kwargs_enc, backward_entry, seed,
                                _real(dump, options), one_thread, specs)
-    _pending[key] = (helper().submit(inputs), inputs, dump, specs)
+    _pending[key] = (helper().submit(inputs), inputs)
 
 
 def build_pending_here() -> None:
     """Build the next item's inputs in this thread where the helper has not started them: the items' thread
     calls it when it would otherwise wait for the helper (the bench beside it), which then goes on to this item's
     metrics sooner. The same inputs: the build depends only on the item."""
-    for key, (future, inputs, dump, specs) in list(_pending.items()):
+    for key, (future, inputs) in list(_pending.items()):
         if not future.cancel():
             continue
         here: Future[Built] = Future()
@@ -96,7 +96,7 @@ def build_pending_here() -> None:
             here.set_result(inputs())
         except Exception as exc:  # left for the item to report, as a build in the helper's would be
             here.set_exception(exc)
-        _pending[key] = (here, inputs, dump, specs)
+        _pending[key] = (here, inputs)
 
 
 def _taken(key: _Key) -> Future[Built] | None:
