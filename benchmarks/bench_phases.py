@@ -11,7 +11,7 @@ sums over items of the phases in `record["timings"]`: inputs per generated input
 each item's recorded input tensors), the device, bench and reference runs, and the checks (`compare`) per
 compared output element (the elements of every compared output). "own work" is everything but the API
 runs (device, bench, reference) on the items' thread: with a spare core the bench runs beside it, in the
-helper thread (records with `bench_beside`), and its time is left out there; at -n 2 the phase sums hold
+helper thread (records whose timings have `bench_wait_s`), and its time is left out there; at -n 2 the phase sums hold
 both workers' time, so shares are of 2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker
 loses (the phase sums against 2 x wall: start-up, idle time at the end, pytest and xdist).
 

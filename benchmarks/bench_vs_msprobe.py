@@ -76,10 +76,10 @@ def wait(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, 
 PHASES = ("inputs", "device", "bench", "reference", "compare")
 
 
-def add_phases(sums: dict[str, float], t: dict[str, float], beside: bool = False) -> None:
-    """Add one record's `timings` to per-phase sums (each backward pass in its side's phase); `beside`: the
-    record's bench ran beside the items' thread (its time also summed as "bench_beside")."""
-    if beside:
+def add_phases(sums: dict[str, float], t: dict[str, float]) -> None:
+    """Add one record's `timings` to per-phase sums (each backward pass in its side's phase); a bench that ran
+    beside the items' thread (`bench_wait_s` in the timings) is also summed as "bench_beside"."""
+    if "bench_wait_s" in t:
         sums["bench_beside"] = sums.get("bench_beside", 0.0) + t.get("bench_s", 0.0) + t.get("bench_backward_s", 0.0)
     sums["inputs"] += t.get("inputs_s", 0.0)
     sums["device"] += t.get("device_s", 0.0) + t.get("device_backward_s", 0.0)
@@ -101,8 +101,7 @@ def phases(out: Path) -> tuple[int, dict[str, float]]:
         if not line.strip():
             continue
         count += 1
-        record = json.loads(line)
-        add_phases(sums, record.get("timings") or {}, bool(record.get("bench_beside")))
+        add_phases(sums, json.loads(line).get("timings") or {})
     return count, sums
 
 

@@ -274,7 +274,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     _add_step("hook: makereport", time.perf_counter() - wall, time.thread_time() - cpu)
     record = getattr(report, "msprobe", None)
     if isinstance(record, dict) and isinstance(record.get("timings"), dict):
-        add_phases(phases, record["timings"], bool(record.get("bench_beside")))
+        add_phases(phases, record["timings"])
         _add_step("phases of the record", sum(record["timings"].values()), 0.0)
     return report
 

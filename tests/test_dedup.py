@@ -81,11 +81,9 @@ def test_groups_follow_msprobes_rule_with_lists_compared(write_dump) -> None:
 
 def test_reused_record_names_its_source_in_every_message() -> None:
     record = {"api": "Torch.add.0", "direction": "forward", "status": "error", "message": "", "notes": [],
-              "timings": {"device_s": 1.0}, "bench_beside": True,
-              "outputs": [{"name": "Torch.add.0.forward.output.0", "message": "big"}]}
+              "timings": {"device_s": 1.0}, "outputs": [{"name": "Torch.add.0.forward.output.0", "message": "big"}]}
     copy = dedup.reused_record(record, "Torch.add.0.forward", "Torch.add.7.forward")
     assert copy["api"] == "Torch.add.7" and copy["reused_from"] == "Torch.add.0.forward" and copy["timings"] == {}
-    assert "bench_beside" not in copy and record["bench_beside"]  # nothing ran for the copy
     assert copy["outputs"][0]["name"] == "Torch.add.7.forward.output.0"
     assert copy["outputs"][0]["message"].startswith("[reused: identical to Torch.add.0.forward")
     assert "Torch.add.0.forward" in copy["message"]

@@ -260,9 +260,9 @@ RECORD_KEYS: dict[str, str] = {
     "reference_only": "an NPU op checked without an NPU: the device side ran the bench function (counted apart)",
     "notes": "what the reader should know: planted NaN/inf, TF32/HF32 rounding, reused results, ...",
     "outputs": "one object per output or gradient (keys below)",
-    "timings": "seconds per phase (`inputs_s`, `device_s`, `bench_s`, `compare_s`, ...)",
-    "bench_beside": "the bench ran in the helper thread beside the device and the third run (their `timings` "
-                    "overlap); like `timings` it depends on the process (a spare core), not on the result",
+    "timings": "seconds per phase (`inputs_s`, `device_s`, `bench_s`, `compare_s`, ...); with the bench beside "
+               "the device (a spare core) the phases overlap, and `bench_wait_s` is the item's thread's time from "
+               "the end of its own runs until the bench was in (building the next item's inputs meanwhile)",
     "data": "`random` (from statistics) or `real` (saved tensors)",
     "mode": "`replay` or `overflow_check` when the item was not a re-run",
     "framework": "`mindspore` or `mindtorch` for records of such dumps",

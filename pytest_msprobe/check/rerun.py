@@ -231,8 +231,6 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     ref_future = helper().submit(reference_runs) if beside and reference is not None and \
         reference.side is not None and reference.device.kind == "cpu" else None
     helped: list[Future[Any]] = [f for f in (bench_future, ref_future) if f is not None]
-    if beside:
-        record["bench_beside"] = True
     start_prefetch()  # the next item's inputs, in the helper thread while the API runs
     seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     try:
@@ -282,9 +280,11 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                     raise failed from None
             raise
         if bench_future is not None:
+            waited = time.perf_counter()
             if not bench_future.done():
                 build_pending_here()  # the next item's inputs, queued behind the bench: built here while it runs
             out_b, leaves_b, pairs_b = bench_future.result()
+            timings["bench_wait_s"] = time.perf_counter() - waited  # the items' thread's part of a bench beside it
             if backward_entry is None:  # the bench is in: its metrics run beside the strict checks
                 early = start_metrics(f"{name.full_name}.forward.output", leaves_b, leaves_d, api, specs, options)
         capture.stash(out_d=out_d, out_b=out_b)

@@ -77,11 +77,10 @@ def groups(dump: Dump, names: list[str]) -> dict[str, tuple[str, str]]:
 
 def reused_record(record: dict[str, Any], representative: str, own_name: str) -> dict[str, Any]:
     """A copy of the representative's check result for a repeat: its own API name in every row, the
-    provenance in `reused_from` and in every message, no timings and no `bench_beside` (nothing ran)."""
+    provenance in `reused_from` and in every message, no timings (nothing ran)."""
     rep, own = parse_entry_name(representative).full_name, parse_entry_name(own_name).full_name
     note = f"reused: identical to {representative} (--msprobe-filter-api)"
     copy = dict(record, api=own, reused_from=representative, timings={}, notes=[note, *record.get("notes", ())])
-    copy.pop("bench_beside", None)
     copy["message"] = f"{note}; {record['message']}" if record.get("message") else note
     rows = []
     for row in record.get("outputs", ()):
