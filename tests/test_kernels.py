@@ -356,8 +356,11 @@ def test_bench_is_untouched_by_the_boundary(pytester: pytest.Pytester) -> None:
     """A plugin instruments torch around the device call; the bench never sees it, and its numbers are right."""
     dump = softmax_dump(pytester)
     pytester.makeconftest(BOUNDARY_PLUGIN)
+    # one thread, so that the log's order is the runs' order: the plugin's phase flag is one global, which a bench
+    # running beside the device call (a spare core) would read as "forward" (own-devices.md: such state must be
+    # per thread); the mode itself is per thread either way
     result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "-k", "softmax and forward",
-                                "--msprobe-standard", "strict")
+                                "--msprobe-standard", "strict", "--msprobe-helper-thread", "off")
     result.assert_outcomes(failed=1, deselected=3)
     log = json.loads((pytester.path / "log.json").read_text())
     softmax_calls = [(phase, dtype) for kind, phase, dtype, *_ in log if kind == "softmax"]
