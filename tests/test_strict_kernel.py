@@ -198,3 +198,78 @@ def test_bf16_outputs_held_as_float32_are_judged_as_their_storage() -> None:
                                   torch_run=torch_run, row=700)
     compiled, oracle = both(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=700)
     assert same(held, oracle) and same(mixed, oracle) and same(compiled, oracle)
+
+
+def _totals(acc: Any) -> dict[str, Any]:
+    """Every total of strict._Totals, the bias test's group sums as bytes: signs of zero apart, every NaN one (a
+    NaN's sign and payload reach no record)."""
+    plain = {k: v for k, v in vars(acc).items() if k not in ("bias", "counts")}
+    plain = {k: ("nan" if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1.0, v))) for k, v in plain.items()}
+    groups = {k: np.where(np.isnan(g := np.concatenate(v)), np.nan, g).tobytes() if v else b""
+              for k, v in acc.bias.items()}
+    return {**plain, **groups, "counts": np.concatenate(acc.counts).tobytes() if acc.counts else b""}
+
+
+@settings(max_examples=200, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), kind=st.sampled_from(KINDS), n=st.integers(1, 9000),
+       third=st.sampled_from(["none", "torch", "magnitude", "estimated"]), bench64=st.booleans(),
+       row=st.integers(1, 5000), seed=st.integers(0, 2 ** 32 - 1),
+       changes=st.lists(st.tuples(st.sampled_from(["b", "d", "t", "mag"]), st.floats(0, 1), st.sampled_from(SPECIAL)),
+                        max_size=4))
+def test_settled_chunks_are_bitwise_the_oracles(dtype: str, kind: str, n: int, third: str, bench64: bool, row: int,
+                                                seed: int, changes: list[tuple[str, float, float]]) -> None:
+    """Outputs whose device and torch run hold the correctly rounded bench almost everywhere (the chunks the
+    pass settles without computing their errors), with a few bench, device, torch-run or magnitude elements
+    changed to values at the formats' edges (NaN, inf, overflow, subnormals): every total of the compiled
+    pass, the worst position and the bias test's group sums included, is the oracle's."""
+    from .strict_oracle import judge_blocks
+
+    rng = np.random.default_rng(seed)
+    wide = np.float64 if bench64 or dtype in ("torch.float32", "torch.float64") else np.float32
+    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-5, 5, n))).astype(wide)
+    flat = {"b": bench, "d": _device_side(rng, bench, dtype, 0)}
+    if third in ("torch", "estimated"):
+        flat["t"] = _device_side(rng, bench, dtype, 0)
+    if third == "estimated":
+        flat["est"] = rng.random(n) < 0.5
+    if third == "magnitude":
+        flat["mag"] = (np.abs(bench) * rng.uniform(1, 4, n)).astype(wide)
+    with np.errstate(all="ignore"):
+        for key, where, special in changes:
+            if key in flat:
+                target = flat[key]
+                target[min(int(where * n), n - 1)] = special if key in ("b", "mag") else \
+                    strict.round_to(np.array([special]), dtype)[0]
+    fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in flat.items()}
+    rules = _rules(THRESHOLDS, dtype, kind)
+    row = min(row, n)
+    with np.errstate(all="ignore"):
+        assert _totals(strict._judge_blocks(fed, row, dtype, rules, kind)) == \
+            _totals(judge_blocks(flat, row, dtype, rules, kind))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_settled_looking_chunk_with_a_nan_scale_is_not_settled(dtype: str, kind: str) -> None:
+    """A chunk whose device and torch run hold the rounded bench everywhere but whose scale is NaN at one
+    element (a NaN in the magnitude run; in a reduction's torch run, whose group RMS is NaN) has a NaN error
+    there, as the oracle computes it: the pass must not take it for settled."""
+    from .strict_oracle import judge_blocks
+
+    rng = np.random.default_rng(11)
+    n = 6000
+    wide = np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32
+    bench = rng.standard_normal(n).astype(wide)
+    rounded = _device_side(rng, bench, dtype, 0)
+    rules = _rules(THRESHOLDS, dtype, kind)
+    magnitude = np.abs(bench) * 2
+    magnitude[2500] = np.nan
+    torch_run = rounded.copy()
+    torch_run[4500] = np.nan  # a NaN in the torch run: its own element unsettled, its group's RMS NaN
+    for extra in ({"mag": magnitude}, {"t": torch_run}):
+        flat = {"b": bench, "d": rounded.copy(), **extra}
+        fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in flat.items()}
+        with np.errstate(all="ignore"):
+            fast, slow = _totals(strict._judge_blocks(fed, 100, dtype, rules, kind)), \
+                _totals(judge_blocks(flat, 100, dtype, rules, kind))
+        assert fast == slow, extra.keys()
