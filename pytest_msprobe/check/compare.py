@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..helper import helper
+from ..helper import helper, wait_helping
 from ..metrics import storage
 from ..runs import capture
 from ..runs.execution import NotCheckable
@@ -144,7 +144,7 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     if early is not None:
         strict_results = {i: judge.strict_verdict(a, str(device[i].dtype), thresholds_for(specs, api))
                           for i, a in strict_pairs}
-        rows = early.rows.result()
+        rows = wait_helping(early.rows)  # this thread takes chunks of their pass once its own checks are done
     else:
         pending = {i: helper().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
                    for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}

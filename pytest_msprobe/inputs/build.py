@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..dump.reader import Dump, resolve_tensor_path
-from ..helper import helper
+from ..helper import share
 from .draw import integers_into, tensor_key, uniform_16, uniform_into
 
 TENSOR_TYPES = (
@@ -367,20 +367,8 @@ def _next_key(ctx: BuildContext) -> int:
 
 def _fill(numel: int, ctx: BuildContext, fill: Callable[[int, int], None]) -> None:
     """fill(start, stop) over [0, numel) in chunks of _CHUNK elements; with ctx.threads > 1 the helper thread
-    takes chunks beside this one (the values do not depend on which thread fills a chunk)."""
-    chunks = max(1, -(-numel // _CHUNK))
-    todo = iter(range(chunks))  # both threads take the next chunk from it (atomic under the GIL)
-
-    def fill_rest() -> None:
-        for j in todo:
-            fill(j * _CHUNK, min(numel, (j + 1) * _CHUNK))
-
-    # the helper joins in when it is free; when it is busy (building the next item's inputs) this thread
-    # fills every chunk, and the helper's turn, not started yet, is cancelled
-    joined = helper().submit(fill_rest) if ctx.threads > 1 and chunks > 1 else None
-    fill_rest()
-    if joined is not None and not joined.cancel():
-        joined.result()  # the chunk the helper is filling
+    takes chunks beside this one when it is free (the values do not depend on which thread fills a chunk)."""
+    share(numel, _CHUNK, fill, join=ctx.threads > 1)
 
 
 _CHUNK = 1 << 20  # elements a thread fills at a time (a larger tensor may be shared with the helper thread)

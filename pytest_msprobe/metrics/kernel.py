@@ -46,8 +46,9 @@ DEV_SAME, DEV_FP16, DEV_FP32 = 0, 1, 2  # DEV_FP16: rounded to fp16 here (pairwi
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def _float64_sums(dw: Any, bs: Any, rl: Any, n: int, facc: Any) -> None:
-    """The cosine's dot products and the relative errors' sum in float64, reassociated (vector code): these
-    sums are taken in another order than numpy's anyway (fused.py's tolerances)."""
+    """The chunk's cosine dot products and relative errors' sum in float64, reassociated (vector code): these
+    sums are taken in another order than numpy's anyway (fused.py's tolerances); metrics_finish adds the chunks'
+    in order."""
     db = dd = bb = sr = 0.0
     for j in range(n):
         fd, fb = np.float64(value(dw[j])), np.float64(bs[j])
@@ -55,10 +56,7 @@ def _float64_sums(dw: Any, bs: Any, rl: Any, n: int, facc: Any) -> None:
         dd += fd * fd
         bb += fb * fb
         sr += np.float64(rl[j])
-    facc[F_DOT_DB] += db
-    facc[F_DOT_DD] += dd
-    facc[F_DOT_BB] += bb
-    facc[F_SUM_REL] += sr
+    facc[F_DOT_DB], facc[F_DOT_DD], facc[F_DOT_BB], facc[F_SUM_REL] = db, dd, bb, sr
 
 
 # the maxima, kept as integer keys of the float bits (integer maxima compile to vector code, float ones
@@ -212,18 +210,38 @@ def _ulps(bs: Any, ds: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: An
 
 
 CHUNK = 2048  # elements per chunk of whole leaves: its buffers stay in the first two cache levels
+_LOWEST = (-0x80000000, -0x8000000000000000)  # the smallest key of each width (32, 64 bits)
+_ABSMASK = (0x7FFFFFFF, 0x7FFFFFFFFFFFFFFF)
+_INF_KEY = (0x7F800000, 0x7FF0000000000000)
 
 
 @compiled
-def metrics_pass(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
-                 log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, out: Any,
-                 iout: Any) -> None:
-    """Every statistic of metrics/fused.py over b and d (flat, one size, n >= 1) into out / iout. `wd`: an
-    empty array of the error dtype B (b's, or float32 beside a float64 b, which is rounded to it a chunk at a
-    time); `ints`: an empty signed integer array of B's width (the keys of the maxima); `log2_fix`, `top`:
-    fused._log2_fix; `exp2`, `odd`, `kmin`: fused._exp2; `mb`, `emin`: the ULP's mantissa bits and smallest
-    exponent."""
-    n = d.size
+def metrics_plan(n: int) -> tuple[Any, Any, Any]:
+    """(los, lens, bounds) of an output of n >= 1 elements: the leaves of numpy's pairwise tree of its sums, and
+    the first leaf of each chunk of whole leaves (up to CHUNK elements), then the number of leaves."""
+    los, lens = np.empty(max_leaves(n), np.int64), np.empty(max_leaves(n), np.int64)
+    count = leaves(n, los, lens, np.empty((3, 64), np.int64))
+    bounds = np.empty(count + 1, np.int64)
+    chunks, first = 0, 0
+    while first < count:
+        bounds[chunks] = first
+        first = chunk_last(los, lens, first, count, CHUNK) + 1
+        chunks += 1
+    bounds[chunks] = count
+    return los[:count], lens[:count], bounds[:chunks + 1]
+
+
+@compiled
+def metrics_chunks(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_binary: bool, params: Any,
+                   log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, los: Any, lens: Any,
+                   bounds: Any, k0: int, k1: int, sums: Any, ckeys: Any, cfacc: Any, ccnt: Any) -> None:
+    """The statistics of chunks k0..k1 of b and d (metrics_plan's), each into its own row of ckeys (the maxima's
+    keys; the largest error's first position in ccnt's I_WORST), cfacc (float64 sums) and ccnt (counts), and
+    each leaf's sums of squares, ULP errors and relative errors into sums: the chunks' results do not depend
+    on which call computed them, so either thread may take any of them (helper.share). `wd`: an empty array
+    of the error dtype B (b's, or float32 beside a float64 b, which is rounded to it a chunk at a time);
+    `ints`: an empty signed integer array of B's width; `log2_fix`, `top`: fused._log2_fix; `exp2`, `odd`,
+    `kmin`: fused._exp2; `mb`, `emin`: the ULP's mantissa bits and smallest exponent."""
     c = np.empty(len(params), wd.dtype)  # the parameters in the bench dtype, as numpy's operands are
     for k in range(len(params)):
         c[k] = params[k]
@@ -232,33 +250,51 @@ def metrics_pass(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_
     ibuf = buf.view(ints.dtype)
     ebuf = np.empty(CHUNK, np.int64)
     sq, ul, rl = buf[0], buf[1], buf[2]
-    iout[:] = 0
-    narrow = ints.itemsize == 4
-    lowest = -0x80000000 if narrow else -0x8000000000000000
-    absmask = 0x7FFFFFFF if narrow else 0x7FFFFFFFFFFFFFFF
-    inf_key = 0x7F800000 if narrow else 0x7FF0000000000000
-    keys = np.empty(6, ints.dtype)
-    keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
-    keys[M_DMIN] = -(lowest + 1)
-    facc = np.zeros(len(out))  # float64 sums
-    los, lens = np.empty(max_leaves(n), np.int64), np.empty(max_leaves(n), np.int64)
-    stack = np.empty((3, 64), np.int64)
-    count = leaves(n, los, lens, stack)
-    sums, left = np.empty((3, count), wd.dtype), np.empty(64, wd.dtype)  # each leaf's sum of squares, of ULP errors, of relative errors
-    first = 0
-    while first < count:  # chunks of whole leaves
-        last, lo = chunk_last(los, lens, first, count, CHUNK), los[first]
-        m = los[last] + lens[last] - lo
-        _chunk(b, d, lo, m, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb, emin,
-               buf, ibuf, ebuf, absmask, inf_key, keys, facc, iout)
+    wide = 0 if ints.itemsize == 4 else 1
+    lowest, absmask, inf_key = _LOWEST[wide], _ABSMASK[wide], _INF_KEY[wide]
+    for k in range(k0, k1):
+        first, last = bounds[k], bounds[k + 1] - 1
+        lo = los[first]
+        keys, facc, cnt = ckeys[k], cfacc[k], ccnt[k]
+        keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
+        keys[M_DMIN] = -(lowest + 1)
+        cnt[:] = 0
+        _chunk(b, d, lo, los[last] + lens[last] - lo, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb,
+               emin, buf, ibuf, ebuf, absmask, inf_key, keys, facc, cnt)
         for i in range(first, last + 1):
             off = los[i] - lo
             sums[0, i] = leaf(sq, off, lens[i], leaf_start)
             sums[1, i] = leaf(ul, off, lens[i], leaf_start) if do_ulp else leaf_start
             sums[2, i] = leaf(rl, off, lens[i], leaf_start)
-        first = last + 1
+
+
+@compiled
+def metrics_finish(n: int, wd: Any, ints: Any, params: Any, sums: Any, ckeys: Any, cfacc: Any, ccnt: Any, out: Any,
+                   iout: Any) -> None:
+    """Every statistic of metrics/fused.py into out / iout from the chunks' results, taken in the chunks' order
+    (the float64 sums added chunk by chunk, the largest error's first position), then numpy's pairwise sums
+    from the leaves' (the tree's own order): the same bits as one pass over the chunks in order."""
+    wide = 0 if ints.itemsize == 4 else 1
+    lowest, absmask, inf_key = _LOWEST[wide], _ABSMASK[wide], _INF_KEY[wide]
+    keys = np.empty(6, ints.dtype)
+    keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
+    keys[M_DMIN] = -(lowest + 1)
+    facc = np.zeros(len(out))
+    iout[:] = 0
+    for k in range(len(ckeys)):
+        ck = ckeys[k]
+        if ck[M_AE] > keys[M_AE] and keys[M_AE] <= inf_key:  # (not once a NaN is found)
+            keys[M_AE], iout[I_WORST] = ck[M_AE], ccnt[k, I_WORST]
+        for m in (M_BABS, M_DMAX, M_REL, M_ULP):
+            keys[m] = max(keys[m], ck[m])
+        keys[M_DMIN] = min(keys[M_DMIN], ck[M_DMIN])
+        for f in (F_DOT_DB, F_DOT_DD, F_DOT_BB, F_SUM_REL):
+            facc[f] += cfacc[k, f]
+        for i in range(I_WORST + 1, len(iout)):
+            iout[i] += ccnt[k, i]
     # the keys back to floats, through one row of the buffer
-    kb, fb = ibuf[0], buf[0]
+    fb = np.empty(6, wd.dtype)
+    kb = fb.view(ints.dtype)
     kb[0], kb[1], kb[2], kb[3], kb[4] = keys[M_AE], keys[M_BABS], keys[M_REL], keys[M_ULP], keys[M_DMAX]
     kb[5] = keys[M_DMIN]
     for j in (4, 5):
@@ -270,7 +306,10 @@ def metrics_pass(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, do_
         out[F_DEV_MAX] = out[F_DEV_MIN] = np.nan  # np.max and np.min: NaN wins
     for k in (F_DOT_DB, F_DOT_DD, F_DOT_BB, F_SUM_REL):
         out[k] = facc[k]
-    zero = c[P_EPS] * 0
+    eps = np.empty(1, wd.dtype)  # rounded to the bench dtype, as numpy's operand is
+    eps[0] = params[P_EPS]
+    zero = eps[0] * 0
+    stack, left = np.empty((3, 64), np.int64), np.empty(64, wd.dtype)
     out[F_SUM_SQ] = zero + combine(n, sums[0], stack, left)  # numpy's reduce: the identity plus the pairwise sum
     out[F_SUM_ULP] = zero + combine(n, sums[1], stack, left)
     out[F_PW_REL] = zero + combine(n, sums[2], stack, left)
