@@ -145,9 +145,11 @@ def test_an_item_looks_its_dump_up_once(pytester: pytest.Pytester, monkeypatch) 
 
 
 def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: pytest.Pytester, monkeypatch) -> None:
-    """The hand-over comes after the item's own sides are made and just before its device run: the sides'
-    copies take and drop the GIL per tensor, and each waited for it while the helper thread built the next
-    item's inputs in Python beside them. An item skipped before its runs hands nothing over."""
+    """The hand-over comes after the item's own sides are made: the sides' copies take and drop the GIL per
+    tensor, and each waited for it while the helper thread built the next item's inputs in Python beside them.
+    With the bench beside the device it comes after the device's runs, behind this item's metrics in the helper's
+    queue; else (a call that may draw random numbers) just before the device run. An item skipped before its runs
+    hands nothing over."""
     from pytest_msprobe.check import rerun
     from pytest_msprobe.runs import backends
 
@@ -170,9 +172,16 @@ def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: py
     records = api_records(pytester, "out")
     assert result.ret == 0 and len(records) >= 10
     assert events.count("prefetch") == len(records) - 1  # every item but the last hands the next one over
+    orders = set()
     for i, event in enumerate(events):
         if event == "prefetch":
-            assert events[i - 2:i] == ["side", "side"] and events[i + 1] == "device", events[max(0, i - 3):i + 2]
+            item = events[:i][::-1]
+            item = item[:item.index("side")][::-1]  # since the item's last side
+            assert events[i - len(item) - 2:i - len(item)] == ["side", "side"], events[max(0, i - 5):i + 2]
+            assert item in ([], ["device"], ["device", "device"]), item  # no device run, forward, and backward
+            assert item or events[i + 1] == "device", events[max(0, i - 3):i + 2]
+            orders.add("after the device" if item else "before the device")
+    assert orders == {"after the device", "before the device"}  # both kinds of item in this dump
     prepare.prefetch_later(lambda: events.append("stale"))
     prepare.prefetch_later(None)  # what an item that skipped before its runs leaves behind
     prepare.start_prefetch()

@@ -8,6 +8,7 @@ the torch run still runs, where the bench ran in the item's thread), and the str
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -70,18 +71,25 @@ class EarlyMetrics:
     convert: standards.Converter  # the arrays they use, for the strict checks to reuse
 
 
-def start_metrics(prefix: str, bench: list[Any], device: list[Any], api: str, specs: dict[str, Any],
-                  options: CheckOptions) -> EarlyMetrics | None:
+def start_metrics(prefix: str, bench: list[Any] | Callable[[], list[Any]], device: list[Any], api: str,
+                  specs: dict[str, Any], options: CheckOptions) -> EarlyMetrics | None:
     """Start msprobe's metrics of a large output in the helper thread, where a core is spare, so they run
-    while the torch run does (they need only bench and device); None where they are computed later."""
+    while the torch run does (they need only bench and device); None where they are computed later. `bench`: the
+    bench's outputs, or a function that gives them in the helper thread (a bench still running there, ahead in
+    its queue)."""
     large = sum(x.numel() for x in device if isinstance(x, torch.Tensor)) >= OVERLAP_MIN_ELEMENTS
     if options.work_threads < 2 or not large or api in specs.get("dropout_apis", []):
         return None
     convert = _memoised(stored)
-    for x in (*bench, *device):  # converted here, once: the strict checks read the same arrays
-        convert(x)
-    return EarlyMetrics(helper().submit(standards.compare_structure, prefix, bench, device, api_name=api, specs=specs,
-                                        converter=convert, standard=_metric_standard(options)), convert)
+
+    def rows() -> list[standards.OutputComparison]:
+        leaves = bench() if callable(bench) else bench
+        for x in (*leaves, *device):  # converted once: the strict checks read the same arrays
+            convert(x)
+        return standards.compare_structure(prefix, leaves, device, api_name=api, specs=specs, converter=convert,
+                                           standard=_metric_standard(options))
+
+    return EarlyMetrics(helper().submit(rows), convert)
 
 
 def _metric_standard(options: CheckOptions) -> str:

@@ -46,7 +46,7 @@ from ..runs.third_run import autocast_round, bench_product, third_run
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from ..verdict import standards
-from .compare import compare_outputs, start_metrics
+from .compare import EarlyMetrics, compare_outputs, start_metrics
 from .prepare import build_pending_here, checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
 
 
@@ -231,7 +231,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     ref_future = helper().submit(reference_runs) if beside and reference is not None and \
         reference.side is not None and reference.device.kind == "cpu" else None
     helped: list[Future[Any]] = [f for f in (bench_future, ref_future) if f is not None]
-    start_prefetch()  # the next item's inputs, in the helper thread while the API runs
+    if bench_future is None:
+        start_prefetch()  # the next item's inputs, in the helper thread while the API runs
     seed_random_apis(record["seed"], device)  # random APIs inside the call (dropout) replay identically per item
     try:
         try:
@@ -267,6 +268,13 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                 if bench_future is None:
                     pairs_b = bench_backward(name, leaves_b, cotangents, grad_index, timings)
                 pairs_d = device_backward(name, leaves_d, cotangents, grad_index, timings, device, resolved.label)
+            if bench_future is not None:
+                # msprobe's metrics, queued behind the bench (they need only its outputs and the device's): the
+                # helper goes on to them while this thread runs the third run; then the next item's inputs
+                early = queued_metrics(name, bench_future, bench_side, dev_side, leaves_d, backward_entry is not None,
+                                       api, specs, options)
+                helped += [early.rows] if early is not None else []  # after the runs: not a run's failure
+                start_prefetch()
             if ref_future is None or ref_future.cancel():  # not started in the helper yet: run here
                 leaves_r = reference_runs()
             else:
@@ -274,7 +282,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             if leaves_r is not None and reference is not None:
                 record["reference"] = reference.label
         except Exception:
-            for first in helped:  # one thread meets the bench's failure first: so is it reported
+            for first in (f for f in (bench_future, ref_future) if f is not None):  # one thread meets the
+                # bench's failure first: so is it reported
                 failed = None if first.cancelled() else first.exception()
                 if failed is not None:
                     raise failed from None
@@ -285,8 +294,6 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                 build_pending_here()  # the next item's inputs, queued behind the bench: built here while it runs
             out_b, leaves_b, pairs_b = bench_future.result()
             timings["bench_wait_s"] = time.perf_counter() - waited  # the items' thread's part of a bench beside it
-            if backward_entry is None:  # the bench is in: its metrics run beside the strict checks
-                early = start_metrics(f"{name.full_name}.forward.output", leaves_b, leaves_d, api, specs, options)
         capture.stash(out_d=out_d, out_b=out_b)
         if pairs_b != pairs_d:
             raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
@@ -303,7 +310,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
             positions = [pos for pos, _ in dev_side.grad_leaves]
             prefix = f"{name.full_name}.backward.output"
-            early = start_metrics(prefix, grads_b, grads_d, api, specs, options)
+            early = early if bench_future is not None else start_metrics(prefix, grads_b, grads_d, api, specs, options)
             grads_r = estimated = None
             if reference is not None and reference.side is not None and leaves_r is not None:
                 grads_r, estimated = reference.complete([leaf.grad for _, leaf in reference.side.grad_leaves],
@@ -318,6 +325,21 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         if isinstance(exc, Exception):  # the record is final only once the runs beside it are done; a timeout
             wait(helped)  # (a BaseException) gets a record of its own and leaves the helper to finish
         raise
+
+
+def queued_metrics(name: Any, bench_future: Future[Any], bench_side: Any, dev_side: Any, leaves_d: list[Any],
+                   gradients: bool, api: str, specs: dict[str, Any], options: CheckOptions) -> EarlyMetrics | None:
+    """start_metrics of a bench running in the helper thread: its outputs (a backward item's: its gradients)
+    are taken there once it is done, ahead in the queue."""
+    if gradients:
+        def bench() -> list[Any]:
+            bench_future.result()
+            return [leaf.grad for _, leaf in bench_side.grad_leaves]
+
+        return start_metrics(f"{name.full_name}.backward.output", bench, [leaf.grad for _, leaf in dev_side.grad_leaves],
+                             api, specs, options)
+    return start_metrics(f"{name.full_name}.forward.output", lambda: bench_future.result()[1], leaves_d, api, specs,
+                         options)
 
 
 def same_threads(threads: int) -> None:
