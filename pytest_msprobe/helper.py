@@ -109,5 +109,5 @@ def wait_helping(future: Future[_T]) -> _T:
             return future.result()
         try:
             shared.run()
-        except Exception:  # noqa: S110 - the helper's pass raises it where its result is used
+        except Exception:  # the pass's owner raises it (_Shared.finish), where its result is used
             pass

@@ -4,7 +4,8 @@ The bench, device and third-run outputs become numpy arrays once, without a copy
 (a bf16 or fp16 one as its 16-bit storage, which the compiled passes widen in registers: metrics/storage.py). With a
 spare core, a large output's msprobe metrics and strict checks run side by side in two threads (numpy frees
 the GIL): the metrics start in the helper thread as soon as bench and device are done (`start_metrics`; while
-the torch run still runs, where the bench ran in the item's thread), and the strict checks follow in the caller.
+the torch run still runs), the strict checks follow in the caller, which then takes grains of the metrics' pass
+that the helper has not reached (helper.wait_helping).
 """
 from __future__ import annotations
 

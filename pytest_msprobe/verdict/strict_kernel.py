@@ -232,8 +232,8 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
 def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
     """Whether every element of the chunk is settled: the device (and the torch run, where there is one) holds
     the correctly rounded bench, which is finite (so its ULP is too), and the scale is a number. Then _errors_t
-    would write +0.0 throughout (a finite error over a positive scale, times zero), so the chunk's sums, maxima and counts are
-    known without it: most chunks of a correct kernel's output, since its exact ops round correctly."""
+    would write +0.0 throughout (a finite error over a positive scale, times zero), so the chunk's sums, maxima
+    and counts are known without it: most chunks of a correct kernel's output, since exact ops round correctly."""
     zero, tiny = c[C_ZERO], c[P_EMIN]
     has_t = t.size > 0
     held = 0
