@@ -18,9 +18,15 @@ def _grains(count: int, grain: int, *, on_helper: bool, join: bool = False,
     """Run share() over `count` with a slow work function, in the helper thread (the items' thread waiting with
     wait_helping) or in this one; the grains taken, by whom, and the owner's result (or its exception)."""
     taken: list[tuple[int, int, str]] = []
+    joined = threading.Event()  # the thread that did not start the pass has taken a grain
 
     def work(start: int, stop: int) -> None:
-        taken.append((start, stop, threading.current_thread().name))
+        name = threading.current_thread().name
+        taken.append((start, stop, name))
+        if name.startswith("msprobe-helper") != on_helper:
+            joined.set()
+        elif fail_at is None:
+            joined.wait(5)  # a busy machine (or a helper still busy) must not decide who takes a grain
         time.sleep(0.002)
         if fail_at is not None and start <= fail_at < stop:
             raise ValueError(f"grain at {start}")
@@ -52,7 +58,7 @@ def test_the_helper_joins_a_pass_of_this_thread_only_when_asked() -> None:
     taken, result = _grains(400, 10, on_helper=False, join=True)
     assert result == "done" and len(taken) == 40
     assert any(who.startswith("msprobe-helper") for _, _, who in taken)
-    taken, _ = _grains(400, 10, on_helper=False)
+    taken, _ = _grains(400, 10, on_helper=False, fail_at=-1)
     assert taken == [(0, 400, threading.current_thread().name)]  # one call: nobody may join
 
 
@@ -64,7 +70,7 @@ def test_a_failing_grain_is_raised_by_the_owner_whichever_thread_ran_it() -> Non
 
 
 def test_a_pass_smaller_than_a_grain_is_one_call() -> None:
-    taken, result = _grains(10, 10, on_helper=True)
+    taken, result = _grains(10, 10, on_helper=True, fail_at=-1)  # (no waiting for the other thread)
     assert result == "done" and taken == [(0, 10, taken[0][2])] and taken[0][2].startswith("msprobe-helper")
 
 
