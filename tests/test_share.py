@@ -75,18 +75,25 @@ def test_a_pass_smaller_than_a_grain_is_one_call() -> None:
 
 
 @pytest.mark.parametrize("ulp", [None, (7, -126, 1.0)])
-def test_msprobes_metric_pass_in_grains_of_both_threads_is_bitwise_one_pass(ulp: Any) -> None:
-    """A 1M-element bf16 output (NaN, inf and subnormals in it) beside an fp32 bench: the statistics from
-    grains taken by the helper and the waiting thread equal those of one call in this thread, bit for bit."""
+@pytest.mark.parametrize("special", [True, False])
+def test_msprobes_metric_pass_in_grains_of_both_threads_is_bitwise_one_pass(ulp: Any, special: bool) -> None:
+    """A 1M-element bf16 output beside an fp32 bench (NaN, inf and subnormals in it, or none): the statistics from
+    grains taken by the helper and the waiting thread equal those of one call in this thread, bit for bit. The
+    largest error appears twice, in different grains: the first is the worst element."""
     rng = np.random.default_rng(4)
     n = 1 << 20
-    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-40, 40, n))).astype(np.float32)
-    bench[[5, 70_000, 900_000]] = [np.nan, np.inf, 1e-40]
+    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-10, 10, n))).astype(np.float32)
+    bench[[200_000, 800_000]] = 1e30
+    if special:
+        bench[[5, 70_000, 900_000]] = [np.nan, np.inf, 1e-40]
     x = bench.view(np.uint32).astype(np.int64)
     device = ((x + (((x >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
     device[rng.random(n) < 0.3] += 1
-    device[[600_000, 600_001]] = [0x7FC0, 0xFF80]  # a NaN and -inf where the bench is finite
+    device[[200_000, 800_000]] = 0  # the same, largest, error twice
+    if special:
+        device[[600_000, 600_001]] = [0x7FC0, 0xFF80]  # a NaN and -inf where the bench is finite
     limits = fused.Limits(eps=1e-10, small_value=1e-3, atol=1e-5, rtol=5e-3, dual=(0.01, 0.001, 0.0001), ulp=ulp)
     alone = fused.compute(bench, device, np.dtype(np.float32), limits)
     shared = wait_helping(helper().submit(fused.compute, bench, device, np.dtype(np.float32), limits))
     assert repr(shared) == repr(alone)  # every field, NaN included
+    assert alone.worst == (5 if special else 200_000)  # numpy's argmax: the first NaN, else the first largest

@@ -236,7 +236,8 @@ def metrics_chunks(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, d
                    log2_fix: Any, top: int, exp2: Any, odd: Any, kmin: int, mb: int, emin: int, los: Any, lens: Any,
                    bounds: Any, k0: int, k1: int, sums: Any, ckeys: Any, cfacc: Any, ccnt: Any) -> None:
     """The statistics of chunks k0..k1 of b and d (metrics_plan's), each into its own row of ckeys (the maxima's
-    keys; the largest error's first position in ccnt's I_WORST), cfacc (float64 sums) and ccnt (counts), and
+    keys; a chunk that holds a larger error than every earlier one of k0..k1, its key and first position, in ccnt's
+    I_WORST: the candidates for numpy's argmax), cfacc (float64 sums) and ccnt (counts), and
     each leaf's sums of squares, ULP errors and relative errors into sums: the chunks' results do not depend
     on which call computed them, so either thread may take any of them (helper.share). `wd`: an empty array
     of the error dtype B (b's, or float32 beside a float64 b, which is rounded to it a chunk at a time);
@@ -252,15 +253,21 @@ def metrics_chunks(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, d
     sq, ul, rl = buf[0], buf[1], buf[2]
     wide = 0 if ints.itemsize == 4 else 1
     lowest, absmask, inf_key = _LOWEST[wide], _ABSMASK[wide], _INF_KEY[wide]
-    for k in range(k0, k1):
+    best = lowest  # the largest error's key so far in these chunks: a chunk looks for its first position only
+    for k in range(k0, k1):  # where it holds a larger one (a search per chunk cost 0.18 ns per element)
         first, last = bounds[k], bounds[k + 1] - 1
         lo = los[first]
         keys, facc, cnt = ckeys[k], cfacc[k], ccnt[k]
-        keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
+        keys[M_AE] = best
+        keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
         keys[M_DMIN] = -(lowest + 1)
         cnt[:] = 0
         _chunk(b, d, lo, los[last] + lens[last] - lo, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb,
                emin, buf, ibuf, ebuf, absmask, inf_key, keys, facc, cnt)
+        if keys[M_AE] == best:  # no larger error here: not a candidate (an earlier chunk holds the first one)
+            keys[M_AE] = lowest
+        else:
+            best = keys[M_AE]
         for i in range(first, last + 1):
             off = los[i] - lo
             sums[0, i] = leaf(sq, off, lens[i], leaf_start)
