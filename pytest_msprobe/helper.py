@@ -17,11 +17,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
+_NAME = "msprobe-helper"  # the helper thread's name prefix: how share() knows it runs there
 
 
 @functools.cache
 def helper() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprobe-helper")
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=_NAME)
 
 
 class _Shared:
@@ -71,7 +72,7 @@ def share(count: int, grain: int, work: Callable[[int, int], None], *, join: boo
     """work(start, stop) over [0, count) in grains of `grain`. In the helper thread, a thread waiting for it
     (wait_helping) takes grains too; elsewhere with `join`, the helper thread takes grains when it is free (its
     turn is cancelled if it has not started by the end). One call when neither may happen."""
-    on_helper = threading.current_thread().name.startswith("msprobe-helper")
+    on_helper = threading.current_thread().name.startswith(_NAME)
     if count <= grain or not (on_helper or join):
         work(0, count)
         return

@@ -216,6 +216,21 @@ _INF_KEY = (0x7F800000, 0x7FF0000000000000)
 
 
 @compiled
+def _key_limits(ints: Any) -> tuple[int, int, int]:
+    """(the smallest key, the mask of a float's magnitude bits, inf's key) at the width of `ints`."""
+    wide = 0 if ints.itemsize == 4 else 1
+    return _LOWEST[wide], _ABSMASK[wide], _INF_KEY[wide]
+
+
+@compiled
+def _fresh_keys(keys: Any, lowest: int) -> Any:
+    """`keys` with every maximum at its smallest key and the minimum at its largest."""
+    keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
+    keys[M_DMIN] = -(lowest + 1)
+    return keys
+
+
+@compiled
 def metrics_plan(n: int) -> tuple[Any, Any, Any]:
     """(los, lens, bounds) of an output of n >= 1 elements: the leaves of numpy's pairwise tree of its sums, and
     the first leaf of each chunk of whole leaves (up to CHUNK elements), then the number of leaves."""
@@ -251,16 +266,14 @@ def metrics_chunks(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, d
     ibuf = buf.view(ints.dtype)
     ebuf = np.empty(CHUNK, np.int64)
     sq, ul, rl = buf[0], buf[1], buf[2]
-    wide = 0 if ints.itemsize == 4 else 1
-    lowest, absmask, inf_key = _LOWEST[wide], _ABSMASK[wide], _INF_KEY[wide]
+    lowest, absmask, inf_key = _key_limits(ints)
     best = lowest  # the largest error's key so far in these chunks: a chunk looks for its first position only
     for k in range(k0, k1):  # where it holds a larger one (a search per chunk cost 0.18 ns per element)
         first, last = bounds[k], bounds[k + 1] - 1
         lo = los[first]
         keys, facc, cnt = ckeys[k], cfacc[k], ccnt[k]
+        _fresh_keys(keys, lowest)
         keys[M_AE] = best
-        keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
-        keys[M_DMIN] = -(lowest + 1)
         cnt[:] = 0
         _chunk(b, d, lo, los[last] + lens[last] - lo, c, dev, do_ulp, do_binary, log2_fix, top, exp2, odd, kmin, mb,
                emin, buf, ibuf, ebuf, absmask, inf_key, keys, facc, cnt)
@@ -281,11 +294,8 @@ def metrics_finish(n: int, wd: Any, ints: Any, params: Any, sums: Any, ckeys: An
     """Every statistic of metrics/fused.py into out / iout from the chunks' results, taken in the chunks' order
     (the float64 sums added chunk by chunk, the largest error's first position), then numpy's pairwise sums
     from the leaves' (the tree's own order): the same bits as one pass over the chunks in order."""
-    wide = 0 if ints.itemsize == 4 else 1
-    lowest, absmask, inf_key = _LOWEST[wide], _ABSMASK[wide], _INF_KEY[wide]
-    keys = np.empty(6, ints.dtype)
-    keys[M_AE] = keys[M_BABS] = keys[M_DMAX] = keys[M_REL] = keys[M_ULP] = lowest
-    keys[M_DMIN] = -(lowest + 1)
+    lowest, absmask, inf_key = _key_limits(ints)
+    keys = _fresh_keys(np.empty(6, ints.dtype), lowest)
     facc = np.zeros(len(out))
     iout[:] = 0
     for k in range(len(ckeys)):
