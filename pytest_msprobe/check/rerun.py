@@ -155,7 +155,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     if shared is not None:  # the sides on the CPU take the inputs the call cannot write without a copy
         shared.written = written_inputs(name.api_type, api, resolved.bench_fn, args, kwargs, specs)
         # the inputs are read after the runs; a drawn tensor's storage cannot grow
-        shared.give = not capture.active() and name.api_type != "NPU" and not may_grow(api, kwargs)
+        written = [t for t in tensors_of((args, kwargs)) if id(t) in (shared.written or ())]
+        shared.give = not capture.active() and name.api_type != "NPU" and \
+            not may_grow(api, kwargs, written, forward.get("output"))
     plain = device.backend is None or type(device.backend).to_device is backends.Backend.to_device
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False,
