@@ -97,3 +97,59 @@ def test_msprobes_metric_pass_in_grains_of_both_threads_is_bitwise_one_pass(ulp:
     shared = wait_helping(helper().submit(fused.compute, bench, device, np.dtype(np.float32), limits))
     assert repr(shared) == repr(alone)  # every field, NaN included
     assert alone.worst == (5 if special else 200_000)  # numpy's argmax: the first NaN, else the first largest
+
+
+@pytest.mark.parametrize("dtype, kind, third", [("torch.bfloat16", "exact", "t"), ("torch.bfloat16", "reduction", "t"),
+                                                ("torch.float16", "contraction", "mag"),
+                                                ("torch.float32", "elementwise", None)])
+def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: str, kind: str, third: str | None,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1M-element output in some 30 blocks: the totals from blocks that both threads took (the pass run by the
+    helper thread, whose blocks the thread waiting for it takes too) equal those of one call, bit for bit: sums, the worst position (the largest error twice, in different grains), a NaN and an inf
+    late in the output, the first wrongly rounded element, and the bias test's group sums."""
+    from pytest_msprobe.specs.loader import load_specs
+    from pytest_msprobe.verdict import strict, strict_kernel
+    from pytest_msprobe.verdict.judge import _rules
+
+    from .test_strict_kernel import _device_side, _totals, stored
+
+    rng = np.random.default_rng(5)
+    n = 1 << 20
+    wide = np.float64 if dtype == "torch.float32" else np.float32
+    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-8, 8, n))).astype(wide)
+    device = _device_side(rng, bench, dtype, 1)
+    worst = bench[300_000] * 2
+    device[[300_000, 900_000]] = device.dtype.type(worst)  # the same largest error twice, grains apart
+    bench[900_000] = bench[300_000]
+    with np.errstate(all="ignore"):
+        device[[700_000, 700_001]] = [np.nan, np.inf]  # where the bench is finite: a block with a NaN has no maximum
+    flat = {"b": bench, "d": stored(device) if dtype == "torch.bfloat16" else device}
+    if third == "t":
+        torch_run = _device_side(rng, bench, dtype, 0)
+        flat["t"] = stored(torch_run) if dtype == "torch.bfloat16" else torch_run
+    elif third == "mag":
+        flat["mag"] = (np.abs(bench) * 3).astype(np.float32)
+    rules = _rules(load_specs()["thresholds"]["strict"], dtype, kind)
+    with np.errstate(all="ignore"):
+        alone = _totals(strict._judge_blocks(flat, 1000, dtype, rules, kind))
+    assert alone["worst"][0] in (300_000, 700_000, 900_000)  # (a row's scale may weigh the two apart)
+
+    other = threading.Event()  # the waiting thread has taken blocks
+    takers: list[str] = []
+    blocks = strict_kernel.strict_blocks
+
+    def spy(*args: Any) -> None:
+        mine = threading.current_thread().name.startswith("msprobe-helper")
+        takers.append("helper" if mine else "waiting")
+        if mine:
+            other.wait(5)  # a busy machine must not decide who takes a grain
+        else:
+            other.set()
+        blocks(*args)
+
+    monkeypatch.setattr(strict_kernel, "strict_blocks", spy)
+    with np.errstate(all="ignore"):
+        shared = wait_helping(helper().submit(strict._judge_blocks, flat, 1000, dtype, rules, kind))
+    block = strict.plan(flat, 1000, rules, kind)[1]
+    assert {"helper", "waiting"} <= set(takers) and len(takers) == -(-n // (block * (strict.GRAIN // block)))
+    assert _totals(shared) == alone

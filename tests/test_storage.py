@@ -120,7 +120,7 @@ def test_fp16_outputs_reach_both_compiled_passes_as_their_storage(monkeypatch: A
     from pytest_msprobe.verdict import judge, standards
 
     seen: list[str] = []
-    for module, name in ((kernel, "metrics_chunks"), (strict_kernel, "strict_pass")):
+    for module, name in ((kernel, "metrics_chunks"), (strict_kernel, "strict_blocks")):
         original = getattr(module, name)
 
         def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
@@ -137,7 +137,7 @@ def test_fp16_outputs_reach_both_compiled_passes_as_their_storage(monkeypatch: A
     torch_run = (bench * np.float32(0.9995)).astype(np.float16)
     verdict = judge.strict_verdict(judge.StrictArrays(bench, device, torch_run=torch_run), "torch.float16",
                                    thresholds_for(specs, "mul"))
-    assert set(seen) == {"metrics_chunks int16", "strict_pass int16"}  # every call, each pass
+    assert set(seen) == {"metrics_chunks int16", "strict_blocks int16"}  # every call, each pass
     monkeypatch.setattr(fused, "supported", lambda *a, **k: False)
     slow = standards.compare_tensor("x", bench, device, bench_dtype="torch.float32", device_dtype="torch.float16",
                                     api_name="mul", specs=specs)

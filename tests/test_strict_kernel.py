@@ -273,3 +273,49 @@ def test_a_settled_looking_chunk_with_a_nan_scale_is_not_settled(dtype: str, kin
             fast, slow = _totals(strict._judge_blocks(fed, 100, dtype, rules, kind)), \
                 _totals(judge_blocks(flat, 100, dtype, rules, kind))
         assert fast == slow, extra.keys()
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16"])
+@pytest.mark.parametrize("kind, third", [("elementwise", "torch"), ("exact", "none"), ("reduction", "estimated"),
+                                         ("contraction", "magnitude")])
+def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dtype: str, kind: str,
+                                                                              third: str) -> None:
+    """A large 16-bit output (the bias test samples every other block, and the pass settles the chunks of the
+    others straight from the bench) holding the correctly rounded bench but at values at the formats' edges:
+    a bench that rounds to inf or lies below the normal range, NaN and inf in device, torch run and magnitude
+    run, a flushed subnormal, one ULP off. Every total is the oracle's."""
+    from .strict_oracle import judge_blocks
+
+    rng = np.random.default_rng(13)
+    n = 600_000
+    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-5, 5, n))).astype(np.float32)
+    flat = {"b": bench, "d": _device_side(rng, bench, dtype, 0)}
+    if third in ("torch", "estimated"):
+        flat["t"] = _device_side(rng, bench, dtype, 0)
+    if third == "estimated":
+        flat["est"] = rng.random(n) < 0.5
+    if third == "magnitude":
+        flat["mag"] = np.abs(bench) * 2
+    rules = _rules(THRESHOLDS, dtype, kind)
+    _, block, every, _ = strict.plan(flat, 1000, rules, kind)
+    assert every > 1
+    skipped = [bi * block + 1000 for bi in range(1, -(-n // block)) if bi % every]  # in blocks the bias test skips
+    big = 3.4e38 if dtype == "torch.bfloat16" else 65520.0
+    with np.errstate(all="ignore"):
+        rounded_big = strict.round_to(np.array([big]), dtype)[0]  # inf
+        changes = [{"b": big, "d": rounded_big, "t": rounded_big},  # rounds to inf, as device and torch run do
+                   {"b": 1e-41, "d": 0.0, "t": 0.0},  # a flushed subnormal result: settled
+                   {"d": np.nan}, {"d": np.inf}, {"t": np.nan}, {"mag": np.nan}, {"t": -np.inf},
+                   {"d": strict.round_to(bench[skipped[0]:skipped[0] + 1] * 1.01, dtype)[0]}]  # one ULP or so off
+    for number, change in enumerate(changes):  # one at a time: none hides another
+        if not set(change) - {"b"} & set(flat):
+            continue
+        at = skipped[number % len(skipped)]
+        case = {key: values.copy() for key, values in flat.items()}
+        for key, value in change.items():
+            if key in case:
+                case[key][at] = value
+        fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in case.items()}
+        with np.errstate(all="ignore"):
+            assert _totals(strict._judge_blocks(fed, 1000, dtype, rules, kind)) == \
+                _totals(judge_blocks(case, 1000, dtype, rules, kind)), change

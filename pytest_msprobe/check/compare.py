@@ -159,7 +159,7 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
                    for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}
         rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
                                            standard=metric_standard)
-        strict_results = {i: future.result() for i, future in pending.items()}
+        strict_results = {i: wait_helping(future) for i, future in pending.items()}  # with blocks of their pass
     ref_rows = None
     if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
         ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,

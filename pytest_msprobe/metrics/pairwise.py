@@ -14,7 +14,7 @@ Imported by those passes only, on the first check, never at collection.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -287,3 +287,52 @@ def leaf(a: Any, lo: int, n: int, start: Any) -> Any:
     for i in range(whole, n):
         res += s[i]
     return res
+
+
+class Tree(NamedTuple):
+    """A walk's buffers, made once per call: the leaves (start, length) and their sums, the walk's stack."""
+    los: Any
+    lens: Any
+    sums: Any
+    stack: Any
+    left: Any
+
+
+@compiled
+def tree_for(n: int) -> Tree:
+    """The buffers of walks of up to n terms."""
+    k = max_leaves(n)
+    return Tree(np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k), np.empty((3, 64), np.int64), np.empty(64))
+
+
+@compiled
+def pairwise(a: Any, lo: int, n: int, zero: Any, tree: Any) -> Any:
+    """numpy's pairwise sum of a[lo:lo + n] in float64 (`zero` starts its short leaves): the leaves of
+    the tree above, added back by its walk. `tree`: the caller's Tree (so that a call allocates
+    nothing)."""
+    if n <= PW_BLOCK:
+        return leaf(a, lo, n, zero)
+    count = leaves(n, tree.los, tree.lens, tree.stack)
+    for i in range(count):
+        tree.sums[i] = leaf(a, lo + tree.los[i], tree.lens[i], zero)
+    return combine(n, tree.sums[:count], tree.stack, tree.left)
+
+
+@compiled
+def segment_sum(a: Any, lo: int, n: int, start: float, tree: Tree) -> Any:
+    """One segment of `add.reduceat`: its first term, then the pairwise sum of the others, whose short
+    leaves start from `start` (-0.0 in numpy 2, which keeps the sign of a sum of negative zeros)."""
+    return a[lo] + pairwise(a, lo + 1, n - 1, start, tree) if n > 1 else a[lo]
+
+
+@compiled
+def segment_walked(a: Any, lo: int, n: int, start: float, count: int, tree: Tree) -> Any:
+    """segment_sum with the leaves of its n - 1 pairwise terms already in tree.los / tree.lens (`count` of
+    them): the bias test's four sums of each group of one size walk the tree once."""
+    if n == 1:
+        return a[lo]
+    if n - 1 <= PW_BLOCK:
+        return a[lo] + leaf(a, lo + 1, n - 1, start)
+    for i in range(count):
+        tree.sums[i] = leaf(a, lo + 1 + tree.los[i], tree.lens[i], start)
+    return a[lo] + combine(n - 1, tree.sums[:count], tree.stack, tree.left)

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..helper import share
 from ..metrics.storage import BITS, kernel_view, widen
 
 # mantissa bits and smallest normal exponent of each device dtype
@@ -166,6 +167,7 @@ class _Totals:
 
 
 BLOCK = 1 << 15  # elements per block: a dozen temporaries of a block stay in cache
+GRAIN = 1 << 17  # elements of whole blocks that either thread takes at a time: ~0.25 ms of work, ~10 us to call
 
 
 def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rules: Mapping[str, Any], *,
@@ -287,8 +289,9 @@ def kernel_params(floor: float, rules: Mapping[str, Any], device_dtype: str, lea
 
 def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapping[str, Any],
                   kind: str) -> _Totals:
-    """The totals of every block of whole rows: from the compiled pass (strict_kernel) on numpy arrays, from
-    the torch pass (strict_torch) on tensors, on the device that holds them."""
+    """The totals of every block of whole rows: from the compiled pass (strict_kernel) on numpy arrays (in the
+    helper thread, in grains of blocks that a thread waiting for it takes too: helper.share), from the torch pass
+    (strict_torch) on tensors, on the device that holds them."""
     work = work_dtype(device_dtype)
     if not isinstance(flat["d"], np.ndarray):
         from . import strict_torch
@@ -309,17 +312,28 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
     blocks = -(-m // block)
     groups = (-(-blocks // every)) * -(-block // size)
     bias, counts, out = np.empty((4, groups)), np.empty(groups, dtype=np.int64), np.empty(K.O_GROUPS + 1)
+    rows, irows = np.empty((blocks, K.R_MAX_T + 1)), np.empty((blocks, K.I_GROUPS + 1), dtype=np.int64)
     side = _side_dtype(flat, work)
     extra = np.dtype(np.float32) if side.itemsize == 2 else side  # the magnitude run and the product
     # the bench as it is where it is float32 or float64 (the pass rounds it to the work dtype a chunk at a time,
     # as numpy did a block at a time): no copy of a float64 bench of a 16-bit output before the call
     bench_dtype = flat["b"].dtype if flat["b"].dtype in (np.float32, np.float64) else np.dtype(work)
-    K.strict_pass(_kernel_array(flat["b"], bench_dtype),
-                  kernel_view(_kernel_array(flat["d"], side)), kernel_view(_kernel_array(flat.get("t"), side)),
-                  _kernel_array(flat.get("mag"), extra), _kernel_array(flat.get("prod"), extra),
-                  np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_),
-                  *_scratch(work, min(block, m)), np.empty(0, dtype=np.int32 if work == np.float32 else np.int64),
-                  K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params, bias, counts, out)
+    arrays = (_kernel_array(flat["b"], bench_dtype), kernel_view(_kernel_array(flat["d"], side)),
+              kernel_view(_kernel_array(flat.get("t"), side)), _kernel_array(flat.get("mag"), extra),
+              _kernel_array(flat.get("prod"), extra),
+              np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_))
+    ints = np.empty(0, dtype=np.int32 if work == np.float32 else np.int64)
+
+    buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # each thread's, made once per pass
+
+    def blocks_of(b0: int, b1: int) -> None:
+        mine = buffers.get(threading.get_ident()) or buffers.setdefault(threading.get_ident(),
+                                                                         _scratch(work, min(block, m)))
+        K.strict_blocks(*arrays, *mine, ints, K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params,
+                        b0, b1, bias, counts, rows, irows)
+
+    share(blocks, max(1, GRAIN // block), blocks_of)
+    K.strict_finish(rows, irows, "t" in flat, out)
     n = int(out[K.O_GROUPS])
     slots = {"sum_w": K.O_SUM_W, "sum_t": K.O_SUM_T, "max_t": K.O_MAX_T, "max_w": K.O_MAX_W, "worst": K.O_WORST,
              "gross": K.O_GROSS, "wrong": K.O_WRONG, "first_wrong": K.O_FIRST_WRONG, "wrong_zero": K.O_WRONG_ZERO,

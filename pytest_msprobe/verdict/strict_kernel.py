@@ -15,12 +15,24 @@ its on-disk cache (`cache=True`) costs a fraction of a second once per process.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from ..compiled import compiled
-from ..metrics.pairwise import PW_BLOCK, chunk_last, combine, half_rounded, leaf, leaves, max_leaves, value
+from ..metrics.pairwise import (
+    PW_BLOCK,
+    Tree,
+    chunk_last,
+    combine,
+    half_rounded,
+    leaf,
+    leaves,
+    segment_sum,
+    segment_walked,
+    tree_for,
+    value,
+)
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
@@ -34,55 +46,6 @@ SCRATCH, WIDE = 16, 1  # rows of the block buffers in the work dtype and in floa
 P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF = range(10)
 (O_SUM_W, O_SUM_T, O_MAX_T, O_MAX_W, O_WORST, O_GROSS, O_WRONG, O_FIRST_WRONG, O_WRONG_ZERO, O_WRONG_UP,
  O_OFF_TIE, O_GROUPS) = range(12)
-
-
-class Tree(NamedTuple):
-    """A walk's buffers, made once per call: the leaves (start, length) and their sums, the walk's stack."""
-    los: Any
-    lens: Any
-    sums: Any
-    stack: Any
-    left: Any
-
-
-@compiled
-def tree_for(n: int) -> Tree:
-    """The buffers of walks of up to n terms."""
-    k = max_leaves(n)
-    return Tree(np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k), np.empty((3, 64), np.int64), np.empty(64))
-
-
-@compiled
-def pairwise(a: Any, lo: int, n: int, zero: Any, tree: Any) -> Any:
-    """numpy's pairwise sum of a[lo:lo + n] in float64 (`zero` starts its short leaves): the leaves of
-    metrics/pairwise.py's tree, added back by its walk. `tree`: the caller's Tree (so that a call allocates
-    nothing)."""
-    if n <= PW_BLOCK:
-        return leaf(a, lo, n, zero)
-    count = leaves(n, tree.los, tree.lens, tree.stack)
-    for i in range(count):
-        tree.sums[i] = leaf(a, lo + tree.los[i], tree.lens[i], zero)
-    return combine(n, tree.sums[:count], tree.stack, tree.left)
-
-
-@compiled
-def segment_sum(a: Any, lo: int, n: int, start: float, tree: Tree) -> Any:
-    """One segment of `add.reduceat`: its first term, then the pairwise sum of the others, whose short
-    leaves start from `start` (-0.0 in numpy 2, which keeps the sign of a sum of negative zeros)."""
-    return a[lo] + pairwise(a, lo + 1, n - 1, start, tree) if n > 1 else a[lo]
-
-
-@compiled
-def _segment(a: Any, lo: int, n: int, start: float, count: int, tree: Tree) -> Any:
-    """segment_sum with the leaves of its n - 1 pairwise terms already in tree.los / tree.lens (`count` of
-    them): the bias test's four sums of each group of one size walk the tree once."""
-    if n == 1:
-        return a[lo]
-    if n - 1 <= PW_BLOCK:
-        return a[lo] + leaf(a, lo + 1, n - 1, start)
-    for i in range(count):
-        tree.sums[i] = leaf(a, lo + 1 + tree.los[i], tree.lens[i], start)
-    return a[lo] + combine(n - 1, tree.sums[:count], tree.stack, tree.left)
 
 
 @compiled
@@ -246,6 +209,23 @@ def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
 
 
 @compiled
+def _settled_16(b: Any, d: Any, t: Any, sx: Any, n: int, c: Any, fmt: int) -> bool:
+    """_settled of a 16-bit output's chunk straight from the bench (`sx`: the scale terms, or empty where the
+    scale is the ULP, a number wherever the rounded bench is finite): the rounded bench in registers, so that a
+    settled chunk never writes _prepare_16's rows (most chunks of a correct kernel's output)."""
+    zero, tiny = c[C_ZERO], c[P_EMIN]
+    has_t, has_x = t.size > 0, sx.size > 0
+    held = 0
+    for j in range(n):
+        v = np.float32(b[j])
+        r = _bf16_rounded(v) if fmt == 0 else half_rounded(v)
+        dj = _unflushed(value(d[j]), v, r, tiny, zero)
+        tj = _unflushed(value(t[j]), v, r, tiny, zero) if has_t else r
+        held += (dj == r) & (tj == r) & (abs(r) < np.inf) & ((sx[j] == sx[j]) if has_x else True)
+    return held == n
+
+
+@compiled
 def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any) -> tuple[int, int]:
     """_errors_t without a torch run: the correctly rounded bench stands in for it."""
     zero, one, tiny, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_GROSS]
@@ -357,18 +337,23 @@ def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: An
 CHUNK = 2048  # elements per chunk of whole pairwise leaves: the chunk's rows stay in the first cache level
 # extra slots of the work-dtype constants (`c`): after the parameters
 C_ZERO, C_ONE, C_HALF, C_TMP = 10, 11, 12, 13
+# a block's results: float64 (`rows`: its sums, and its largest errors, NaN where it holds a NaN) and integers
+R_SUM_W, R_SUM_T, R_MAX_W, R_MAX_T = range(4)
+I_WORST, I_GROSS, I_WRONG, I_WRONG_ZERO, I_WRONG_UP, I_OFF_TIE, I_FIRST_WRONG, I_GROUPS = range(8)
 
 
 @compiled
-def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: Any, wide: Any, ints: Any, fmt: int,
-                kind: int, size: int, block: int, every: int, params: Any, bias: Any, counts: Any, out: Any) -> None:
-    """The totals of strict._Totals over every block of `block` elements (groups of `size`), into `out`;
-    the bias test's group sums of every `every`-th block into bias[0..3] and their sizes into `counts`.
-    `t`, `mag`, `prod`, `est` of length 0 are absent; `b` is float32 or float64 (rounded to the work dtype
-    here); `scratch` holds SCRATCH rows of at least `block` elements of the work dtype, `wide` WIDE rows of
-    float64 (the caller keeps them from call to call), `ints` is an empty array of the integers of the
-    work width. Each block is read in chunks of whole leaves of numpy's pairwise tree of its sums (the
-    8192-element buffers of a float32 sum into float64, or the whole block), each chunk once, in one loop."""
+def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: Any, wide: Any, ints: Any,
+                  fmt: int, kind: int, size: int, block: int, every: int, params: Any, b0: int, b1: int, bias: Any,
+                  counts: Any, rows: Any, irows: Any) -> None:
+    """Blocks b0..b1 of `block` elements (groups of `size`) of the strict pass, each into its own row of `rows`
+    and `irows` (R_*, I_*) and, every `every`-th block, the bias test's group sums into bias[0..3] and their sizes
+    into `counts` at the block's own groups: either thread may take any blocks (helper.share), and strict_finish
+    adds them in order. `t`, `mag`, `prod`, `est` of length 0 are absent; `b` is float32 or float64 (rounded to
+    the work dtype here); `scratch` holds SCRATCH rows of at least `block` elements of the work dtype, `wide` WIDE
+    rows of float64 (the calling thread's), `ints` is an empty array of the integers of the work width. Each
+    block is read in chunks of whole leaves of numpy's pairwise tree of its sums (the 8192-element buffers of a
+    float32 sum into float64, or the whole block), each chunk once, in one loop."""
     m = d.size
     has_t = t.size > 0
     rowk = has_t and (kind == 2 or kind == 3)
@@ -392,10 +377,9 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
     key = np.empty(1, ints.dtype)
     value = key.view(wd)  # a maximum's bits back to its value
     wrong = np.zeros(4, np.int64)
-    sum_w = sum_t = max_t = 0.0
-    max_w, worst, gross, first_wrong = -1.0, 0, 0, -1
-    groups = 0
-    for bi, start in enumerate(range(0, m, block)):
+    per_block = -(-block // size)  # groups of a whole block
+    for bi in range(b0, b1):
+        start = bi * block
         nb = min(block, m - start)
         sampled = bi % every == 0
         if has_x:
@@ -404,7 +388,8 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
         block_w = block_t = 0.0
         nan_w = nan_t = False
         top_w = top_t = key[0] * 0 - 1
-        at_w = 0
+        at_w, gross, first_wrong = 0, 0, -1
+        wrong[:] = 0
         for p0 in range(0, nb, piece_max):  # numpy's buffers of a cast sum, or the whole block
             pn = min(piece_max, nb - p0)
             count = leaves(pn, los, lens, stack)
@@ -414,15 +399,20 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
                 cn = los[last] + lens[last] - c0
                 off = p0 + c0
                 lo = start + off
-                if fmt <= 1 and cast:
-                    _prepare_16(b[lo:lo + cn], bw, rw, uw, cn, tiny, step, fmt)
-                else:
-                    _load(b[lo:lo + cn], bw, cn)
-                    _round(bw, rw, cn, fmt)
-                    _ulp(rw, uw, cn, tiny, step)
                 scale = sx[off:off + cn] if has_x else uw
                 bad = 0
-                if settle and _settled(bw, d[lo:lo + cn], t[lo:lo + cn], rw, scale, cn, c):
+                quick = settle and not sampled and fmt <= 1 and cast  # (the bias terms need the rows)
+                settled = quick and _settled_16(b[lo:lo + cn], d[lo:lo + cn], t[lo:lo + cn],
+                                                scale if has_x else sx[:0], cn, c, fmt)
+                if not settled:
+                    if fmt <= 1 and cast:
+                        _prepare_16(b[lo:lo + cn], bw, rw, uw, cn, tiny, step, fmt)
+                    else:
+                        _load(b[lo:lo + cn], bw, cn)
+                        _round(bw, rw, cn, fmt)
+                        _ulp(rw, uw, cn, tiny, step)
+                    settled = not quick and settle and _settled(bw, d[lo:lo + cn], t[lo:lo + cn], rw, scale, cn, c)
+                if settled:
                     # both rows of normalised errors would be +0.0: leaves summing to 0.0, maxima 0 at the
                     # chunk's first element, nothing wrongly rounded, gross only under a negative threshold
                     gross += cn if c[C_ZERO] > c[P_GROSS] else 0
@@ -462,26 +452,48 @@ def strict_pass(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: 
             block_w += combine(pn, sums[:count], stack, left)
             if has_t:
                 block_t += combine(pn, leaf_t[:count], stack, left)
-        sum_w += block_w
-        sum_t += block_t
-        key[0] = top_w
-        if not nan_w and value[0] > max_w:  # a block holding a NaN leaves the maximum (numpy's argmax finds it)
-            max_w, worst = value[0], start + at_w
-        key[0] = top_t
-        if has_t and not nan_t and value[0] > max_t:  # Python's max(max_t, w_t.max()): a NaN maximum leaves it
-            max_t = value[0]
+        row, irow = rows[bi], irows[bi]
+        row[R_SUM_W], row[R_SUM_T] = block_w, block_t
+        key[0] = top_w  # a block holding a NaN leaves the maximum (numpy's argmax finds it): NaN never wins
+        row[R_MAX_W] = np.nan if nan_w else value[0]
+        key[0] = top_t  # Python's max(max_t, w_t.max()): a NaN maximum leaves it
+        row[R_MAX_T] = np.nan if nan_t else value[0]
+        irow[I_WORST], irow[I_GROSS], irow[I_FIRST_WRONG], irow[I_GROUPS] = start + at_w, gross, first_wrong, 0
+        irow[I_WRONG], irow[I_WRONG_ZERO], irow[I_WRONG_UP], irow[I_OFF_TIE] = wrong[0], wrong[1], wrong[2], wrong[3]
         if sampled:
+            groups = bi // every * per_block  # every sampled block but the last is whole
             walked = -1  # the group size whose tree seg holds
             for g0 in range(0, nb, size):
                 cnt = min(size, nb - g0)
                 if cnt != walked and cnt - 1 > PW_BLOCK:
                     count, walked = leaves(cnt - 1, seg.los, seg.lens, seg.stack), cnt
-                bias[0, groups] = _segment(sd, g0, cnt, params[P_LEAF], count, seg)
-                bias[1, groups] = _segment(st, g0, cnt, params[P_LEAF], count, seg)
-                bias[2, groups] = _segment(sdz, g0, cnt, params[P_LEAF], count, seg)
-                bias[3, groups] = _segment(stz, g0, cnt, params[P_LEAF], count, seg)
+                bias[0, groups] = segment_walked(sd, g0, cnt, params[P_LEAF], count, seg)
+                bias[1, groups] = segment_walked(st, g0, cnt, params[P_LEAF], count, seg)
+                bias[2, groups] = segment_walked(sdz, g0, cnt, params[P_LEAF], count, seg)
+                bias[3, groups] = segment_walked(stz, g0, cnt, params[P_LEAF], count, seg)
                 counts[groups] = cnt
                 groups += 1
+                irow[I_GROUPS] += 1
+
+
+@compiled
+def strict_finish(rows: Any, irows: Any, has_t: bool, out: Any) -> None:
+    """The totals of strict._Totals into `out` (O_*) from every block's results (strict_blocks), taken in the
+    blocks' order: the same bits as one pass over the blocks in order."""
+    sum_w = sum_t = max_t = 0.0
+    max_w, worst, first_wrong = -1.0, 0, -1
+    counted = np.zeros(I_GROUPS + 1, np.int64)  # the blocks' counts added (their positions are not read)
+    for bi in range(len(rows)):
+        row, irow = rows[bi], irows[bi]
+        sum_w += row[R_SUM_W]
+        sum_t += row[R_SUM_T]
+        if row[R_MAX_W] > max_w:
+            max_w, worst = row[R_MAX_W], irow[I_WORST]
+        if has_t and row[R_MAX_T] > max_t:
+            max_t = row[R_MAX_T]
+        first_wrong = irow[I_FIRST_WRONG] if first_wrong < 0 else first_wrong
+        counted += irow
     out[O_SUM_W], out[O_SUM_T], out[O_MAX_T], out[O_MAX_W] = sum_w, sum_t, max_t, max_w
-    out[O_WORST], out[O_GROSS], out[O_WRONG], out[O_FIRST_WRONG] = worst, gross, wrong[0], first_wrong
-    out[O_WRONG_ZERO], out[O_WRONG_UP], out[O_OFF_TIE], out[O_GROUPS] = wrong[1], wrong[2], wrong[3], groups
+    out[O_WORST], out[O_GROSS], out[O_WRONG], out[O_FIRST_WRONG] = worst, counted[I_GROSS], counted[I_WRONG], first_wrong
+    out[O_WRONG_ZERO], out[O_WRONG_UP] = counted[I_WRONG_ZERO], counted[I_WRONG_UP]
+    out[O_OFF_TIE], out[O_GROUPS] = counted[I_OFF_TIE], counted[I_GROUPS]

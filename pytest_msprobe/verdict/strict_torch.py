@@ -1,6 +1,6 @@
 """The strict checks' pass over one output in torch ops, on the device where the output already lives.
 
-The same statistics as the compiled host pass (strict_kernel.strict_pass), operation by operation in the
+The same statistics as the compiled host pass (strict_kernel.strict_blocks), operation by operation in the
 same work dtype (float32 for 16-bit outputs, float64 else), over the same blocks of whole rows
 (strict.plan), so that the bias test samples the same groups. Several of strict's blocks are done at a
 time (a *chunk*), so that memory stays bounded on a huge output and each torch call covers enough
@@ -63,7 +63,7 @@ def sum_of_squares(values: torch.Tensor) -> float:
 
 def strict_pass(flat: dict[str, torch.Tensor], device_dtype: str, kind: str, size: int, block: int, every: int,
                 params: np.ndarray, work: type[np.floating[Any]]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-    """The totals of strict_kernel.strict_pass over tensors that live on one device, in the same blocks
+    """The totals of strict_kernel.strict_blocks over tensors that live on one device, in the same blocks
     (strict.plan's `size`, `block`, `every`) with the same parameters (strict.kernel_params) in the same
     work dtype: ({total: value}, the bias test's group sums (4 x groups), the groups' sizes), on the host."""
     dev = flat["d"].device
