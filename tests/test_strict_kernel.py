@@ -210,6 +210,20 @@ def _totals(acc: Any) -> dict[str, Any]:
     return {**plain, **groups, "counts": np.concatenate(acc.counts).tobytes() if acc.counts else b""}
 
 
+def _rounded_output(rng: np.random.Generator, n: int, dtype: str, third: str, wide: type) -> dict[str, np.ndarray]:
+    """A bench of n elements with a device output (and a torch run, estimated flags or a magnitude run, by
+    `third`) that holds its correctly rounded values: the chunks the strict pass settles."""
+    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-5, 5, n))).astype(wide)
+    flat = {"b": bench, "d": _device_side(rng, bench, dtype, 0)}
+    if third in ("torch", "estimated"):
+        flat["t"] = _device_side(rng, bench, dtype, 0)
+    if third == "estimated":
+        flat["est"] = rng.random(n) < 0.5
+    if third == "magnitude":
+        flat["mag"] = (np.abs(bench) * rng.uniform(1, 4, n)).astype(wide)
+    return flat
+
+
 @settings(max_examples=200, deadline=None)
 @given(dtype=st.sampled_from(DTYPES), kind=st.sampled_from(KINDS), n=st.integers(1, 9000),
        third=st.sampled_from(["none", "torch", "magnitude", "estimated"]), bench64=st.booleans(),
@@ -224,16 +238,8 @@ def test_settled_chunks_are_bitwise_the_oracles(dtype: str, kind: str, n: int, t
     pass, the worst position and the bias test's group sums included, is the oracle's."""
     from .strict_oracle import judge_blocks
 
-    rng = np.random.default_rng(seed)
     wide = np.float64 if bench64 or dtype in ("torch.float32", "torch.float64") else np.float32
-    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-5, 5, n))).astype(wide)
-    flat = {"b": bench, "d": _device_side(rng, bench, dtype, 0)}
-    if third in ("torch", "estimated"):
-        flat["t"] = _device_side(rng, bench, dtype, 0)
-    if third == "estimated":
-        flat["est"] = rng.random(n) < 0.5
-    if third == "magnitude":
-        flat["mag"] = (np.abs(bench) * rng.uniform(1, 4, n)).astype(wide)
+    flat = _rounded_output(np.random.default_rng(seed), n, dtype, third, wide)
     with np.errstate(all="ignore"):
         for key, where, special in changes:
             if key in flat:
@@ -286,16 +292,9 @@ def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dt
     run, a flushed subnormal, one ULP off. Every total is the oracle's."""
     from .strict_oracle import judge_blocks
 
-    rng = np.random.default_rng(13)
     n = 600_000
-    bench = (rng.standard_normal(n) * np.exp(rng.uniform(-5, 5, n))).astype(np.float32)
-    flat = {"b": bench, "d": _device_side(rng, bench, dtype, 0)}
-    if third in ("torch", "estimated"):
-        flat["t"] = _device_side(rng, bench, dtype, 0)
-    if third == "estimated":
-        flat["est"] = rng.random(n) < 0.5
-    if third == "magnitude":
-        flat["mag"] = np.abs(bench) * 2
+    flat = _rounded_output(np.random.default_rng(13), n, dtype, third, np.float32)
+    bench = flat["b"]
     rules = _rules(THRESHOLDS, dtype, kind)
     _, block, every, _ = strict.plan(flat, 1000, rules, kind)
     assert every > 1
