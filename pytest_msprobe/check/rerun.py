@@ -284,8 +284,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             if leaves_r is not None and reference is not None:
                 record["reference"] = reference.label
         except Exception:
-            for first in (f for f in (bench_future, ref_future) if f is not None):  # one thread meets the
-                # bench's failure first: so is it reported
+            # the runs beside this thread (not the metrics queued behind them): one thread meets the bench's
+            # failure first, so is it reported
+            for first in (f for f in (bench_future, ref_future) if f is not None):
                 failed = None if first.cancelled() else first.exception()
                 if failed is not None:
                     raise failed from None

@@ -141,8 +141,7 @@ def _prepare_16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any,
     for j in range(n):
         v = np.float32(b[j])
         r = _bf16_rounded(v) if fmt == 0 else half_rounded(v)
-        bw[j] = v
-        rw[j] = r
+        bw[j], rw[j] = v, r
         uw[j] = _max(np.uint32(np.float32(r).view(np.uint32) & np.uint32(0x7F800000)).view(np.float32), tiny) * step
 
 
@@ -193,35 +192,35 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
 
 @compiled
 def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
-    """Whether every element of the chunk is settled: the device (and the torch run, where there is one) holds
-    the correctly rounded bench, which is finite (so its ULP is too), and the scale is a number. Then _errors_t
-    would write +0.0 throughout (a finite error over a positive scale, times zero), so the chunk's sums, maxima
-    and counts are known without it: most chunks of a correct kernel's output, since exact ops round correctly."""
+    """Whether every element of the chunk is settled (_holds, and the scale is a number): then _errors_t would
+    write +0.0 throughout (a finite error over a positive scale, times zero), so the chunk's sums, maxima and
+    counts are known without it: most chunks of a correct kernel's output, since exact ops round correctly."""
     zero, tiny = c[C_ZERO], c[P_EMIN]
-    has_t = t.size > 0
-    held = 0
+    has_t, held = t.size > 0, 0
     for j in range(n):
-        bj, r = bw[j], rw[j]
-        dj = _unflushed(value(d[j]), bj, r, tiny, zero)
-        tj = _unflushed(value(t[j]), bj, r, tiny, zero) if has_t else r
-        held += (dj == r) & (tj == r) & (abs(r) < np.inf) & (sx[j] == sx[j])
+        held += _holds(d, t, j, bw[j], rw[j], has_t, tiny, zero) & (sx[j] == sx[j])
     return held == n
 
 
 @compiled
+def _holds(d: Any, t: Any, j: int, bj: Any, r: Any, has_t: bool, tiny: Any, zero: Any) -> Any:
+    """Whether device and torch run (where there is one) hold the finite, correctly rounded bench `r` at element j
+    (a flushed subnormal result counts as `r`): the element check of _settled and _settled_16."""
+    dj = _unflushed(value(d[j]), bj, r, tiny, zero)
+    tj = _unflushed(value(t[j]), bj, r, tiny, zero) if has_t else r
+    return (dj == r) & (tj == r) & (abs(r) < np.inf)
+
+
+@compiled
 def _settled_16(b: Any, d: Any, t: Any, sx: Any, n: int, c: Any, fmt: int) -> bool:
-    """_settled of a 16-bit output's chunk straight from the bench (`sx`: the scale terms, or empty where the
-    scale is the ULP, a number wherever the rounded bench is finite): the rounded bench in registers, so that a
-    settled chunk never writes _prepare_16's rows (most chunks of a correct kernel's output)."""
+    """_settled of a 16-bit chunk straight from the bench, rounded in registers, so that a settled chunk never writes
+    _prepare_16's rows (`sx`: the scale terms, or empty where the scale is the ULP, finite where the bench is)."""
     zero, tiny = c[C_ZERO], c[P_EMIN]
-    has_t, has_x = t.size > 0, sx.size > 0
-    held = 0
+    has_t, has_x, held = t.size > 0, sx.size > 0, 0
     for j in range(n):
         v = np.float32(b[j])
         r = _bf16_rounded(v) if fmt == 0 else half_rounded(v)
-        dj = _unflushed(value(d[j]), v, r, tiny, zero)
-        tj = _unflushed(value(t[j]), v, r, tiny, zero) if has_t else r
-        held += (dj == r) & (tj == r) & (abs(r) < np.inf) & ((sx[j] == sx[j]) if has_x else True)
+        held += _holds(d, t, j, v, r, has_t, tiny, zero) & ((sx[j] == sx[j]) if has_x else True)
     return held == n
 
 
