@@ -11,7 +11,8 @@ sums over items of the phases in `record["timings"]`: inputs per generated input
 each item's recorded input tensors), the device, bench and reference runs, and the checks (`compare`) per
 compared output element (the elements of every compared output). "own work" is everything but the API
 runs (device, bench, reference) on the items' thread: with a spare core the bench runs beside it, in the
-helper thread (records whose timings have `bench_wait_s`), and its time is left out there; at -n 2 the phase sums hold
+helper thread (records whose timings have `bench_wait_s`), and its time is left out there, as is the
+making of its side there (`inputs_beside_s`, counted in the inputs); at -n 2 the phase sums hold
 both workers' time, so shares are of 2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker
 loses (the phase sums against 2 x wall: start-up, idle time at the end, pytest and xdist).
 
@@ -26,7 +27,9 @@ hooks, the package's calls outside the timed phases, the cyclic collector), per 
 
 Every figure names the CPU model and whether it has native bf16 (the API runs of a bf16 dump are fast
 only with it, so the checker's own work shows). Measure on a quiet machine: on a shared one the CPU time
-and the per-element costs are the figures to trust.
+and the per-element costs are the figures to trust. The header says whether Python caches bytecode: with
+PYTHONDONTWRITEBYTECODE set (some containers set it) every process compiles the package again, and pytest
+rewrites its modules' asserts, about 0.7 s per process on an AMD EPYC.
 """
 from __future__ import annotations
 
@@ -201,7 +204,8 @@ def main() -> None:
     if args.dump is None or not args.dump.is_file():
         raise SystemExit("no dump: pass a dump.json")
     cpu = _cpu()
-    print(f"dump {args.dump}; CPU: {cpu}")
+    cached = "off (PYTHONDONTWRITEBYTECODE is set)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
+    print(f"dump {args.dump}; CPU: {cpu}; bytecode cache: {cached}")
     best: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -229,7 +233,8 @@ def main() -> None:
               f"work {own:.1f} s = {own / (procs * run['wall']):.0%} of "
               f"{procs} x wall; wall / API runs {procs * run['wall'] / max(api, 1e-9):.2f}")
         print(f"  inputs {p['inputs']:.2f} s = {p['inputs'] / max(run['generated'], 1) * 1e9:.2f} ns per generated "
-              f"element ({run['generated']:,}); checks {p['compare']:.2f} s = "
+              f"element ({run['generated']:,}; {p.get('inputs_beside', 0.0):.2f} s of it beside the items' thread: "
+              f"the bench's side); checks {p['compare']:.2f} s = "
               f"{p['compare'] / max(run['compared'], 1) * 1e9:.2f} ns per compared element ({run['compared']:,})")
         rest = procs * run["wall"] - on_thread(p)
         print(f"  outside the phases (start-up, pytest, xdist, idle workers, reports): {rest:.1f} s")

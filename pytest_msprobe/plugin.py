@@ -242,7 +242,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         if standard not in _WARMED:
             with devices.long_lived():
                 from .check.compare import warm_up  # torch: at the first item, not at plugin load
+                from .runs.memory import keep_freed_memory
 
+                keep_freed_memory()  # before any helper thread allocates: one heap for all threads
                 warm_up(standard)  # the compiled checks, outside the item's timeout
             _WARMED.append(standard)
 

@@ -115,6 +115,42 @@ def test_a_freed_block_is_reused_without_faulting_its_pages_in_again() -> None:
     assert faults("keep") * 20 < default  # kept in the heap: its pages are still there
 
 
+_THREAD_REFAULTS = """
+import resource, sys, threading
+import numpy as np
+from pytest_msprobe.runs import memory
+if sys.argv[1] == "keep":
+    memory.keep_freed_memory()
+block = np.ones(2 << 20)  # freed by the items' thread ...
+del block
+faults = []
+
+def helper():
+    np.ones(16)  # the thread's first allocation: glibc gives it an arena
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = np.ones(2 << 20)  # ... and the same size made in the helper thread, as the bench's side is
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+
+thread = threading.Thread(target=helper)
+thread.start()
+thread.join()
+print(faults[0])
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's arenas are glibc's")
+def test_the_helper_thread_reuses_a_block_the_items_thread_freed() -> None:
+    """One heap for both threads: in an arena of its own, the helper would map and zero fresh pages for what it
+    makes (the bench's side, the next item's inputs) while the items' thread's freed blocks sat unused."""
+    def faults(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", _THREAD_REFAULTS, mode], capture_output=True, text=True,
+                              check=True)
+        return int(done.stdout)
+
+    assert faults("default") >= 100  # the thread's own arena: a fresh heap
+    assert faults("keep") * 20 < faults("default")
+
+
 @pytest.mark.parametrize("shape, dtype", [((1 << 22,), torch.float32), ((2048, 1536), torch.bfloat16), ((7,), torch.float16)])
 def test_a_fresh_cpu_copy_is_made_in_advised_memory(monkeypatch, shape: tuple[int, ...], dtype: torch.dtype) -> None:
     """The side copies (runs/execution.make_side) are torch's own copy, strides included, in memory advised for

@@ -148,8 +148,9 @@ def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: py
     """The hand-over comes after the item's own sides are made: the sides' copies take and drop the GIL per
     tensor, and each waited for it while the helper thread built the next item's inputs in Python beside them.
     With the bench beside the device it comes after the device's runs, behind this item's metrics in the helper's
-    queue; else (a call that may draw random numbers) just before the device run. An item skipped before its runs
-    hands nothing over."""
+    queue, and the bench's side is made in the helper (the items' thread makes the device's alone); else (a call
+    that may draw random numbers) just before the device run, both sides made here. An item skipped before its
+    runs hands nothing over."""
     from pytest_msprobe.check import rerun
     from pytest_msprobe.runs import backends
 
@@ -177,8 +178,11 @@ def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: py
         if event == "prefetch":
             item = events[:i][::-1]
             item = item[:item.index("side")][::-1]  # since the item's last side
-            assert events[i - len(item) - 2:i - len(item)] == ["side", "side"], events[max(0, i - 5):i + 2]
             assert item in ([], ["device"], ["device", "device"]), item  # no device run, forward, and backward
+            sides = 1 if item else 2  # the device's alone, or the bench's too
+            before = events[:i - len(item)]
+            assert before[-sides:] == ["side"] * sides and before[-sides - 1:-sides] != ["side"], \
+                events[max(0, i - 5):i + 2]
             assert item or events[i + 1] == "device", events[max(0, i - 3):i + 2]
             orders.add("after the device" if item else "before the device")
     assert orders == {"after the device", "before the device"}  # both kinds of item in this dump

@@ -26,6 +26,7 @@ from ..runs.execution import (
     Device,
     NotCheckable,
     Shared,
+    Side,
     backward,
     broken_precondition,
     first_output_dtype,
@@ -152,11 +153,16 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             return t.dtype
         return plan.raise_to
 
+    # With a spare core the bench (forward and backward) runs beside the device and the third run, unless the
+    # call may draw random numbers (device and third run draw the same ones from the one CPU generator) or is
+    # an NPU op (its outputs are post-processed before its backward).
+    beside = options.work_threads > 1 and name.api_type != "NPU" and not may_draw(api, kwargs, specs)
     if shared is not None:  # the sides on the CPU take the inputs the call cannot write without a copy
         shared.written = written_inputs(name.api_type, api, resolved.bench_fn, args, kwargs, specs)
-        # the inputs are read after the runs; a drawn tensor's storage cannot grow
+        # the inputs are read after the runs; a drawn tensor's storage cannot grow; a bench beside the device
+        # makes its side in the helper thread, and reads there every input as it was drawn
         written = [t for t in tensors_of((args, kwargs)) if id(t) in (shared.written or ())]
-        shared.give = not capture.active() and name.api_type != "NPU" and \
+        shared.give = not beside and not capture.active() and name.api_type != "NPU" and \
             not may_grow(api, kwargs, written, forward.get("output"))
     plain = device.backend is None or type(device.backend).to_device is backends.Backend.to_device
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
@@ -182,11 +188,25 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         bench_args, bench_kwargs = (map_structure(lambda v: autocast_round(v, autocast, ctx.requires_grad), x)
                                     for x in (bench_args, bench_kwargs))
         record["notes"].append(f"autocast: the bench's inputs are rounded to {plan.autocast}, as the kernel's were")
-    bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
-                           requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True, shared=shared)
-    record["timings"]["inputs_s"] = time.perf_counter() - started
-
     timings = record["timings"]
+    made: list[Side] = []
+
+    def bench_side() -> Side:
+        """The bench's side, made on first use: in the helper thread when the bench runs there, which takes its
+        casts to fp32 and fp64 (an item's largest copies) off the items' thread. No side holds a written input
+        as drawn then (`shared.give`), so that the helper may read every input while the device runs."""
+        if not made:
+            began = time.perf_counter()
+            made.append(make_side(bench_args, bench_kwargs, device="cpu", dtype_for=bench_dtype,
+                                  requires_grad=ctx.requires_grad, want_grad=want_grad, bench=True, shared=shared))
+            if beside:
+                timings["inputs_beside_s"] = time.perf_counter() - began
+        return made[0]
+
+    if not beside:
+        bench_side()
+    timings["inputs_s"] = time.perf_counter() - started
+
     reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
                           shared=shared)
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
@@ -195,7 +215,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     grad_index = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
 
     def run_bench() -> Any:
-        return run_side(resolved.bench_fn, bench_side, autocast=None, device_type="cpu", grad=want_grad)
+        return run_side(resolved.bench_fn, bench_side(), autocast=None, device_type="cpu", grad=want_grad)
 
     threads = torch.get_num_threads()  # this thread's: CPU reductions (the bench's) split by it, so the helper's too
 
@@ -203,6 +223,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         """The bench's forward and, `with_backward`, its backward (beside the device: in the helper thread);
         its outputs, and how many of them took a gradient."""
         same_threads(threads)
+        bench_side()  # not timed as the bench's run
         out = _timed(timings, "bench_s", "bench", run_bench, None)
         leaves = _selected(output_leaves(out), api, specs)
         return out, leaves, bench_backward(name, leaves, cotangents, grad_index, timings) if with_backward else 0
@@ -223,12 +244,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                    lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
         return leaves_r
 
-    # With a spare core the bench (forward and backward) runs beside the device and the third run, unless the
-    # call may draw random numbers (device and third run draw the same ones from the one CPU generator) or is
-    # an NPU op (its outputs are post-processed before its backward). A CPU third run is queued behind the
-    # bench: the items' thread takes it back if the helper has not started it by the time the device is done,
-    # so whichever thread is free first runs it.
-    beside = options.work_threads > 1 and name.api_type != "NPU" and not may_draw(api, kwargs, specs)
+    # A CPU third run is queued behind the bench: the items' thread takes it back if the helper has not started
+    # it by the time the device is done, so whichever thread is free first runs it.
     bench_future = helper().submit(bench_runs, want_grad) if beside else None
     ref_future = helper().submit(reference_runs) if beside and reference is not None and \
         reference.side is not None and reference.device.kind == "cpu" else None
@@ -304,12 +321,12 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         started = time.perf_counter()
         role = reference.role if reference is not None else "torch"
         if backward_entry is None:
-            product = bench_product(api, bench_side, leaves_b, specs) if role == "magnitude" else None
+            product = bench_product(api, bench_side(), leaves_b, specs) if role == "magnitude" else None
             compare_outputs(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api,
                             specs, options, product=product, autocast=plan.autocast,
                             scalar_operand=has_scalar_operand(args, kwargs), early=early)
         else:
-            grads_b = [leaf.grad for _, leaf in bench_side.grad_leaves]
+            grads_b = [leaf.grad for _, leaf in bench_side().grad_leaves]
             grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
             positions = [pos for pos, _ in dev_side.grad_leaves]
             prefix = f"{name.full_name}.backward.output"
@@ -330,14 +347,14 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         raise
 
 
-def queued_metrics(name: Any, bench_future: Future[Any], bench_side: Any, dev_side: Any, leaves_d: list[Any],
-                   gradients: bool, api: str, specs: dict[str, Any], options: CheckOptions) -> EarlyMetrics | None:
+def queued_metrics(name: Any, bench_future: Future[Any], bench_side: Callable[[], Side], dev_side: Side,
+                   leaves_d: list[Any], gradients: bool, api: str, specs: dict[str, Any], options: CheckOptions) -> EarlyMetrics | None:
     """start_metrics of a bench running in the helper thread: its outputs (a backward item's: its gradients)
     are taken there once it is done, ahead in the queue."""
     if gradients:
         def bench() -> list[Any]:
             bench_future.result()
-            return [leaf.grad for _, leaf in bench_side.grad_leaves]
+            return [leaf.grad for _, leaf in bench_side().grad_leaves]
 
         return start_metrics(f"{name.full_name}.backward.output", bench, [leaf.grad for _, leaf in dev_side.grad_leaves],
                              api, specs, options)

@@ -389,13 +389,14 @@ def run_side(fn: Callable[..., Any], side: Side, *, autocast: torch.dtype | None
 
 
 def broken_precondition(device_exc: BaseException | None, run_bench: Callable[[], Any], fn: Callable[..., Any],
-                        side: Side) -> str | None:
+                        side: Callable[[], Side]) -> str | None:
     """Why a device exception on generated inputs is a skip, or None when it is a failure.
 
     It is a skip when the bench raises the same way (type, and message up to numbers) while the same call on
     meta tensors (shapes and dtypes only) goes through: the arguments are well-formed and only their random
     values break a precondition of the API (Cholesky of a matrix that is not positive-definite, an index out of
-    range). A call that fails on meta tensors too, or has no meta kernel, stays a failure.
+    range). A call that fails on meta tensors too, or has no meta kernel, stays a failure. `side` gives the
+    bench's side once `run_bench` has run (the helper thread may be making it until then).
     """
     def gist(exc: BaseException) -> str:
         lines = str(exc).strip().splitlines()
@@ -411,7 +412,7 @@ def broken_precondition(device_exc: BaseException | None, run_bench: Callable[[]
             return None
         bench_exc = exc
     meta = map_structure(lambda v: torch.empty_like(v, device="meta") if isinstance(v, torch.Tensor) else v,
-                         [side.args, side.kwargs])
+                         [side().args, side().kwargs])
     try:
         with torch.no_grad():
             fn(*meta[0], **meta[1])
