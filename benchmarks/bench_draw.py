@@ -15,8 +15,9 @@ With --dump, every checkable item of the dump instead: its inputs built from its
 check/prepare.build_inputs builds them, then the sides a run under `strict` makes of them (the device side
 in the recorded dtype, the bench side in the dtypes of plan_precision, the third run's side of
 runs/third_run.py: torch's run in the recorded dtype or a contraction's magnitude run; a tree whose
-make_side shares inputs, runs/sharing.py, shares them as check/rerun.py does), each phase's CPU time summed
-over items per generated input element.
+make_side shares inputs, runs/sharing.py, shares them as check/rerun.py does without a spare core; with one,
+the bench's side is made in the helper thread and the device side copies the inputs the call writes too), each
+phase's CPU time summed over items per generated input element.
 """
 from __future__ import annotations
 

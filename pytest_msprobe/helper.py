@@ -1,9 +1,9 @@
 """The one thread a check may use beside its own, when the process has a spare core
-(CheckOptions.work_threads > 1): it runs the bench (forward and backward) while the item's thread runs the
-device and the third run (check.rerun), draws chunks of a large random tensor beside the item's thread
-(inputs.build), builds the next item's inputs (check.prepare.prefetch) and computes a large output's
-msprobe metrics while the item's thread runs the strict checks (check.compare.start_metrics), or those checks
-while the item's thread computes the metrics. One thread for every stage, so a process keeps at most two busy.
+(CheckOptions.work_threads > 1): it makes the bench's side and runs the bench (forward and backward) while the
+item's thread runs the device and the third run (check.rerun), draws chunks of a large random tensor beside the
+item's thread (inputs.build), builds the next item's inputs (check.prepare.prefetch) and computes a large
+output's msprobe metrics while the item's thread runs the strict checks (check.compare.start_metrics), or those
+checks while the item's thread computes the metrics. One thread for every stage, so a process keeps at most two busy.
 
 A long compiled pass may be cut into grains that either thread takes (`share`): the item's thread joins the
 helper's pass while it waits for its result (`wait_helping`), and the helper joins the item's thread's pass when
