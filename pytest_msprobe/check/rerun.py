@@ -348,7 +348,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
 
 def queued_metrics(name: Any, bench_future: Future[Any], bench_side: Callable[[], Side], dev_side: Side,
-                   leaves_d: list[Any], gradients: bool, api: str, specs: dict[str, Any], options: CheckOptions) -> EarlyMetrics | None:
+                   leaves_d: list[Any], gradients: bool, api: str, specs: dict[str, Any],
+                   options: CheckOptions) -> EarlyMetrics | None:
     """start_metrics of a bench running in the helper thread: its outputs (a backward item's: its gradients)
     are taken there once it is done, ahead in the queue."""
     if gradients:
