@@ -30,6 +30,11 @@ LINEAR = {
                                      "input_kwargs": {"p": {"type": "float", "value": 0.25},
                                                       "training": {"type": "bool", "value": True}},
                                      "output": [tensor("torch.float32", [256, 64])]},
+    "Tensor.addcdiv_.0.forward": {"input_args": [tensor("torch.bfloat16", [256, 64]),
+                                                 tensor("torch.bfloat16", [256, 64]),
+                                                 tensor("torch.bfloat16", [256, 64], mx=2.0, mn=1.0)],
+                                  "input_kwargs": {"value": {"type": "float", "value": -0.001}},
+                                  "output": [tensor("torch.bfloat16", [256, 64])]},
 }
 COMPARED = ("status", "message", "outputs", "notes", "reference", "impl")
 
@@ -66,6 +71,28 @@ def test_the_bench_runs_beside_with_the_same_record(write_dump, monkeypatch, ent
     assert {thread for key, thread in seen[half:] if key.startswith("bench")} == {"msprobe-helper_0"}
     assert {thread for key, thread in seen[half:] if key.startswith("device")} == {"MainThread"}
     assert ("bench_backward_s" in dict(seen)) == entry.endswith("backward")
+
+
+def test_the_benchs_side_is_made_beside_from_the_inputs_as_drawn(write_dump, monkeypatch) -> None:
+    """With the bench beside, its side (the casts to fp64) is made in the helper while the device runs: an input
+    the call writes is read there as it was drawn, however late, since the device side has a copy of its own.
+    Here the helper starts its side only once the device has written its `self`."""
+    plain = rerun.make_side
+    threads: list[str] = []
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("bench"):
+            threads.append(threading.current_thread().name)
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(0.3)  # the device's addcdiv_ is done by now
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(rerun, "make_side", late)
+    one, two = _both(load_dump(write_dump(LINEAR)), "Tensor.addcdiv_.0.forward")
+    assert one["status"] == "pass" and one["outputs"]
+    assert {k: one.get(k) for k in COMPARED} == {k: two.get(k) for k in COMPARED}
+    assert threads == ["MainThread", "msprobe-helper_0"]
+    assert "inputs_beside_s" not in one["timings"] and two["timings"]["inputs_beside_s"] >= 0.3
 
 
 @pytest.mark.parametrize("slow", ["device", "bench"])
