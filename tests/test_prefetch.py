@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from pytest_msprobe.check import check_entry, prepare
 from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.helper import helper
 from pytest_msprobe.session import devices
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs
@@ -64,6 +66,9 @@ def test_a_prefetch_is_taken_only_by_its_own_check(write_dump, monkeypatch) -> N
     dump = _dump(write_dump)
     threads = _builds(monkeypatch)
     prepare.prefetch(dump, "Functional.gelu.0.forward", TWO, SPECS)
+    started, _ = list(prepare._pending.values())[-1]
+    while not (started.running() or started.done()):  # the helper has begun it (a new thread, or one busy
+        time.sleep(0.001)  # with an earlier test's work, may not have yet): no later wait builds it here
     other = dataclasses.replace(TWO, run_seed=7)  # another seed: other inputs
     check_entry(dump, "Functional.gelu.0.forward", other, SPECS)
     check_entry(dump, "Functional.silu.1.forward", TWO, SPECS)
@@ -73,8 +78,6 @@ def test_a_prefetch_is_taken_only_by_its_own_check(write_dump, monkeypatch) -> N
 def test_a_build_the_helper_has_not_started_is_made_by_the_waiting_thread(write_dump, monkeypatch) -> None:
     """While the helper is busy (with the bench), build_pending_here builds the queued inputs in this thread; the
     item takes them (no second build) and its record is the same."""
-    from pytest_msprobe.helper import helper
-
     dump = _dump(write_dump)
     fresh = check_entry(dump, "Functional.silu.1.backward", dataclasses.replace(TWO, work_threads=1), SPECS)
     threads = _builds(monkeypatch)
