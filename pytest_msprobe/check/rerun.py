@@ -161,9 +161,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         shared.written = written_inputs(name.api_type, api, resolved.bench_fn, args, kwargs, specs)
         # the inputs are read after the runs; a drawn tensor's storage cannot grow; a bench beside the device
         # makes its side in the helper thread, and reads there every input as it was drawn
-        written = [t for t in tensors_of((args, kwargs)) if id(t) in (shared.written or ())]
         shared.give = not beside and not capture.active() and name.api_type != "NPU" and \
-            not may_grow(api, kwargs, written, forward.get("output"))
+            not may_grow(api, args, kwargs, shared.written, forward.get("output"))
     plain = device.backend is None or type(device.backend).to_device is backends.Backend.to_device
     dev_side = make_side(args, kwargs, device=device.name, dtype_for=lambda t: t.dtype,
                          requires_grad=ctx.requires_grad, want_grad=want_grad, bench=False,

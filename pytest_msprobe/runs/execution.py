@@ -411,8 +411,9 @@ def broken_precondition(device_exc: BaseException | None, run_bench: Callable[[]
         if type(exc) is not type(device_exc) or gist(exc) != gist(device_exc):
             return None
         bench_exc = exc
+    bench = side()
     meta = map_structure(lambda v: torch.empty_like(v, device="meta") if isinstance(v, torch.Tensor) else v,
-                         [side().args, side().kwargs])
+                         [bench.args, bench.kwargs])
     try:
         with torch.no_grad():
             fn(*meta[0], **meta[1])

@@ -22,7 +22,7 @@ import functools
 import inspect
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection
 from typing import Any, Callable
 
 import torch
@@ -63,17 +63,19 @@ def written_inputs(api_type: str, api_name: str, fn: Callable[..., Any] | None, 
     return {id(t) for t in tensors_of(written)}
 
 
-def may_grow(api_name: str, kwargs: dict[str, Any], written: Sequence[torch.Tensor] = (), output: Any = None) -> bool:
+def may_grow(api_name: str, args: list[Any], kwargs: dict[str, Any], written: Collection[int] | None,
+             output: Any = None) -> bool:
     """Whether the call may grow the storage of an input it writes (`resize_`, `resize_as_`, an `out=` of
-    another shape, an in-place call whose recorded `output` has more elements than a `written` input: torch
-    resizes the `self` of addbmm_ to the product's shape): such an input is never given to a side as it was
-    built, since a drawn tensor lives in numpy's memory, which torch cannot resize (inputs/build._empty); the
-    side gets a copy in torch's."""
+    another shape, an in-place call whose recorded `output` has more elements than an input whose id is in
+    `written`, written_inputs' set: torch resizes the `self` of addbmm_ to the product's shape): such an input
+    is never given to a side as it was built, since a drawn tensor lives in numpy's memory, which torch cannot
+    resize (inputs/build._empty); the side gets a copy in torch's."""
     if api_name in ("resize_", "resize_as_") or "out" in kwargs:
         return True
-    shapes = [leaf["shape"] for leaf in iter_leaves(output) if isinstance(leaf, dict) and isinstance(leaf.get("shape"), list)]
+    shapes = [leaf["shape"] for leaf in iter_leaves(output)
+              if isinstance(leaf, dict) and isinstance(leaf.get("shape"), list)]
     largest = max((math.prod(int(n) for n in shape) for shape in shapes), default=0)
-    return any(t.numel() < largest for t in written)
+    return any(t.numel() < largest for t in tensors_of((args, kwargs)) if id(t) in (written or ()))
 
 
 @functools.cache
