@@ -67,8 +67,10 @@ def test_a_prefetch_is_taken_only_by_its_own_check(write_dump, monkeypatch) -> N
     threads = _builds(monkeypatch)
     prepare.prefetch(dump, "Functional.gelu.0.forward", TWO, SPECS)
     started, _ = list(prepare._pending.values())[-1]
-    while not (started.running() or started.done()):  # the helper has begun it (a new thread, or one busy
-        time.sleep(0.001)  # with an earlier test's work, may not have yet): no later wait builds it here
+    deadline = time.monotonic() + 10  # the helper has begun it (a new thread, or one busy with an earlier
+    while not (started.running() or started.done()) and time.monotonic() < deadline:  # test's work, may not
+        time.sleep(0.001)  # have yet): no later wait builds it here
+    assert started.running() or started.done()
     other = dataclasses.replace(TWO, run_seed=7)  # another seed: other inputs
     check_entry(dump, "Functional.gelu.0.forward", other, SPECS)
     check_entry(dump, "Functional.silu.1.forward", TWO, SPECS)

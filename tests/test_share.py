@@ -105,8 +105,9 @@ def test_msprobes_metric_pass_in_grains_of_both_threads_is_bitwise_one_pass(ulp:
 def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: str, kind: str, third: str | None,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A 1M-element output in some 30 blocks: the totals from blocks that both threads took (the pass run by the
-    helper thread, whose blocks the thread waiting for it takes too) equal those of one call, bit for bit: sums, the worst position (the largest error twice, in different grains), a NaN and an inf
-    late in the output, the first wrongly rounded element, and the bias test's group sums."""
+    helper thread, whose blocks the thread waiting for it takes too) equal those of one call, bit for bit: sums,
+    the worst position (the largest error twice, in different grains), a NaN and an inf late in the output, the
+    first wrongly rounded element, and the bias test's group sums."""
     from pytest_msprobe.specs.loader import load_specs
     from pytest_msprobe.verdict import strict, strict_kernel
     from pytest_msprobe.verdict.judge import _rules
