@@ -46,8 +46,8 @@ def keep_freed_memory() -> None:
     One heap (arena) for every thread: the helper thread (helper.py) makes what the items' thread frees
     (the bench's side, the next item's inputs), and in an arena of its own it faulted fresh pages in while
     the freed blocks sat in the main heap (the realistic Llama step: 180k minor faults in all against 141k,
-    the bench's casts there 1.5 ns per element against 0.65 on the items' thread, on an AMD EPYC). Set
-    before the process's first item, so before the helper thread's first allocation."""
+    the bench's casts there 1.5 ns per element against 0.65 on the items' thread, on an AMD EPYC with
+    avx512_bf16). Set before the process's first item, so before the helper thread's first allocation."""
     mallopt = _libc_function("mallopt")
     if mallopt is not None and _libc_function("malloc_trim") is not None:  # glibc's, not another libc's
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
