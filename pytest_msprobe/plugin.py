@@ -240,7 +240,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.next_item = nextitem  # its inputs are built while this item's API runs
         standard = item.config.stash[SETTINGS_KEY].standard
         if standard not in _WARMED:
-            with devices.long_lived():
+            with devices.long_lived(), terminal.notice_if_slow(item.config, terminal.COMPILING,
+                                                                terminal.SLOW_WARM_UP_S):
                 from .check.compare import warm_up  # torch: at the first item, not at plugin load
                 from .runs.memory import keep_freed_memory
 

@@ -7,24 +7,29 @@ from typing import Any
 
 import pytest
 
-# pytester's in-process runs drop modules first imported inside them; torch must never be
-# re-imported in one process (its C extension crashes), so import it once up front.
-import torch  # noqa: F401
 
-import bench_functions  # noqa: F401
-import pytest_msprobe.check.rerun  # noqa: F401
-from tests.helpers import strict_warm_up
+@pytest.fixture(scope="session", autouse=True)
+def _imported_once() -> None:
+    """What the suite's in-process runs need imported before the first of them, done before the first test of
+    tests/ and only then: pytest loads this file for `pytest --msprobe-api-info dump.json` from the repository
+    root too (testpaths), the README's first command, which needs none of it (at import, it cost that command
+    about 2 s of its 3 s with numba's cache warm, and hid a cold cache's compilation outside pytest's timer).
 
-# the same for numba, which the strict checks' kernel imports on the first check and which imports more
-# of itself on its first compilation: one check here, before any in-process run (a second import of numba
-# in one process fails: its code generator meets classes of both imports)
-strict_warm_up()
+    - pytester's in-process runs drop modules first imported inside them, and torch must never be imported
+      twice in one process (its C extension crashes);
+    - the same for numba, which the strict checks' kernel imports on the first check and which imports more of
+      itself on its first compilation: one check here (a second import of numba in one process fails: its code
+      generator meets classes of both imports);
+    - --msprobe-fuzz imports hypothesis inside in-process runs; it is a test extra."""
+    import torch  # noqa: F401
 
-# --msprobe-fuzz imports hypothesis inside in-process runs. It is a test extra: pytest also loads this
-# file (testpaths) for `pytest --msprobe-api-info dump.json` after a plain `pip install -e .`, where
-# the test modules that need hypothesis are not collected.
-with contextlib.suppress(ImportError):
-    import hypothesis  # noqa: F401
+    import bench_functions  # noqa: F401
+    import pytest_msprobe.check.rerun  # noqa: F401
+    from tests.helpers import strict_warm_up
+
+    strict_warm_up()
+    with contextlib.suppress(ImportError):
+        import hypothesis  # noqa: F401
 
 
 # Dump fixtures under tests/ are data, not something to collect when running our own suite.

@@ -2,7 +2,9 @@
 worst failures, the files written). Record-only wording lives in reports/summary.py."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -76,3 +78,26 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
     if journal is not None:
         lines.append(f"journal: {journal.path}")
     return lines
+
+
+SLOW_WARM_UP_S = 3.0  # a warm-up from numba's cache takes 0.4-1 s; compiling, 30-60 s on two cores
+COMPILING = ("msprobe: compiling the checks for this machine, once (up to a minute or two); numba caches them "
+             "for later runs (NUMBA_CACHE_DIR, else __pycache__ beside the package)")
+
+
+@contextlib.contextmanager
+def notice_if_slow(config: pytest.Config, text: str, after: float) -> Iterator[None]:
+    """Say `text` in the terminal if the block is still running `after` seconds on: the first item's warm-up
+    compiles the checks on a machine whose numba cache is cold, and the run printed nothing for that long. Not
+    in an xdist worker, whose terminal nobody sees."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(config, "workerinput"):
+        yield
+        return
+    timer = threading.Timer(after, lambda: reporter.write_line(text, yellow=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
