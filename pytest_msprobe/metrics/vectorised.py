@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import numpy as np
 
 from ..records.columns import METRIC_KEYS as METRIC_KEYS  # re-exported: the metrics' column order
 from . import storage
 
-_P = ParamSpec("_P")
+if TYPE_CHECKING:  # typing.ParamSpec is Python 3.10's; the package runs on 3.9 (an Ascend host's torch_npu 2.1)
+    from typing import ParamSpec  # novermin: never imported at run time
+
+    _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
