@@ -17,14 +17,14 @@ import dataclasses
 import math
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Union
 
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
 MAX_SPECIALS = 8
 
 
 # Where a leaf sits in an entry's encoded arguments: keys and list positions from the top.
-LeafPath = tuple[str | int, ...]
+LeafPath = tuple[Union[str, int], ...]  # Union: a run-time alias, and Python 3.9's
 
 
 def _leaves(enc: Any, path: LeafPath) -> Iterator[tuple[LeafPath, dict[str, Any]]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable, cast
+from typing import Any, Callable, Optional, cast
 
 import numpy as np
 
@@ -43,7 +43,7 @@ _COMPARABLE = ({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
                {np.dtype(np.bool_), np.dtype(np.uint8)}, {np.dtype(np.int32), np.dtype(np.int64)})
 # What a converter makes of one output: (kind: "tensor" | "scalar" | "none" | other, value, torch dtype
 # string of a tensor, else None).
-Converter = Callable[[Any], tuple[str, Any, str | None]]
+Converter = Callable[[Any], tuple[str, Any, Optional[str]]]  # Optional: a run-time alias, and Python 3.9's
 
 
 @dataclass
