@@ -162,11 +162,20 @@ _PLANTED = device_side_conftest("""
 """)
 
 
-def _comparable(record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """A record without its timings, and its outputs' strict statistics apart (compared within TOLERANCE)."""
+# msprobe's columns taken from a sum: on the device a float64 sum in torch's order, on the host numpy's pairwise sum
+# in float32 for 16-bit outputs (metrics/on_device.py): they agree within a float32 sum's rounding
+SUMMED = ("cosine", "rmse", "mean_rel_err", "mean_ulp_err")
+SUMMED_TOLERANCE = 1e-6
+
+
+def _comparable(record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, float]], list[dict[str, float]]]:
+    """A record without its timings; its outputs' strict statistics apart (compared within TOLERANCE), and
+    msprobe's columns taken from a sum (within SUMMED_TOLERANCE)."""
     record = {k: v for k, v in record.items() if k != "timings"}
     stats = [output.pop("reference", None) or {} for output in record["outputs"]]
-    return record, stats
+    summed = [{k: output["metrics"].pop(k) for k in SUMMED if output["metrics"].get(k) is not None}
+              for output in record["outputs"]]
+    return record, stats, summed
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2", "--msprobe-min-work-per-worker", "0"]])
@@ -184,14 +193,19 @@ def test_a_run_with_the_checks_on_the_device_writes_the_records_of_the_host_run(
     (host_outcomes, host), (device_outcomes, device) = runs["host"], runs["device"]
     assert host_outcomes == device_outcomes and host_outcomes.get("failed", 0) >= 2, host_outcomes
     assert host.keys() == device.keys() and len(host) >= 15
-    judged = 0
+    judged = summed = 0
     for name in host:
-        (a, stats_a), (b, stats_b) = _comparable(host[name]), _comparable(device[name])
+        (a, stats_a, sums_a), (b, stats_b, sums_b) = _comparable(host[name]), _comparable(device[name])
         assert a == b, name
         for x, y in zip(stats_a, stats_b):
             assert x.keys() == y.keys() and all(_close(x[k], y[k]) for k in x), (name, x, y)
             judged += bool(x)
+        for x, y in zip(sums_a, sums_b):
+            assert x.keys() == y.keys() and all(math.isclose(x[k], y[k], rel_tol=SUMMED_TOLERANCE) for k in x), \
+                (name, x, y)
+            summed += bool(x)
     assert judged >= 15  # the strict statistics of every float output were compared
+    assert summed >= 15  # and msprobe's columns, taken on the device
 
 
 def test_an_accelerator_that_lacks_an_op_hands_its_checks_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:

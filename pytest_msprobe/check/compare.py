@@ -79,7 +79,8 @@ def start_metrics(prefix: str, bench: list[Any] | Callable[[], list[Any]], devic
     bench's outputs, or a function that gives them in the helper thread (a bench still running there, ahead in
     its queue)."""
     large = sum(x.numel() for x in device if isinstance(x, torch.Tensor)) >= OVERLAP_MIN_ELEMENTS
-    if options.work_threads < 2 or not large or api in specs.get("dropout_apis", []):
+    if options.work_threads < 2 or not large or api in specs.get("dropout_apis", []) or \
+            checks_device(options, device, None) is not None:  # taken where the device output lives
         return None
     convert = _memoised(stored)
 
@@ -134,7 +135,9 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
         else None
     pairs: list[judge.StrictArrays | None] = []
-    on = checks_device(options, device, third)
+    on, metrics_on = checks_device(options, device, third), checks_device(options, device, None)
+    if on is not None and on == metrics_on:  # the bench goes to the device once, for the strict and msprobe's passes
+        bench = [b.detach().to(on) if isinstance(b, torch.Tensor) else b for b in bench]
     for i, (b, d) in enumerate(zip(bench, device)):
         arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i), kind, product if i == 0 else None,
                                narrow, _nth(estimated, i), convert, on)
@@ -157,8 +160,9 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     else:
         pending = {i: helper().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
                    for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}
+        # msprobe's statistics where the device output lives (on an accelerator: only they come back), else here
         rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
-                                           standard=metric_standard)
+                                           standard=metric_standard, on=metrics_on)
         strict_results = {i: wait_helping(future) for i, future in pending.items()}  # with blocks of their pass
     ref_rows = None
     if torch_run is not None and options.standard in ("msprobe", "msprobe26"):

@@ -111,6 +111,12 @@ def max_abs(values: np.ndarray) -> np.floating:
 _SAFE_SCALE = (1e-100, 1e100)  # max|x| range whose float64 squares, summed, neither overflow nor underflow
 
 
+def dots_unscaled(n_max: float, g_max: float) -> bool:
+    """Whether both sides' float64 squares, summed unscaled, can neither overflow nor underflow (_SAFE_SCALE)."""
+    lo, hi = _SAFE_SCALE
+    return lo <= n_max <= hi and lo <= g_max <= hi
+
+
 def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float,
           bench_dtype: np.dtype) -> tuple[float, float, float]:
     """(n.g, n.n, g.g) in float64 for the cosine, which does not depend on the scale of either side.
@@ -121,8 +127,7 @@ def _dots(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float,
     run on it while it is in cache. Only the rounding order differs from msprobe's (~1e-16 relative).
     A block of bf16 storage is widened to its values, and of a wider bench rounded to `bench_dtype` first.
     """
-    lo, hi = _SAFE_SCALE
-    scale = not (lo <= n_max <= hi and lo <= g_max <= hi)
+    scale = not dots_unscaled(n_max, g_max)
     ng = nn = gg = 0.0
     for i in range(0, n.size, _DOT_BLOCK):
         nb = storage.widen(n[i:i + _DOT_BLOCK]).astype(np.float64)
@@ -168,8 +173,7 @@ def cosine_of(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float, *, zero_
         return None, False, COSINE_DEVICE_ZERO_MSG
     if g_max <= zero_eps:
         return None, False, COSINE_BENCH_ZERO_MSG
-    lo, hi = _SAFE_SCALE
-    if dots is None or not (lo <= n_max <= hi and lo <= g_max <= hi):
+    if dots is None or not dots_unscaled(n_max, g_max):
         dots = _dots(n, g, n_max, g_max, bench_dtype or g.dtype)
     ng, nn, gg = dots
     cos = ng / (math.sqrt(nn) * math.sqrt(gg))        # nn, gg > 0 here (max|x| > zero_eps), or NaN

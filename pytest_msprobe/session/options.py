@@ -70,8 +70,9 @@ def addoption(parser: pytest.Parser) -> None:
                          "with per-API choices from api_specs (precision.raise_map_by_api); fp64: every float "
                          "input of the bench in fp64")
     group.addoption("--msprobe-checks-on", choices=CHECKS_ON, default=None,
-                    help="strict checks in torch ops where the outputs live (device, even cpu), or on the host; "
-                         "auto (default): device on cuda/npu outputs (or reference run), else host. Same verdicts")
+                    help="strict checks (and msprobe's metric columns) in torch ops where the outputs live (device, "
+                         "even cpu), or on the host; auto (default): device on cuda/npu outputs (or reference run), "
+                         "else host. Same verdicts")
     group.addoption("--msprobe-reference", default=None, metavar="DEVICE",
                     help="run each API on this second device too (cuda, cpu, npu) as the reference of the "
                          "benchmark/ULP/strict comparisons: the three-way check in one run")

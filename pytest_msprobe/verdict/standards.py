@@ -179,25 +179,32 @@ def _quantization(api_name: str, specs: Mapping[str, Any] | None) -> float | Non
     return rule["max_abs_err_le"] if api_name in rule["apis"] else None
 
 
-def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
-                   api_name: str, specs: Mapping[str, Any] | None, standard: str) -> None:
+def _plan(row: OutputComparison, device_dtype: str, work: np.dtype[Any], api_name: str,
+          specs: Mapping[str, Any] | None, standard: str) -> tuple[Mapping[str, Any], str | None, fused.Limits]:
+    """The thresholds, the Layer-2 algorithm (None outside layer2_dtypes; set on the row) and the limits of one
+    float output whose error dtype is `work`."""
     th, cats = _sections(specs)
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
-    shape, dev_dtype = tuple(row.shape or ()), np.dtype(np.float32) if storage.is_bits(d) else d.dtype
-    work = np.dtype(np.float32) if device_dtype == BF16 else b.dtype  # the error dtype B
     eps = th["rel_err_eps"].get(device_dtype)
     eps = np.finfo(work).eps if eps is None else eps
     algo = None
     if device_dtype in cats["layer2_dtypes"]:
         override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
         algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
-    limits = _limits(algo, device_dtype, float(eps), th)
+    return th, algo, _limits(algo, device_dtype, float(eps), th)
+
+
+def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
+                   api_name: str, specs: Mapping[str, Any] | None, standard: str) -> None:
+    shape, dev_dtype = tuple(row.shape or ()), np.dtype(np.float32) if storage.is_bits(d) else d.dtype
+    work = np.dtype(np.float32) if device_dtype == BF16 else b.dtype  # the error dtype B
+    th, algo, limits = _plan(row, device_dtype, work, api_name, specs, standard)
     if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None, work):
         _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
         return
     b, d = _values(b, d, work)  # the numpy path
-    err = M.error_arrays(b, d, eps)
+    err = M.error_arrays(b, d, limits.eps)
     worst = int(np.argmax(err.abs_err))
     if not err.abs_err[worst] < th["layer1"]["max_abs_err_pass_lt"]:
         _ = err.rel_err  # Layer 1's ratios will read every relative error: made now, Layer 2 takes its own from them
@@ -265,6 +272,17 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
     stats = fused.compute(b, d, dev_dtype, limits, work)
     if stats.n_nonfinite:  # rare: the numpy path below reads the values
         b, d = _values(b, d, work)
+    _from_stats(row, stats, b, d, _values(b[stats.worst:stats.worst + 1], d[stats.worst:stats.worst + 1], work),
+                dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
+
+
+def _from_stats(row: OutputComparison, stats: fused.MetricStats, b: np.ndarray, d: np.ndarray,
+                worst: tuple[np.ndarray, np.ndarray], dev_dtype: np.dtype[Any], device_dtype: str, algo: str | None,
+                limits: fused.Limits, shape: tuple[int, ...], th: Mapping[str, Any], standard: str,
+                work: np.dtype[Any]) -> None:
+    """The row's columns and Layer-1 status from the statistics and the worst element's values (`worst`: bench
+    and device, as _values gives them); `b` and `d` are read only for an output holding non-finite elements,
+    for one outside layer2_dtypes, and for the cosine of values beyond vectorised._SAFE_SCALE."""
     messages: list[str] = []
     if algo == "thousandth_threshold":
         row.metrics["dual_thousandth"] = fused.dual(stats, limits.dual[1])[0]
@@ -280,8 +298,7 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
                                         inf_nan=inf_nan))
     else:
         messages += _other_layer2(row, b, d, device_dtype, th, standard)
-    w = stats.worst
-    bw, dw = _values(b[w:w + 1], d[w:w + 1], work)
+    w, (bw, dw) = stats.worst, worst
     one = M.error_arrays(bw, dw, limits.eps)
     row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(dw[0]), "bench": float(bw[0]),
                  "abs_err": float(one.abs_err[0]), "rel_err": float(one.rel_err[0])}
@@ -382,8 +399,53 @@ def compare_scalar(name: str, bench: Any, device: Any) -> OutputComparison:
     return row
 
 
+def _on_device(name: str, bench: Any, device: Any, on: Any, api_name: str, specs: Mapping[str, Any] | None,
+               standard: str) -> OutputComparison | None:
+    """The row of a float output of layer2_dtypes from statistics taken where the device output lives (`on`, a
+    torch.device; metrics/on_device.py): the bench goes there once, and only the statistics and the worst element
+    come back. None where the host must take it (then the converter copies both as usual)."""
+    import torch
+
+    from ..metrics import on_device
+
+    tensors = isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)
+    if not tensors or bench.dtype not in (torch.float32, torch.float64) or bench.shape != device.shape or \
+            str(device.dtype) not in _sections(specs)[1]["layer2_dtypes"]:
+        return None
+    device_dtype, shape = str(device.dtype), [int(x) for x in device.shape]
+    work = np.dtype(np.float32 if device_dtype == BF16 else str(bench.dtype).split(".")[1])
+    held = {BF16: storage.BITS, "torch.float16": np.dtype(np.float16)}.get(device_dtype, np.dtype(np.float32))
+    # stand-ins of the host's arrays, for the dtype and size checks (zero strides: no memory)
+    b, d = (np.broadcast_to(np.zeros((), dtype), shape).reshape(-1)
+            for dtype in (np.float32 if bench.dtype == torch.float32 else np.float64, held))
+    dev_dtype = np.dtype(np.float32) if device_dtype == BF16 else held
+    row = _row(name, ERROR, "", str(bench.dtype), device_dtype, shape)
+    th, algo, limits = _plan(row, device_dtype, work, api_name, specs, standard)
+    ulp_dtype = th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None
+    if not fused.supported(b, d, dev_dtype, ulp_dtype, work):
+        return None
+    try:
+        stats = on_device.compute(bench.detach().to(on), device.detach().to(on), dev_dtype, limits, work)
+    except RuntimeError as exc:  # an accelerator without an op the pass needs (re-raised on the CPU)
+        from .strict_torch import unsupported
+
+        unsupported(torch.device(on), exc)
+        return None
+    if stats is None or not M.dots_unscaled(max(stats.device_max, -stats.device_min), stats.bench_absmax):
+        return None  # non-finite elements, or a cosine whose dot products the host scales
+    w = slice(stats.worst, stats.worst + 1)  # its values, bf16 widened (exact): what _values makes of storage
+    bw, dw = (x.detach().reshape(-1)[w].cpu() for x in (bench, device))
+    worst = _values(bw.numpy(), (dw.float() if dw.dtype == torch.bfloat16 else dw).numpy(), work)
+    _from_stats(row, stats, b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th, standard, work)
+    return row
+
+
 def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mapping[str, Any] | None,
-                 converter: Converter, standard: str = "msprobe") -> OutputComparison:
+                 converter: Converter, standard: str = "msprobe", on: Any = None) -> OutputComparison:
+    if on is not None:  # the checks run where the device output lives
+        row = _on_device(name, bench, device, on, api_name, specs, standard)
+        if row is not None:
+            return row
     bkind, bval, bdtype = converter(bench)
     dkind, dval, ddtype = converter(device)
     # msprobe checks isinstance(bench, type(device)) first: a None bench only skips if the device is None too.
@@ -401,16 +463,17 @@ def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mappi
 
 def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: str,
                       specs: Mapping[str, Any] | None = None, converter: Converter,
-                      standard: str = "msprobe") -> list[OutputComparison]:
+                      standard: str = "msprobe", on: Any = None) -> list[OutputComparison]:
     """msprobe's list rules: more bench than device outputs -> one error row; else the device list is
-    truncated and each pair gives a row `{name_prefix}.{i}`. A non-list bench is one pair."""
+    truncated and each pair gives a row `{name_prefix}.{i}`. A non-list bench is one pair. `on`: the
+    torch.device where the float outputs' statistics are taken (_on_device), else the host."""
     if not isinstance(bench, (list, tuple)):
-        return [_compare_one(f"{name_prefix}.0", bench, device, api_name, specs, converter, standard)]
+        return [_compare_one(f"{name_prefix}.0", bench, device, api_name, specs, converter, standard, on)]
     if not isinstance(device, (list, tuple)):
         device = [device]
     if len(bench) > len(device):
         return [_row(f"{name_prefix}.0", ERROR, MSG_STRUCTURE)]
-    return [_compare_one(f"{name_prefix}.{i}", b, d, api_name, specs, converter, standard)
+    return [_compare_one(f"{name_prefix}.{i}", b, d, api_name, specs, converter, standard, on)
             for i, (b, d) in enumerate(zip(bench, device))]
 
 
