@@ -160,7 +160,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class XdistHooks:
     """Registered only when xdist is active: ships the run seed to every worker, indexes the dumps
-    before the workers start (they load the index instead of parsing), and schedules by cost."""
+    before the workers start (they load the index instead of parsing), schedules by cost, and says why the
+    first results are long in coming on a machine's first run (the workers compile the checks)."""
+
+    waiting: terminal.Notice | None = None
 
     def pytest_configure_node(self, node: Any) -> None:
         settings = node.config.stash[SETTINGS_KEY]
@@ -171,6 +174,7 @@ class XdistHooks:
         config = session.config
         if hasattr(config, "workerinput") or not getattr(config.option, "tx", None):
             return
+        self.waiting = terminal.Notice(config, terminal.WORKERS_COMPILING, terminal.SLOW_FIRST_RESULT_S)
         from .dump.reader import DumpError, load_dump
 
         here = config.invocation_params.dir
@@ -185,6 +189,14 @@ class XdistHooks:
                     load_dump(dump, columns)
                 except DumpError:
                     pass  # every worker reports it as a collection error
+
+    def pytest_runtest_logreport(self) -> None:
+        self.pytest_sessionfinish()  # a first result has come
+
+    def pytest_sessionfinish(self) -> None:
+        if self.waiting is not None:
+            self.waiting.cancel()
+            self.waiting = None
 
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getvalue("dist") != "load" or _schedule(config) != "cost":

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_msprobe.session.terminal import COMPILING
+from pytest_msprobe.session.terminal import COMPILING, WORKERS_COMPILING
 from tests.helpers import ROOT, make_dump, tensor
 
 LEAN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
@@ -73,3 +73,25 @@ def test_the_suites_conftest_costs_the_readmes_first_command_nothing() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_xdist_workers_compiling_is_announced_by_the_controller(pytester: pytest.Pytester) -> None:
+    """Under xdist the workers' terminals are not seen: the controller says why no result has come yet, once."""
+    dump = make_dump(pytester, {f"Functional.relu.{i}.forward": relu() for i in range(4)})
+    pytester.makeconftest(textwrap.dedent("""
+        import time
+        from pytest_msprobe.check import compare
+        from pytest_msprobe.session import terminal
+
+        terminal.SLOW_FIRST_RESULT_S = 0.5
+        _warm_up = compare.warm_up
+
+        def slow_warm_up(standard):
+            time.sleep(2.0)
+            _warm_up(standard)
+
+        compare.warm_up = slow_warm_up
+    """))
+    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "--msprobe-min-work-per-worker", "0", *LEAN)
+    result.assert_outcomes(passed=4)
+    assert result.stdout.str().count(WORKERS_COMPILING) == 1

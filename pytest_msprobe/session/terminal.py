@@ -81,23 +81,36 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
 
 
 SLOW_WARM_UP_S = 3.0  # a warm-up from numba's cache takes 0.4-1 s; compiling, 30-60 s on two cores
+SLOW_FIRST_RESULT_S = 20.0  # xdist: a worker starts and loads the checks in 2-3 s with numba's cache warm
 COMPILING = ("msprobe: compiling the checks for this machine, once (up to a minute or two); numba caches them "
              "for later runs (NUMBA_CACHE_DIR, else __pycache__ beside the package)")
+WORKERS_COMPILING = ("msprobe: no result yet; on a machine's first run each worker compiles the checks, once (up to "
+                     "a minute or two), and numba caches them for later runs")
+
+
+class Notice:
+    """`text` said in the terminal once `after` seconds have passed, unless cancelled before: for a wait the run
+    would otherwise pass in silence. Nothing in an xdist worker, whose terminal nobody sees."""
+
+    def __init__(self, config: pytest.Config, text: str, after: float) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        self.timer = None if reporter is None or hasattr(config, "workerinput") else \
+            threading.Timer(after, lambda: reporter.write_line(text, yellow=True))
+        if self.timer is not None:
+            self.timer.daemon = True
+            self.timer.start()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
 
 
 @contextlib.contextmanager
 def notice_if_slow(config: pytest.Config, text: str, after: float) -> Iterator[None]:
-    """Say `text` in the terminal if the block is still running `after` seconds on: the first item's warm-up
-    compiles the checks on a machine whose numba cache is cold, and the run printed nothing for that long. Not
-    in an xdist worker, whose terminal nobody sees."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None or hasattr(config, "workerinput"):
-        yield
-        return
-    timer = threading.Timer(after, lambda: reporter.write_line(text, yellow=True))
-    timer.daemon = True
-    timer.start()
+    """Say `text` if the block is still running `after` seconds on: the first item's warm-up compiles the checks
+    on a machine whose numba cache is cold, and the run printed nothing for that long."""
+    notice = Notice(config, text, after)
     try:
         yield
     finally:
-        timer.cancel()
+        notice.cancel()
