@@ -32,8 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
-
-SUMMED = ("cosine", "rmse", "mean_rel_err", "mean_ulp_err")
+from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS  # noqa: E402
 
 
 def run(dump: str, device: str, where: str, out: Path) -> tuple[float, list[dict[str, Any]]]:
@@ -70,7 +69,7 @@ def phases(records: list[dict[str, Any]]) -> str:
 def compare(host: list[dict[str, Any]], device: list[dict[str, Any]]) -> list[str]:
     """What differs between the two runs' records, beyond the summed columns' last digits."""
     by = {(r["api"], r["direction"]): r for r in host}
-    lines, spread = [], {k: 0.0 for k in SUMMED}
+    lines, spread = [], {k: 0.0 for k in SUMMED_COLUMNS}
     outputs = 0
     for record in device:
         other = by[(record["api"], record["direction"])]
@@ -81,7 +80,7 @@ def compare(host: list[dict[str, Any]], device: list[dict[str, Any]]) -> list[st
             for key in ("status", "message", "worst", "verdict"):
                 if json.dumps(a.get(key)) != json.dumps(b.get(key)):
                     lines.append(f"{key} differs: {record['api']} {record['direction']} {a['name']}")
-            for key in SUMMED:
+            for key in SUMMED_COLUMNS:
                 x, y = a["metrics"].get(key), b["metrics"].get(key)
                 if isinstance(x, float) and isinstance(y, float) and x != y:
                     spread[key] = max(spread[key], abs(x - y) / max(abs(x), 1e-300))

@@ -191,9 +191,12 @@ class XdistHooks:
                     pass  # every worker reports it as a collection error
 
     def pytest_runtest_logreport(self) -> None:
-        self.pytest_sessionfinish()  # a first result has come
+        self._stop_waiting()  # a first result has come
 
     def pytest_sessionfinish(self) -> None:
+        self._stop_waiting()
+
+    def _stop_waiting(self) -> None:
         if self.waiting is not None:
             self.waiting.cancel()
             self.waiting = None

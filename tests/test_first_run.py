@@ -23,6 +23,25 @@ def relu() -> dict[str, Any]:
     return {"input_args": [tensor()], "input_kwargs": {}, "output": [tensor()]}
 
 
+def slow_warm_up(pytester: pytest.Pytester, threshold: str, after: float, *, sleep: float) -> None:
+    """A conftest for a run in its own process that makes the plugin's warm-up `sleep` seconds slower, as a cold
+    numba cache makes it, and sets the notice's `threshold` (a constant of session/terminal.py) to `after`."""
+    pytester.makeconftest(textwrap.dedent(f"""
+        import time
+        from pytest_msprobe.check import compare
+        from pytest_msprobe.session import terminal
+
+        terminal.{threshold} = {after}
+        _warm_up = compare.warm_up
+
+        def slow_warm_up(standard):
+            time.sleep({sleep})
+            _warm_up(standard)
+
+        compare.warm_up = slow_warm_up
+    """))
+
+
 @pytest.mark.parametrize("sleep, shown", [(0.6, True), (0.0, False)])
 def test_a_slow_block_is_announced_and_a_fast_one_is_not(pytester: pytest.Pytester, sleep: float, shown: bool) -> None:
     pytester.makepyfile(textwrap.dedent(f"""
@@ -43,20 +62,7 @@ def test_the_first_items_slow_warm_up_says_it_is_compiling(pytester: pytest.Pyte
     """The plugin's warm-up, made slow as a cold cache makes it (a separate process: this one has warmed up
     already), is announced once, before the first item's result, and pytest's timer counts it."""
     dump = make_dump(pytester, {"Functional.relu.0.forward": relu(), "Functional.relu.1.forward": relu()})
-    pytester.makeconftest(textwrap.dedent("""
-        import time
-        from pytest_msprobe.check import compare
-        from pytest_msprobe.session import terminal
-
-        terminal.SLOW_WARM_UP_S = 0.2
-        _warm_up = compare.warm_up
-
-        def slow_warm_up(standard):
-            time.sleep(1.0)
-            _warm_up(standard)
-
-        compare.warm_up = slow_warm_up
-    """))
+    slow_warm_up(pytester, "SLOW_WARM_UP_S", 0.2, sleep=1.0)
     result = pytester.runpytest_subprocess(str(dump), *LEAN)
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
@@ -78,20 +84,7 @@ def test_the_suites_conftest_costs_the_readmes_first_command_nothing() -> None:
 def test_xdist_workers_compiling_is_announced_by_the_controller(pytester: pytest.Pytester) -> None:
     """Under xdist the workers' terminals are not seen: the controller says why no result has come yet, once."""
     dump = make_dump(pytester, {f"Functional.relu.{i}.forward": relu() for i in range(4)})
-    pytester.makeconftest(textwrap.dedent("""
-        import time
-        from pytest_msprobe.check import compare
-        from pytest_msprobe.session import terminal
-
-        terminal.SLOW_FIRST_RESULT_S = 0.5
-        _warm_up = compare.warm_up
-
-        def slow_warm_up(standard):
-            time.sleep(2.0)
-            _warm_up(standard)
-
-        compare.warm_up = slow_warm_up
-    """))
+    slow_warm_up(pytester, "SLOW_FIRST_RESULT_S", 0.5, sleep=2.0)
     result = pytester.runpytest_subprocess(str(dump), "-n", "2", "--msprobe-min-work-per-worker", "0", *LEAN)
     result.assert_outcomes(passed=4)
     assert result.stdout.str().count(WORKERS_COMPILING) == 1

@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 
 from pytest_msprobe.check.compare import checks_device
+from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.verdict import strict, strict_torch
 from pytest_msprobe.verdict.judge import _rules
@@ -164,7 +165,6 @@ _PLANTED = device_side_conftest("""
 
 # msprobe's columns taken from a sum: on the device a float64 sum in torch's order, on the host numpy's pairwise sum
 # in float32 for 16-bit outputs (metrics/on_device.py): they agree within a float32 sum's rounding
-SUMMED = ("cosine", "rmse", "mean_rel_err", "mean_ulp_err")
 SUMMED_TOLERANCE = 1e-6
 
 
@@ -173,7 +173,7 @@ def _comparable(record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, 
     msprobe's columns taken from a sum (within SUMMED_TOLERANCE)."""
     record = {k: v for k, v in record.items() if k != "timings"}
     stats = [output.pop("reference", None) or {} for output in record["outputs"]]
-    summed = [{k: output["metrics"].pop(k) for k in SUMMED if output["metrics"].get(k) is not None}
+    summed = [{k: output["metrics"].pop(k) for k in SUMMED_COLUMNS if output["metrics"].get(k) is not None}
               for output in record["outputs"]]
     return record, stats, summed
 

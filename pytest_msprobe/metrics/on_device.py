@@ -29,6 +29,8 @@ from . import fused
 CHUNK_CPU = 1 << 18  # elements per chunk: a few MB of temporaries on a CPU (how CI runs this path)
 CHUNK_ACCELERATOR = 1 << 22  # tens of MB on an accelerator, enough elements for each torch call
 _TORCH = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+# msprobe's columns this pass takes from sums in another order than the host's: they differ in their last digits
+SUMMED_COLUMNS = ("cosine", "rmse", "mean_rel_err", "mean_ulp_err")
 # the counts, in the order of their row (one tensor on the device, one copy back)
 _I = ("lt0", "lt1", "lt2", "n_small", "n_small_over", "n_normal", "n_normal_over", "n_up", "n_down", "n_nonfinite",
       "n_differ", "n_ulp_over")
