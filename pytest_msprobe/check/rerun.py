@@ -52,7 +52,25 @@ from .prepare import build_pending_here, checkable_entries, encoded_arguments, p
 
 
 class ApiFailure(Exception):
-    """The API raised while running; the record keeps the traceback."""
+    """The API raised while running; the record keeps the traceback. `side`: "device" for the device's forward or
+    backward, else the run that raised."""
+
+    def __init__(self, message: str, side: str = "") -> None:
+        super().__init__(message)
+        self.side = side
+
+
+NOT_IMPLEMENTED_MARKS = ("not implemented for", "not currently implemented", "could not run '")
+
+
+def not_implemented(exc: BaseException | None) -> bool:
+    """Whether an exception says the backend has no kernel for the call (torch's dispatcher: `"foo_cuda" not
+    implemented for 'BFloat16'`, `Could not run 'aten::foo' with arguments from the 'CUDA' backend`), as
+    opposed to a kernel that ran and failed."""
+    if isinstance(exc, NotImplementedError):
+        return True
+    text = str(exc).lower() if isinstance(exc, (RuntimeError, TypeError)) else ""
+    return any(mark in text for mark in NOT_IMPLEMENTED_MARKS)
 
 
 Runner = Callable[[Dump, Any, CheckOptions, dict[str, Any], dict[str, Any]], None]
@@ -85,6 +103,10 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
         except (ApiFailure, kernels.KernelError) as exc:
             record["status"], record["message"] = "error", str(exc)
             record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
+            if isinstance(exc, ApiFailure) and exc.side == "device" and not_implemented(exc.__cause__):
+                # a device without a kernel for this call (or dtype) says nothing about its accuracy: counted apart
+                record["status"], record["not_implemented"] = "SKIP", True
+                record["message"] = f"not implemented on the device: {exc}"
         except Exception:
             if shared is None or not shared.changed():
                 raise
@@ -457,7 +479,8 @@ def _timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devi
     except Exception as exc:
         if type(exc).__name__ == "BenchUnsupported":  # bench_functions' own "cannot reproduce this call"
             raise NotCheckable(str(exc)) from None
-        raise ApiFailure(f"{what} run raised {type(exc).__name__}: {exc}") from exc
+        raise ApiFailure(f"{what} run raised {type(exc).__name__}: {exc}",
+                         "device" if what.startswith("device") else what) from exc
     finally:
         timings[key] = timings.get(key, 0.0) + time.perf_counter() - started  # the twins share a key
     return result

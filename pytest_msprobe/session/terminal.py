@@ -55,6 +55,9 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
         notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
     if known:
         notes.append(f"{known} known failure(s) xfailed by the baseline")
+    missing = sum(1 for r in records if r.get("not_implemented"))
+    if missing:
+        notes.append(f"{missing} skipped: not implemented on the device (no kernel for the call or its dtype)")
     reused = sum(1 for r in records if r.get("reused_from"))
     if reused:
         notes.append(f"{reused} reused the result of an identical call (--msprobe-filter-api)")
