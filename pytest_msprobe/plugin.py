@@ -42,6 +42,7 @@ from .session.options import addoption as add_options
 from .session.stash import SETTINGS_KEY
 from .settings import (
     CHECKS_ON,
+    CONTRACTS,
     RECORDED_ON,
     STANDARDS,
     CheckOptions,
@@ -87,6 +88,9 @@ def _settings(config: pytest.Config) -> Settings:
     checks_on = opt.msprobe_checks_on or config.getini("msprobe_checks_on")
     if checks_on not in CHECKS_ON:
         raise pytest.UsageError(f"ini msprobe_checks_on: {checks_on!r} is not one of {', '.join(CHECKS_ON)}")
+    contract = opt.msprobe_contract or config.getini("msprobe_contract")
+    if contract not in CONTRACTS:
+        raise pytest.UsageError(f"ini msprobe_contract: {contract!r} is not one of {', '.join(CONTRACTS)}")
     here = config.invocation_params.dir
     specs_file = opt.msprobe_specs or config.getini("msprobe_specs") or None
     if specs_file:
@@ -112,7 +116,7 @@ def _settings(config: pytest.Config) -> Settings:
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
                            specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,
                            bench_precision=opt.msprobe_bench_precision, recorded_on=recorded_on,
-                           checks_on=checks_on)
+                           checks_on=checks_on, contract=contract)
     if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
         raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "
                                 "inputs: it cannot use --msprobe-data-mode random")

@@ -20,6 +20,8 @@ RECORDED_ON = ("auto", "npu", "cuda", "cpu")
 # else on the host (the compiled pass); device: in torch ops where those outputs live, the CPU included; host:
 # the compiled pass on the host
 CHECKS_ON = ("auto", "device", "host")
+# whose accuracy contract a correct kernel keeps (api_specs/contracts.yaml); auto: the device's vendor
+CONTRACTS = ("auto", "torch", "cuda", "npu")
 HELPER_THREAD = ("auto", "off")  # --msprobe-helper-thread: off keeps each item's work in one thread
 
 
@@ -45,6 +47,7 @@ class CheckOptions:
     bench_precision: str = "auto"  # BENCH_PRECISIONS
     recorded_on: str = "auto"  # RECORDED_ON: the device that recorded a replayed dump's outputs
     checks_on: str = "auto"  # CHECKS_ON: where the strict checks run (the same verdicts either way)
+    contract: str = "auto"  # CONTRACTS: what the device's vendor says a correct kernel may lose
 
 
 @dataclass

@@ -22,7 +22,7 @@ from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, load_specs, thresholds_for
-from ..verdict import judge, standards, strict
+from ..verdict import contracts, judge, standards, strict
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
@@ -102,11 +102,14 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
                     role: str, api: str, specs: dict[str, Any], options: CheckOptions,
                     positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
                     scalar_operand: bool = False, gradients: bool = False,
-                    estimated: list[Any] | None = None, early: EarlyMetrics | None = None) -> None:
+                    estimated: list[Any] | None = None, early: EarlyMetrics | None = None,
+                    contract: str = "torch", summed: tuple[list[Any], str] | None = None) -> None:
     """Compare each output pair, and judge it by the selected standard. `positions` name the rows (the
     inputs gradients belong to); `scalar_operand`: the call had a Python number among its arguments;
     `gradients`: the pairs are a backward item's gradients; `estimated`: per pair, the elements of a
-    sampled third run that were estimated; `early`: start_metrics of these bench and device outputs."""
+    sampled third run that were estimated; `early`: start_metrics of these bench and device outputs;
+    `contract`: the device's accuracy contract (verdict/contracts.py); `summed`: per pair, the magnitude run's
+    output where that pair is a sum (None elsewhere), and the thresholds' section that scales it (third_run.Summed)."""
     capture.stash(compared_bench=bench, compared_device=device, positions=positions)
     if api in specs.get("dropout_apis", []):
         b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
@@ -138,15 +141,23 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     on, metrics_on = checks_device(options, device, third), checks_device(options, device, None)
     if on is not None and on == metrics_on:  # the bench goes to the device once, for the strict and msprobe's passes
         bench = [b.detach().to(on) if isinstance(b, torch.Tensor) else b for b in bench]
+    sums, sums_rules = summed if summed is not None else (None, None)
     for i, (b, d) in enumerate(zip(bench, device)):
-        arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i), kind, product if i == 0 else None,
-                               narrow, _nth(estimated, i), convert, on)
+        arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i) if sums is None or _nth(sums, i) is None
+                               else _nth(sums, i), kind, product if i == 0 else None, narrow, _nth(estimated, i),
+                               convert, on)
         if arrays is not None and gradients and in_list(specs, api, "error_model", "gradient_rounding"):
             arrays.rules = "gradient_rounding"
         elif arrays is not None and kind == "exact" and scalar_operand:
             arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
         elif arrays is not None and in_list(specs, api, "error_model", "row_statistic"):
             arrays.rules = "row_statistic"  # a row's statistic (rstd) in low precision shifts the whole row
+        if arrays is not None and _nth(sums, i) is not None and arrays.magnitude is not None:
+            arrays.rules = sums_rules  # a sum in any order, or a fused multiply-add: relative to its terms
+            if arrays.kind == "exact":
+                arrays.kind = "elementwise"  # x + alpha * y is two IEEE operations, which an FMA rounds once
+        if arrays is not None:
+            arrays.allowance = contracts.bound(specs, contract, api, arrays.dtype or str(d.dtype), gradients)
         pairs.append(arrays)
     # with a spare core, msprobe's metrics of a large output and its strict checks run side by side: the
     # metrics in the helper thread when they started early, else the strict checks there

@@ -48,7 +48,7 @@ from ..runs.execution import (
 from ..runs.third_run import ReferenceRun, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
-from ..verdict import ms_results
+from ..verdict import contracts, ms_results
 from ..verdict.standards import OutputComparison
 from . import compare, prepare
 from . import rerun as check
@@ -145,6 +145,9 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     max_bytes = ctx.max_bytes
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
+    # the recorded outputs are the recording device's; MindSpore re-run on this host keeps torch's contract
+    record["contract"] = contracts.resolve(options.contract, "cpu" if mode == "rerun" else
+                                           recorded_device(options, ctx.devices)[0])
 
     plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
                           options.bench_precision, options.standard)
@@ -484,7 +487,8 @@ def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device
         compare.compare_outputs(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
                        None if third is None else [third[i] for i in keep], role, api, specs, options,
                        [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients,
-                       estimated=None if estimated is None else [estimated[i] for i in keep])
+                       estimated=None if estimated is None else [estimated[i] for i in keep],
+                       contract=record.get("contract", "torch"))
     rows = record["outputs"][start:]
     if ms_format and len(rows) == len(keep):
         epsilon = specs["thresholds"]["mindspore"]["epsilon"]

@@ -30,6 +30,7 @@ from ..runs.execution import (
     backward,
     broken_precondition,
     first_output_dtype,
+    first_output_shape,
     input_rounding,
     make_side,
     map_structure,
@@ -43,10 +44,10 @@ from ..runs.execution import (
     tensors_of,
 )
 from ..runs.sharing import may_grow, written_inputs
-from ..runs.third_run import autocast_round, bench_product, third_run
+from ..runs.third_run import ReferenceRun, Summed, autocast_round, bench_product, summed_run, third_run
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
-from ..verdict import standards
+from ..verdict import contracts, standards
 from .compare import EarlyMetrics, compare_outputs, start_metrics
 from .prepare import build_pending_here, checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
 
@@ -141,6 +142,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     resolved = kernels.substitute(options.kernels, name.api_type, api, resolved)  # --msprobe-kernels
     record["device"] = device.name
     record["backend"] = device.label
+    contract = record["contract"] = contracts.resolve(options.contract, device.kind)
     record["impl"] = resolved.label
     if resolved.kernel:
         record["kernel"] = resolved.kernel
@@ -230,6 +232,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
 
     reference = third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
                           shared=shared)
+    summed = summed_run(options, resolved, api, specs, args, kwargs, ctx.requires_grad, want_grad,
+                        first_output_shape(forward.get("output")), shared=shared)
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
     device_fn = backends.runner(device, api_key, resolved.device_fn)
@@ -249,19 +253,20 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         leaves = _selected(output_leaves(out), api, specs)
         return out, leaves, bench_backward(name, leaves, cotangents, grad_index, timings) if with_backward else 0
 
-    def reference_runs() -> list[Any] | None:
-        """The third run's forward and, for a backward item, its backward; its outputs (None without one)."""
-        if reference is None or reference.side is None:
+    def reference_runs(run: ReferenceRun | None = reference, key: str = "reference") -> list[Any] | None:
+        """The third run's (or `run`'s) forward and, for a backward item, its backward; its outputs (None without
+        one)."""
+        if run is None or run.side is None:
             return None
-        ref_side, run = reference.side, reference
+        ref_side = run.side
         same_threads(threads)
         seed_random_apis(record["seed"], run.device)  # the same random numbers as the device call
-        out_r = _timed(timings, "reference_s", "reference", lambda: run_side(
+        out_r = _timed(timings, f"{key}_s", key, lambda: run_side(
             run.fn, ref_side, autocast=run.autocast, device_type=run.device.kind, grad=want_grad), run.device)
         leaves_r = _selected(output_leaves(out_r), api, specs)
         if backward_entry is not None:
             pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in cotangents], grad_index)
-            _timed(timings, "reference_backward_s", "reference backward",
+            _timed(timings, f"{key}_backward_s", f"{key} backward",
                    lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
         return leaves_r
 
@@ -321,6 +326,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                 leaves_r = ref_future.result()
             if leaves_r is not None and reference is not None:
                 record["reference"] = reference.label
+            summed_out = summed_outputs(summed, reference_runs(summed.run, "magnitude") if summed else None,
+                                        backward_entry is not None)
         except Exception:
             # the runs beside this thread (not the metrics queued behind them): one thread meets the bench's
             # failure first, so is it reported
@@ -345,7 +352,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
             product = bench_product(api, bench_side(), leaves_b, specs) if role == "magnitude" else None
             compare_outputs(record, f"{name.full_name}.forward.output", leaves_b, leaves_d, leaves_r, role, api,
                             specs, options, product=product, autocast=plan.autocast,
-                            scalar_operand=has_scalar_operand(args, kwargs), early=early)
+                            scalar_operand=has_scalar_operand(args, kwargs), early=early, contract=contract,
+                            summed=summed_out)
         else:
             grads_b = [leaf.grad for _, leaf in bench_side().grad_leaves]
             grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
@@ -357,7 +365,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                 grads_r, estimated = reference.complete([leaf.grad for _, leaf in reference.side.grad_leaves],
                                                         grads_b, [pos for pos, _ in reference.side.grad_leaves])
             compare_outputs(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options,
-                            positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early)
+                            positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early,
+                            contract=contract, summed=summed_out)
         timings["compare_s"] = time.perf_counter() - started
         finish_record(record)
     except BaseException as exc:
@@ -366,6 +375,16 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         if isinstance(exc, Exception):  # the record is final only once the runs beside it are done; a timeout
             wait(helped)  # (a BaseException) gets a record of its own and leaves the helper to finish
         raise
+
+
+def summed_outputs(summed: Summed | None, leaves: list[Any] | None, gradients: bool) -> tuple[list[Any], str] | None:
+    """The magnitude run's outputs that bound sums (a backward item's: its gradients of summed inputs, None for the
+    others), in the order compare_outputs pairs them, with the thresholds' section that scales them."""
+    if summed is None or leaves is None or summed.run.side is None:
+        return None
+    if not gradients:
+        return leaves, summed.rules
+    return [leaf.grad if pos in summed.positions else None for pos, leaf in summed.run.side.grad_leaves], summed.rules
 
 
 def queued_metrics(name: Any, bench_future: Future[Any], bench_side: Callable[[], Side], dev_side: Side,

@@ -403,7 +403,8 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
     needs to judge the failure, then the item message, the seed and a copy-paste rerun command."""
     direction = str(record.get("direction", ""))
     lines = [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
-             f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')})"]
+             f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')}"
+             + (f", contract={record['contract']}" if record.get("contract", "torch") != "torch" else "") + ")"]
     if record.get("reference_only"):
         lines.append(REFERENCE_ONLY_MARK)
     if record.get("kernel") or record.get("backend", record.get("device")) != record.get("device"):

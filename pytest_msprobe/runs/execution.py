@@ -378,6 +378,16 @@ def first_output_dtype(encoded_output: Any) -> torch.dtype | None:
     return None
 
 
+def first_output_shape(encoded_output: Any) -> tuple[int, ...] | None:
+    """The recorded shape of the first tensor output, or None."""
+    from ..dump.reader import iter_leaves
+
+    for leaf in iter_leaves(encoded_output):
+        if isinstance(leaf, dict) and isinstance(leaf.get("shape"), list):
+            return tuple(int(n) for n in leaf["shape"])
+    return None
+
+
 def run_side(fn: Callable[..., Any], side: Side, *, autocast: torch.dtype | None, device_type: str,
              grad: bool) -> Any:
     context = torch.enable_grad() if grad else torch.no_grad()

@@ -87,17 +87,80 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
         return ReferenceRun(side, lambda *a, **k: _conv_torch_backward(sampled, sample, *a, **k), None,
                             Device("cpu"), "torch's conv backward kernel on cpu, device dtype"
                             + (", on sampled rows" if sample < 1 else ""), sampled=sampled)
-    if error_kind(name.api_name, specs) != "contraction":
-        side = make_side(args, kwargs, device="cpu", dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
-                         want_grad=want_grad, bench=True, shared=shared)
-        if sample < 1 and name.api_name == "scaled_dot_product_attention":
-            return ReferenceRun(side, lambda *a, **k: sampled_attention(resolved.bench_fn, sampled, sample, *a, **k),
-                                plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype, on sampled heads",
-                                sampled=sampled)
-        if name.api_type == "NPU":
-            fn, label = _npu_reference(name.api_name, resolved.bench_fn)
-            return ReferenceRun(side, fn, plan.autocast, Device("cpu"), label)
-        return ReferenceRun(side, resolved.bench_fn, plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype")
+    if error_kind(name.api_name, specs) == "contraction":
+        return _magnitude(resolved, specs, args, kwargs, requires_grad, want_grad, shared)
+    side = make_side(args, kwargs, device="cpu", dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
+                     want_grad=want_grad, bench=True, shared=shared)
+    if sample < 1 and name.api_name == "scaled_dot_product_attention":
+        return ReferenceRun(side, lambda *a, **k: sampled_attention(resolved.bench_fn, sampled, sample, *a, **k),
+                            plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype, on sampled heads",
+                            sampled=sampled)
+    if name.api_type == "NPU":
+        fn, label = _npu_reference(name.api_name, resolved.bench_fn)
+        return ReferenceRun(side, fn, plan.autocast, Device("cpu"), label)
+    return ReferenceRun(side, resolved.bench_fn, plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype")
+
+
+@dataclass
+class Summed:
+    """The magnitude run of an item whose outputs (or some gradients) are sums whose order a kernel chooses, or fused
+    multiply-adds: each element of its outputs is the size of the terms that made the bench's (api_specs
+    error_model.yaml `sums`, `fused_multiply_add`). `rules`: the strict thresholds' section that scales it;
+    `positions`: for a backward item, the inputs whose gradients are such sums."""
+
+    run: ReferenceRun
+    rules: str
+    positions: frozenset[int] = frozenset()
+
+
+def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, Any], args: list[Any],
+               kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool, out_shape: tuple[int, ...] | None, *,
+               shared: Shared | None = None) -> Summed | None:
+    """The magnitude run of a call that sums (strict only; contractions have theirs as the third run): a forward
+    item of an API listed under `sums` or `fused_multiply_add` (or an add with alpha); a backward item some of whose
+    gradients sum over a broadcast (the input broadcast to the output, as a mul's bias or a norm's weight) or over
+    the API's indices (`sums_backward`: embedding, gather). Any order of adding n terms loses at most about
+    n * u * their sizes, and a fused multiply-add differs from two roundings by u * the product's size: both are
+    relative to the terms, not to a result they cancel to."""
+    if options.standard != "strict" or options.reference_device or error_kind(api, specs) == "contraction":
+        return None
+    if not want_grad:
+        rules = "sums" if in_list(specs, api, "error_model", "sums") else "fused_multiply_add" if \
+            in_list(specs, api, "error_model", "fused_multiply_add") or (
+                in_list(specs, api, "error_model", "alpha_multiply_add") and kwargs.get("alpha", 1) != 1) else None
+        if rules is None:
+            return None
+        return Summed(_magnitude(resolved, specs, args, kwargs, set(requires_grad), False, shared), rules)
+    positions = summed_gradients(api, args, kwargs, requires_grad, out_shape, specs)
+    if not positions:
+        return None
+    return Summed(_magnitude(resolved, specs, args, kwargs, requires_grad, True, shared), "sums", positions)
+
+
+def summed_gradients(api: str, args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
+                     out_shape: tuple[int, ...] | None, specs: dict[str, Any]) -> frozenset[int]:
+    """Positions (as make_side counts tensor arguments) of the gradients that are sums: every one of an API under
+    `sums_backward`, else those of float inputs broadcast to the output, whose shape is the broadcast of the float
+    inputs' (so a concatenation's slices are not sums)."""
+    tensors: list[torch.Tensor] = []
+    map_structure(lambda v: tensors.append(v) if isinstance(v, torch.Tensor) else None, [args, kwargs])
+    grads = {i for i, t in enumerate(tensors) if id(t) in requires_grad and t.is_floating_point()}
+    if in_list(specs, api, "error_model", "sums_backward"):
+        return frozenset(grads)
+    floats = [t for t in tensors if t.is_floating_point()]
+    try:
+        full = tuple(torch.broadcast_shapes(*(t.shape for t in floats))) if floats else None  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        return frozenset()
+    if full is None or out_shape is None or full != tuple(out_shape):
+        return frozenset()
+    return frozenset(i for i in grads if tuple(tensors[i].shape) != full)
+
+
+def _magnitude(resolved: Any, specs: dict[str, Any], args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
+               want_grad: bool, shared: Shared | None) -> ReferenceRun:
+    """The API on the absolute values of its inputs (and of its scalar factors), in fp32 (fp64 for fp64): each
+    result is the sum of its terms' sizes, which bounds what any order of summing them loses."""
     scalars = set(specs["error_model"].get("contraction_scalars", ()))
 
     owned: set[int] = set()  # the |inputs| made here: the side takes them without a copy where no cast is needed

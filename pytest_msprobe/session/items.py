@@ -175,6 +175,7 @@ def _rerun_options(config: pytest.Config) -> list[str]:
     for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
                         ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
                         ("--msprobe-recorded-on", None if opts.recorded_on == "auto" else opts.recorded_on),
+                        ("--msprobe-contract", None if opts.contract == "auto" else opts.contract),
                         ("--msprobe-reference", opts.reference_device),
                         ("--msprobe-reference-results", opts.reference_results),
                         ("--msprobe-specs", opts.specs_file),

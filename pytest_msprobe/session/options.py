@@ -9,6 +9,7 @@ import pytest
 from ..settings import (
     BENCH_PRECISIONS,
     CHECKS_ON,
+    CONTRACTS,
     DATA_MODES,
     DEFAULT_SEED,
     HELPER_THREAD,
@@ -73,6 +74,10 @@ def addoption(parser: pytest.Parser) -> None:
                     help="strict checks (and msprobe's metric columns) in torch ops where the outputs live (device, "
                          "even cpu), or on the host; auto (default): device on cuda/npu outputs (or reference run), "
                          "else host. Same verdicts")
+    group.addoption("--msprobe-contract", choices=CONTRACTS, default=None,
+                    help="strict: whose accuracy contract a correct kernel keeps (api_specs/contracts.yaml): cuda "
+                         "(the CUDA Math API's ULP bounds), npu, torch (torch's own CPU kernels); auto (default): "
+                         "the device's vendor, in replay the recording device's (--msprobe-recorded-on)")
     group.addoption("--msprobe-reference", default=None, metavar="DEVICE",
                     help="run each API on this second device too (cuda, cpu, npu) as the reference of the "
                          "benchmark/ULP/strict comparisons: the three-way check in one run")
@@ -148,6 +153,7 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_standard", "default for --msprobe-standard", default=STANDARDS[0])
     parser.addini("msprobe_recorded_on", "default for --msprobe-recorded-on", default=RECORDED_ON[0])
     parser.addini("msprobe_checks_on", "default for --msprobe-checks-on", default=CHECKS_ON[0])
+    parser.addini("msprobe_contract", "default for --msprobe-contract", default=CONTRACTS[0])
     parser.addini("msprobe_dtype_markers", "auto (when -m/-k is given), always or never: dtype markers on items",
                   default="auto")
     parser.addini("msprobe_specs", "default for --msprobe-specs", default="")

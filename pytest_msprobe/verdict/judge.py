@@ -11,7 +11,7 @@ from typing import Any
 
 from ..metrics.storage import widen
 from ..specs.loader import thresholds_for
-from . import ms_results, strict, verdicts
+from . import contracts, ms_results, strict, verdicts
 from .standards import OutputComparison
 
 FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
@@ -33,6 +33,7 @@ class StrictArrays:
     dtype: str | None = None  # the dtype the kernel computed in, when narrower than the output's (autocast)
     rules: str | None = None  # a further section of the strict thresholds (gradient_rounding)
     estimated: Any = None  # elements whose torch-run value a sampled run estimated (bool array)
+    allowance: tuple[float, float] | None = None  # the device's contract for this output: (ULP bound, bias)
 
 
 def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
@@ -89,7 +90,8 @@ def strict_verdict(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any
     thread may run it)."""
     dtype = arrays.dtype or device_dtype
     return strict.strict_compare(arrays.bench, arrays.device, dtype,
-                                 _rules(th["strict"], dtype, arrays.kind, arrays.rules),
+                                 contracts.raised(_rules(th["strict"], dtype, arrays.kind, arrays.rules),
+                                                  arrays.allowance),
                                  kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
                                  product=arrays.product, row=arrays.row, estimated=arrays.estimated)
 
