@@ -255,6 +255,7 @@ RECORD_KEYS: dict[str, str] = {
     "seed": "the item's seed, `crc32(\"<run seed>:<API full name>\")`",
     "device": "the torch device of the device under test (`cpu`, `npu:0`, `privateuseone:0`)",
     "backend": "the device backend with its torch device (`mydev (privateuseone:0)`)",
+    "contract": "the accuracy contract the strict standard held the device to (`torch`, `cuda`, `npu`: `--msprobe-contract`)",
     "impl": "the implementation that ran on the device (`torch.nn.functional.softmax`, `<module>:<function> (substituted)`)",
     "kernel": "with `--msprobe-kernels`: the substituted kernel",
     "reference_only": "an NPU op checked without an NPU: the device side ran the bench function (counted apart)",

@@ -78,6 +78,13 @@ def recorded_device(options: CheckOptions, saved_on: set[str]) -> tuple[str, str
     return "npu", "assumed: the dump does not tell"
 
 
+def replay_contract(options: CheckOptions, mode: str, saved_on: set[str]) -> str:
+    """The accuracy contract of recorded outputs: the recording device's vendor's where the option or the saved
+    tensors say which it was; torch's own where the device is only assumed, or MindSpore ran here."""
+    recorded_on, told = recorded_device(options, saved_on)
+    return contracts.resolve(options.contract, "cpu" if mode == "rerun" or told.startswith("assumed") else recorded_on)
+
+
 @dataclass(frozen=True)
 class Unsaved:
     """A recorded tensor the dump has no file for: reported as a SKIP row, never compared."""
@@ -145,9 +152,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     max_bytes = ctx.max_bytes
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
-    # the recorded outputs are the recording device's; MindSpore re-run on this host keeps torch's contract
-    record["contract"] = contracts.resolve(options.contract, "cpu" if mode == "rerun" else
-                                           recorded_device(options, ctx.devices)[0])
+    record["contract"] = replay_contract(options, mode, ctx.devices)
 
     plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
                           options.bench_precision, options.standard)
