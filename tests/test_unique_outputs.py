@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_msprobe.check.unique import TIES, WRITERS, judge_by_validity
+from pytest_msprobe.check.unique import DECOMPOSITION, TIES, WRITERS, judge_by_validity
 from pytest_msprobe.specs.loader import load_specs
 from tests.helpers import api_records, make_dump, tensor
 
@@ -213,3 +213,96 @@ def test_index_put_and_index_copy_keep_one_of_their_writers() -> None:
     assert "check" not in _judge("scatter", [scattered], [scattered], torch.zeros(2, 2), 1, s_index, 2.5)["outputs"][0]
     assert "check" not in _judge("scatter", [scattered], [scattered + 1], torch.zeros(2, 2), 1, s_index,
                                  torch.ones(2, 2), reduce="add")["outputs"][0]
+
+
+DECOMPOSITIONS = """
+import torch
+
+
+def _signs(n):
+    return torch.tensor([(-1.0) ** j for j in range(n)])
+
+
+def qr(A, mode="reduced"):
+    Q, R = torch.linalg.qr(A, mode)
+    d = _signs(Q.shape[-1])
+    return Q * d, R * d[:, None]
+
+
+def svd(A, full_matrices=True, driver=None):
+    U, S, Vh = torch.linalg.svd(A, full_matrices=full_matrices)
+    d = _signs(S.shape[-1])
+    return U * d, S, Vh * d[:, None]
+
+
+def eigh(A, UPLO="L"):
+    L, Q = torch.linalg.eigh(A, UPLO)
+    return L, Q * _signs(Q.shape[-1])
+
+
+def wrong_qr(A, mode="reduced"):
+    Q, R = qr(A, mode)
+    return Q, R.abs()  # R's signs no longer Q's
+
+
+def wrong_svd(A, full_matrices=True, driver=None):
+    U, S, Vh = svd(A, full_matrices)
+    return U, S, Vh.flip(-2)  # right singular vectors paired with other singular values
+
+
+def wrong_eigh(A, UPLO="L"):
+    L, Q = eigh(A, UPLO)
+    return L, Q + 1e-3
+
+
+VALID = {"Torch.qr": qr, "Torch.svd": svd, "Torch.eigh": eigh}
+WRONG = {"Torch.qr": wrong_qr, "Torch.svd": wrong_svd, "Torch.eigh": wrong_eigh}
+"""
+FACTORS = {"Torch.qr.0.forward": (0, 1), "Torch.svd.0.forward": (0, 2), "Torch.eigh.0.forward": (1,)}
+
+
+def test_decompositions_with_other_signs_pass_and_wrong_factors_fail(pytester: pytest.Pytester) -> None:
+    f32 = "torch.float32"
+    dump = make_dump(pytester, {
+        "Torch.qr.0.forward": {"input_args": [tensor(f32, [6, 4])], "input_kwargs": {},
+                               "output": [tensor(f32, [6, 4]), tensor(f32, [4, 4])]},
+        "Torch.svd.0.forward": {"input_args": [tensor(f32, [2, 6, 4])],
+                                "input_kwargs": {"full_matrices": {"type": "bool", "value": False}},
+                                "output": [tensor(f32, [2, 6, 4]), tensor(f32, [2, 4], mx=3.0, mn=0.1),
+                                           tensor(f32, [2, 4, 4])]},
+        "Torch.eigh.0.forward": {"input_args": [tensor(f32, [5, 5])], "input_kwargs": {},
+                                 "output": [tensor(f32, [5]), tensor(f32, [5, 5])]},
+    })
+    pytester.makepyfile(decompositions=DECOMPOSITIONS)
+    pytester.runpytest(str(dump), "--msprobe-kernels", "decompositions.py:VALID", "--msprobe-out", "valid",
+                       *LEAN).assert_outcomes(passed=3)
+    pytester.runpytest(str(dump), "--msprobe-kernels", "decompositions.py:WRONG", "--msprobe-out", "wrong",
+                       *LEAN).assert_outcomes(failed=3)
+    for out, verdict in (("valid", "pass"), ("wrong", "error")):
+        recs = api_records(pytester, out)
+        for call, factors in FACTORS.items():
+            rows = recs[call]["outputs"]
+            for i, row in enumerate(rows):
+                if i in factors:  # signs differ from the bench's: msprobe's Layer 1 fails them
+                    assert row["status"] == "error" and row["check"] == "decomposition", (out, call, row)
+                    assert row["verdict"] == verdict and (row["verdict_message"] == DECOMPOSITION) == (out == "valid")
+                else:  # the singular values and eigenvalues: compared as usual
+                    assert "check" not in row and row["verdict"] == "pass", (out, call, row)
+
+
+def test_the_factors_of_torch_svd_geqrf_and_an_upper_eigh() -> None:
+    A = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    d = torch.tensor([1.0, -1.0, -1.0])
+    U, S, V = torch.svd(A.double())  # V, not Vh: the bench's outputs tell which
+    bench = [U, S, V]
+    row = _judge("svd", bench, [(U * d).float(), S.float(), (V * d).float()], A)["outputs"][0]
+    assert (row["verdict"], row["check"]) == ("pass", "decomposition")
+    assert _judge("svd", bench, [(U * d).float(), S.float(), V.float()], A)["outputs"][0]["verdict"] == "error"
+    a, tau = torch.geqrf(A.double())
+    assert _judge("geqrf", [a, tau], [a.float(), tau.float()], A)["outputs"][1]["verdict"] == "pass"
+    assert _judge("geqrf", [a, tau], [a.float(), tau.float() * 0.5], A)["outputs"][1]["verdict"] == "error"
+    H = torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+    L, Q = torch.linalg.eigh(H.double(), UPLO="U")
+    flipped = (Q * torch.tensor([1.0, -1.0, 1.0, -1.0])).float()
+    assert _judge("eigh", [L, Q], [L.float(), flipped], H, UPLO="U")["outputs"][1]["verdict"] == "pass"
+    assert _judge("eigh", [L, Q], [L.float(), flipped], H)["outputs"][1]["verdict"] == "error"  # the lower one

@@ -3,7 +3,8 @@
 `not_unique` in api_specs/error_model.yaml lists the APIs. Where values tie, a correct kernel may return the
 indices of any of them (sort, argsort, topk, kthvalue, mode, median: `ties`); where indices repeat, it may keep
 any one of the values written to an element (scatter, index_copy, index_put without a reduction:
-`duplicate_writers`). Only an output row that failed its usual check is judged again, so a device that returns
+`duplicate_writers`); a decomposition's factors may differ in signs and bases (qr, geqrf, svd, eigh:
+`decompositions`). Only an output row that failed its usual check is judged again, so a device that returns
 what the bench returned keeps its record as it was; a row judged here says so in its message and in `check`.
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ import torch
 from ..specs.loader import in_list
 
 TIES = "judged by validity: indices point at equal values (ties may break either way)"
+DECOMPOSITION = ("judged by validity: the factors reconstruct the input and are orthonormal (signs and bases are "
+                 "not unique)")
 WRITERS = "judged by validity: each element holds the value of one of its writers (duplicate indices may keep any)"
 
 # the dimension argument of each API with ties: (position, default); None: no indices without it (median(x))
@@ -23,6 +26,10 @@ _DIM: dict[str, tuple[int, int | None]] = {"sort": (1, -1), "argsort": (1, -1), 
                                           "kthvalue": (2, -1), "mode": (1, -1), "median": (1, None),
                                           "nanmedian": (1, None)}
 Verdict = tuple[bool, str]  # valid, and the reason
+# the outputs of a decomposition whose signs or bases are not unique (its values, S and L, are)
+_FACTORS: dict[str, tuple[int, ...]] = {"qr": (0, 1), "geqrf": (0, 1), "svd": (0, 2), "eigh": (1,)}
+_UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
+                  torch.bfloat16: 2.0 ** -8}
 
 
 def judge_by_validity(record: dict[str, Any], api: str, specs: Mapping[str, Any], standard: str, bench: list[Any],
@@ -42,6 +49,12 @@ def judge_by_validity(record: dict[str, Any], api: str, specs: Mapping[str, Any]
     elif in_list(specs, api, "error_model", "not_unique", "duplicate_writers") and rows[0].get("verdict") == "error":
         check = "duplicate_writers"
         outcome = {0: _writers(base, args, kwargs, bench[0], device[0])}
+    elif in_list(specs, api, "error_model", "not_unique", "decompositions") and base in _FACTORS:
+        check = "decomposition"
+        failed = [i for i in _FACTORS[base] if i < len(rows) and rows[i].get("verdict") == "error"]
+        allowance = float(specs["error_model"]["not_unique"].get("decomposition_allowance", 16))
+        verdict = _decomposition(base, args, kwargs, bench, device, allowance) if failed else None
+        outcome = {i: verdict for i in failed}
     else:
         return
     for i, verdict in outcome.items():
@@ -161,3 +174,55 @@ def _written(api: str, args: list[Any], kwargs: dict[str, Any], ids: torch.Tenso
         values = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
         return where, values.detach().cpu().to(dtype).expand_as(where)
     return None
+
+
+def _decomposition(api: str, args: list[Any], kwargs: dict[str, Any], bench: list[Any], device: list[Any],
+                   allowance: float) -> Verdict | None:
+    """The factors of a decomposition (qr, geqrf, svd, eigh): they reconstruct the input, and their bases are
+    orthonormal, each within `allowance` × n × the device dtype's unit roundoff (the reconstruction's relative
+    to the input's Frobenius norm, per matrix). None where it cannot be told."""
+    a = _arg(args, kwargs, 0, "A", kwargs.get("input"))
+    if not isinstance(a, torch.Tensor) or a.dtype not in _UNIT_ROUNDOFF or a.dim() < 2 or not a.numel() or \
+            not all(isinstance(t, torch.Tensor) for t in (*bench, *device)):
+        return None
+    A = a.detach().cpu().double()
+    outs = [t.detach().cpu().double() for t in device]
+    m, n = A.shape[-2:]
+    try:
+        if api == "qr" or api == "geqrf":
+            if api == "qr":
+                Q, R = outs[:2]
+            else:
+                k = min(m, n)
+                Q, R = torch.linalg.householder_product(outs[0][..., :k], outs[1]), outs[0][..., :k, :].triu()
+            if not Q.numel() or bool((R.tril(-1) != 0).any()):
+                return None if not Q.numel() else (False, "judged by validity: R is not upper triangular")
+            made, bases = Q @ R, [Q]
+        elif api == "svd":
+            U, S, X = outs[:3]
+            k = S.shape[-1]
+
+            def product(u: torch.Tensor, s: torch.Tensor, x: torch.Tensor, v: bool) -> torch.Tensor:
+                return (u[..., :k] * s.unsqueeze(-2)) @ (x[..., :k].mH if v else x[..., :k, :])
+
+            # torch.svd returns V, torch.linalg.svd Vh: whichever reconstructs the input from the bench's outputs
+            b = [t.detach().cpu().double() for t in bench[:3]]
+            v = bool((product(b[0], b[1], b[2], True) - A).abs().max() <
+                     (product(b[0], b[1], b[2], False) - A).abs().max()) \
+                if X.shape[-1] == X.shape[-2] else X.shape[-1] == k
+            made, bases = product(U, S, X, v), [U, X if v else X.mH]
+        else:  # eigh, of the triangle it reads
+            L, Q = outs[:2]
+            lower = str(_arg(args, kwargs, 1, "UPLO", "L")).upper() == "L"
+            A = A.tril() + A.tril(-1).mH if lower else A.triu() + A.triu(1).mH
+            made, bases = (Q * L.unsqueeze(-2)) @ Q.mH, [Q]
+        norm = A.flatten(-2).norm(dim=-1).clamp_min(torch.finfo(torch.float64).tiny)
+        residual = float(((made - A).abs().flatten(-2).amax(-1) / norm).max())
+        orthogonal = max(float((B.mH @ B - torch.eye(B.shape[-1], dtype=B.dtype)).abs().max()) for B in bases)
+    except (RuntimeError, IndexError, ValueError):
+        return None
+    limit = allowance * max(m, n) * _UNIT_ROUNDOFF[a.dtype]
+    if not (residual <= limit and orthogonal <= limit):  # NaN fails
+        return False, (f"judged by validity: the factors reconstruct the input to {residual:.3g} of its norm and "
+                       f"are orthonormal to {orthogonal:.3g}; limit {limit:.3g} ({allowance:g} × n × unit roundoff)")
+    return True, DECOMPOSITION
