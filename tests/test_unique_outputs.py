@@ -170,6 +170,8 @@ def test_a_stable_sort_and_other_standards_keep_the_usual_verdict() -> None:
     bench = list(torch.sort(x, stable=True))
     device = [bench[0], torch.tensor([[3, 1, 2, 0]])]
     assert "check" not in _judge("sort", bench, device, x, stable=True)["outputs"][1]
+    assert "check" not in _judge("argsort", bench[1:], device[1:], x, -1, False, True)["outputs"][0]  # positional
+    assert _judge("argsort", bench[1:], device[1:], x, -1, False)["outputs"][0]["verdict"] == "pass"
     assert _judge("sort", bench, device, x)["outputs"][1]["verdict"] == "pass"
     record = _rows(bench, device)
     judge_by_validity(record, "sort", SPECS, "msprobe", bench, device, [x], {})

@@ -86,7 +86,7 @@ def _ties(api: str, args: list[Any], kwargs: dict[str, Any], bench: list[Any], d
     position, default = _DIM.get(api, (1, -1))
     dim = _arg(args, kwargs, position, "dim", default)
     if not isinstance(x, torch.Tensor) or not isinstance(dim, int) or isinstance(dim, bool) or \
-            (api in ("sort", "argsort") and kwargs.get("stable")):
+            (api in ("sort", "argsort") and _arg(args, kwargs, 3 if api == "argsort" else 99, "stable")):
         return None
     got, want = device[i], bench[i]
     if not isinstance(want, torch.Tensor) or got.dtype != want.dtype or got.shape != want.shape:
