@@ -50,6 +50,7 @@ from ..specs.loader import error_kind, in_list
 from ..verdict import contracts, standards
 from .compare import EarlyMetrics, compare_outputs, start_metrics
 from .prepare import build_pending_here, checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
+from .unique import judge_by_validity
 
 
 class ApiFailure(Exception):
@@ -354,6 +355,7 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                             specs, options, product=product, autocast=plan.autocast,
                             scalar_operand=has_scalar_operand(args, kwargs), early=early, contract=contract,
                             summed=summed_out)
+            judge_by_validity(record, api, specs, options.standard, leaves_b, leaves_d, dev_side.args, dev_side.kwargs)
         else:
             grads_b = [leaf.grad for _, leaf in bench_side().grad_leaves]
             grads_d = [leaf.grad for _, leaf in dev_side.grad_leaves]
