@@ -3,6 +3,7 @@
     python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--json FILE]
            [--checks-on auto|device|host]
     python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... --fuzz N [--arms ...] [--workers K]
+    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... --arms cuda-sincos,not-implemented [--contract NAME]
 
 For every dump, one clean run (torch's own CPU kernels) and one run per arm of
 `benchmarks/planted/arms.py`, the arm armed inside the device-call boundary by
@@ -15,6 +16,12 @@ variants' effective items. `original` (msprobe's Layer 1) is read from every run
 hypothesis draws at the edges of the recorded statistics) on torch's own kernels and on each correct
 variant among `--arms`, under `strict`, in a pytest subprocess (`-n K`); each failing `[fuzz]` item
 is a false alarm, printed with its shrunk example.
+
+The accelerator-like arms (`benchmarks/planted/accelerator.py`: correct kernels computing as CUDA's do)
+get a table of their own per dump and dtype: effective items and how many the standards flag (false
+alarms). Its `not-implemented` arm (kind "unsupported": the device has no kernel for the dtype) counts
+"skip (not implemented)" as the right outcome and an error or failure as a wrong one. `--contract NAME`
+checks under that vendor contract (`--msprobe-contract`).
 """
 from __future__ import annotations
 
@@ -30,8 +37,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.planted.accelerator import ACCELERATOR_ARMS  # noqa: E402
 from benchmarks.planted.arms import ARMS, BY_NAME  # noqa: E402
 
+ACCELERATOR = {arm.name for arm in ACCELERATOR_ARMS}
 FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
 
 
@@ -56,7 +65,8 @@ def dump_dtype(path: Path) -> str:
     return counts.most_common(1)[0][0] if counts else "torch.float32"
 
 
-def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, checks_on: str = "auto") -> dict[str, dict]:
+def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, checks_on: str = "auto",
+        contract: str | None = None) -> dict[str, dict]:
     """Check every item of the dump (those matching `keyword` when given) with `arm` armed inside the
     device-call boundary; the records by item. In-process: the same check_entry the plugin's items run."""
     import torch
@@ -70,7 +80,8 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, ch
 
     torch.set_num_threads(1)
     loaded = load_dump(dump)
-    options = CheckOptions(device="cpu", standard=standard, checks_on=checks_on)
+    options = CheckOptions(device="cpu", standard=standard, checks_on=checks_on,
+                           **({"contract": contract} if contract else {}))
     specs = load_specs()
     plain = backends.device_call
     torch_dtype = getattr(torch, dtype.split(".")[1])
@@ -119,11 +130,13 @@ def _api_keyword(arm: Any) -> str | None:
     for fn in arm.impls:
         if fn == "*":
             return None
-        names.add(getattr(fn, "__name__", str(fn)).strip("_").replace("scaled_dot_product_attention", "attention"))
+        names.add(getattr(fn, "__name__", str(fn)).strip("_").removeprefix("linalg_")
+                  .replace("scaled_dot_product_attention", "attention"))
     return " or ".join(sorted(names))
 
 
-def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int) -> dict[str, str | None]:
+def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int,
+         contract: str | None = None) -> dict[str, str | None]:
     """The `[fuzz]` items of the dump's forward calls on correct kernels (torch's own, or the variant `arm`
     inside the device-call boundary): {item: None if it passed, else its failure text}."""
     import os
@@ -137,6 +150,8 @@ def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int) -> dict[
                "--msprobe-standard", "strict", "--msprobe-device", "cpu", "--msprobe-out", out, "-q",
                "-p", "no:cacheprovider", "-p", "benchmarks.planted.plugin", "--junitxml", str(junit),
                "-n", str(workers), "--rootdir", out]
+        if contract:
+            cmd += ["--msprobe-contract", contract]
         keyword = _api_keyword(arm) if arm is not None else None
         if keyword:
             cmd += ["-k", keyword]
@@ -178,7 +193,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="xdist workers of the --fuzz runs")
     parser.add_argument("--checks-on", default="auto", choices=("auto", "device", "host"),
                         help="as --msprobe-checks-on: device runs strict's checks in torch ops on the CPU")
+    parser.add_argument("--contract", help="as --msprobe-contract: the vendor contract the checks allow for")
     args = parser.parse_args()
+    if args.contract:
+        import dataclasses
+
+        from pytest_msprobe.settings import CheckOptions
+        if "contract" not in {f.name for f in dataclasses.fields(CheckOptions)}:
+            raise SystemExit("--contract: this checker has no contract option yet")
     dumps = []
     for given in args.dumps:
         p = Path(given)
@@ -196,14 +218,14 @@ def main() -> None:
         if args.fuzz:
             for arm in [None] + [a for a in arms if a.kind == "variant"
                                  and getattr(__import__("torch"), dtype.split(".")[1]) in a.dtypes]:
-                for item, failure in fuzz(dump, arm, dtype, args.fuzz, args.workers).items():
+                for item, failure in fuzz(dump, arm, dtype, args.fuzz, args.workers, args.contract).items():
                     rows.append({"dump": label, "dtype": dtype, "arm": arm.name if arm else "torch's own",
                                  "kind": "fuzz", "item": item, "standard": "strict", "flagged": failure is not None,
                                  "message": " ".join((failure or "").split())})
                 print(f"# {label} fuzz {arm.name if arm else 'clean'} done at {time.time() - started:.0f} s",
                       file=sys.stderr, flush=True)
             continue
-        clean = {s: run(dump, None, s, dtype, None, args.checks_on) for s in standards}
+        clean = {s: run(dump, None, s, dtype, None, args.checks_on, args.contract) for s in standards}
         base = clean[standards[0]]
         spent = collections.Counter()
         for rec in base.values():
@@ -221,13 +243,26 @@ def main() -> None:
             if getattr(__import__("torch"), dtype.split(".")[1]) not in arm.dtypes:
                 continue
             for s in standards:
-                armed = run(dump, arm, s, dtype, _api_keyword(arm), args.checks_on)
+                armed = run(dump, arm, s, dtype, _api_keyword(arm), args.checks_on, args.contract)
                 for item, rec in armed.items():
                     ref = clean[s].get(item)  # the same standard: benches differ by standard
-                    if rec.get("status") == "SKIP" or ref is None or ref.get("status") == "SKIP":
+                    if ref is None or ref.get("status") == "SKIP":
                         continue
-                    if _fingerprint(rec) == _fingerprint(ref):
-                        continue  # the arm did not change this item's output
+                    if arm.kind == "unsupported":  # effective where the device raised; a skip is right
+                        if (rec.get("status"), rec.get("message")) == (ref.get("status"), ref.get("message")) and \
+                                repr(_fingerprint(rec)) == repr(_fingerprint(ref)):  # repr: a NaN metric equals itself
+                            continue
+                        outcome = _unsupported_outcome(rec)
+                        rows.append({"dump": label, "dtype": dtype, "arm": arm.name, "kind": arm.kind,
+                                     "what": arm.what, "item": item, "standard": s, "outcome": outcome,
+                                     "flagged": outcome != SKIPPED, "layer1": _flagged(rec, "layer1_status"),
+                                     "message": _message(rec)[:400], "stats": _stats(rec)})
+                        continue
+                    if rec.get("status") == "SKIP":
+                        continue
+                    if _fingerprint(rec) == _fingerprint(ref) or \
+                            (arm.name in ACCELERATOR and repr(_fingerprint(rec)) == repr(_fingerprint(ref))):
+                        continue  # the arm did not change this item's output (NaN metrics: by repr, for new arms)
                     rows.append({"dump": label, "dtype": dtype, "arm": arm.name, "kind": arm.kind, "what": arm.what,
                                  "item": item, "standard": s, "flagged": _flagged(rec, "status"),
                                  "layer1": _flagged(rec, "layer1_status"), "message": _message(rec)[:400], "stats": _stats(rec)})
@@ -238,6 +273,7 @@ def main() -> None:
         fuzz_report(rows)
         return
     report(rows, standards)
+    accelerator_report(rows, standards)
     print("\n## Cost of the third run (clean runs, first standard)\n")
     print("| dump | bench s | third run s | third / bench | device s |\n|---|---|---|---|---|")
     for label, bench, third, device in costs:
@@ -272,6 +308,49 @@ def report(rows: list[dict], standards: list[str]) -> None:
             cells = [rate(sel, "flagged", s) for s in standards] + [rate(sel, "layer1", standards[0])]
             print("| **all** | all | " + " | ".join(cells) + " |")
     print_misses(rows, standards[0], 200)
+
+
+SKIPPED = "skip (not implemented)"
+
+
+def _unsupported_outcome(rec: dict) -> str:
+    """What the checker made of a call the device has no kernel for: a skip saying so is right."""
+    status = rec.get("status")
+    if status == "SKIP":
+        return SKIPPED if "not implemented" in (rec.get("message") or "").lower() else "skip (other reason)"
+    return "error" if status == "error" else "fail" if _flagged(rec, "status") else "pass"
+
+
+def accelerator_report(rows: list[dict], standards: list[str]) -> None:
+    """Per accelerator-like arm, dump and dtype: effective items and how many each standard flags (false
+    alarms); for the unsupported arm, how its calls came out."""
+    sel = [r for r in rows if r["arm"] in ACCELERATOR]
+    if not sel:
+        return
+    print("\n## Accelerator-like correct kernels: flagged / effective items (false alarms)\n")
+    print("| arm | dump | dtype | " + " | ".join(f"{s} flagged" for s in standards) + " |")
+    print("|" + "---|" * (3 + len(standards)))
+    variants = [r for r in sel if r["kind"] == "variant"]
+    for arm, dump, dtype in sorted({(r["arm"], r["dump"], r["dtype"]) for r in variants}):
+        part = [r for r in variants if (r["arm"], r["dump"], r["dtype"]) == (arm, dump, dtype)]
+        cells = [f"{sum(r['flagged'] for r in part if r['standard'] == s)}/"
+                 f"{sum(r['standard'] == s for r in part)}" for s in standards]
+        print(f"| {arm} | {dump} | {dtype[6:]} | " + " | ".join(cells) + " |")
+    for arm in sorted({r["arm"] for r in variants}):
+        cells = [f"{sum(r['flagged'] for r in variants if r['arm'] == arm and r['standard'] == s)}/"
+                 f"{sum(r['arm'] == arm and r['standard'] == s for r in variants)}" for s in standards]
+        print(f"| **{arm}** | all | all | " + " | ".join(cells) + " |")
+    unsupported = [r for r in sel if r["kind"] == "unsupported"]
+    if unsupported:
+        outcomes = (SKIPPED, "skip (other reason)", "error", "fail", "pass")
+        print("\n## Calls the device has no kernel for (right: skip, not implemented)\n")
+        print("| arm | dump | dtype | standard | effective | " + " | ".join(outcomes) + " |")
+        print("|" + "---|" * (5 + len(outcomes)))
+        for arm, dump, dtype, s in sorted({(r["arm"], r["dump"], r["dtype"], r["standard"]) for r in unsupported}):
+            part = [r for r in unsupported if (r["arm"], r["dump"], r["dtype"], r["standard"]) == (arm, dump, dtype, s)]
+            print(f"| {arm} | {dump} | {dtype[6:]} | {s} | {len(part)} | "
+                  + " | ".join(str(sum(r["outcome"] == o for r in part)) for o in outcomes) + " |")
+    print("\nArms: " + "; ".join(f"`{a.name}`: {a.what}" for a in ACCELERATOR_ARMS if a.name in {r["arm"] for r in sel}))
 
 
 def print_misses(rows: list[dict], standard: str, width: int) -> None:
