@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_msprobe.check.rerun import not_implemented
+from pytest_msprobe.runs.backends import not_implemented
 from tests.helpers import api_records, make_dump, tensor
 
 KERNELS = '''

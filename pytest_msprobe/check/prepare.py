@@ -25,6 +25,7 @@ from ..inputs.seeds import item_seed
 from ..runs.execution import NotCheckable, output_leaves
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
+from ..verdict import contracts
 
 Built = tuple[BuildContext, list[Any], dict[str, Any], list[Any]]
 
@@ -205,3 +206,22 @@ def preprocess(api: str, args: list[Any], kwargs: dict[str, Any], specs: dict[st
     if to_float:
         args[0] = convert(args[0], torch.float32)
     return args, {k: convert(v) for k, v in kwargs.items()}
+
+
+def recorded_device(options: CheckOptions, saved_on: set[str]) -> tuple[str, str]:
+    """The device type that recorded a replayed call's outputs, and how that is known: the option, else
+    the device its saved tensors were on (msprobe saves them where they were), else Ascend's npu,
+    which msprobe assumes (MindSpore's .npy files and statistics do not tell)."""
+    if options.recorded_on != "auto":
+        return options.recorded_on, "--msprobe-recorded-on"
+    devices = sorted(d for d in saved_on if d != "cpu") or sorted(saved_on)
+    if devices:
+        return devices[0], "the device of its saved tensors"
+    return "npu", "assumed: the dump does not tell"
+
+
+def replay_contract(options: CheckOptions, mode: str, saved_on: set[str]) -> str:
+    """The accuracy contract of recorded outputs: the recording device's vendor's where the option or the saved
+    tensors say which it was; torch's own where the device is only assumed, or MindSpore ran here."""
+    recorded_on, told = recorded_device(options, saved_on)
+    return contracts.resolve(options.contract, "cpu" if mode == "rerun" or told.startswith("assumed") else recorded_on)

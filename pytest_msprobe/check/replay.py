@@ -48,7 +48,7 @@ from ..runs.execution import (
 from ..runs.third_run import ReferenceRun, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
-from ..verdict import contracts, ms_results
+from ..verdict import ms_results
 from ..verdict.standards import OutputComparison
 from . import compare, prepare
 from . import rerun as check
@@ -64,25 +64,6 @@ def effective_mode(dump: Dump, options: CheckOptions) -> str:
     if dump.framework != "pytorch" and dump.is_real_data and options.data_mode != "random":
         return "replay"
     return "rerun"
-
-
-def recorded_device(options: CheckOptions, saved_on: set[str]) -> tuple[str, str]:
-    """The device type that recorded a replayed call's outputs, and how that is known: the option, else
-    the device its saved tensors were on (msprobe saves them where they were), else Ascend's npu,
-    which msprobe assumes (MindSpore's .npy files and statistics do not tell)."""
-    if options.recorded_on != "auto":
-        return options.recorded_on, "--msprobe-recorded-on"
-    devices = sorted(d for d in saved_on if d != "cpu") or sorted(saved_on)
-    if devices:
-        return devices[0], "the device of its saved tensors"
-    return "npu", "assumed: the dump does not tell"
-
-
-def replay_contract(options: CheckOptions, mode: str, saved_on: set[str]) -> str:
-    """The accuracy contract of recorded outputs: the recording device's vendor's where the option or the saved
-    tensors say which it was; torch's own where the device is only assumed, or MindSpore ran here."""
-    recorded_on, told = recorded_device(options, saved_on)
-    return contracts.resolve(options.contract, "cpu" if mode == "rerun" or told.startswith("assumed") else recorded_on)
 
 
 @dataclass(frozen=True)
@@ -152,12 +133,12 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     max_bytes = ctx.max_bytes
     record["notes"] += ctx.notes
     record["data"] = "real" if ctx.loaded_files else "random"
-    record["contract"] = replay_contract(options, mode, ctx.devices)
+    record["contract"] = prepare.replay_contract(options, mode, ctx.devices)
 
     plan = plan_precision(bare, bench_args, bench_kwargs, _output_dtype(forward.get("output")), specs,
                           options.bench_precision, options.standard)
     if plan.hf32 and not ms_dump:  # Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes) ...
-        recorded_on, told = recorded_device(options, ctx.devices)
+        recorded_on, told = prepare.recorded_device(options, ctx.devices)
         if recorded_on == "npu":
             bench_args = [check._round_input(a, ctx.requires_grad) for a in bench_args]
         else:  # ... a CPU or GPU in full fp32

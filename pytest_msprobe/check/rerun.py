@@ -18,6 +18,7 @@ from ..helper import helper
 from ..inputs.build import InputError
 from ..inputs.seeds import item_seed
 from ..runs import backends, capture, kernels
+from ..runs.backends import not_implemented
 from ..runs.backends import select as select_device
 from ..runs.execution import (
     HF32_BITS,
@@ -44,7 +45,7 @@ from ..runs.execution import (
     tensors_of,
 )
 from ..runs.sharing import may_grow, written_inputs
-from ..runs.third_run import ReferenceRun, Summed, autocast_round, bench_product, summed_run, third_run
+from ..runs.third_run import ReferenceRun, autocast_round, bench_product, summed_outputs, summed_run, third_run
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from ..verdict import contracts, standards
@@ -60,19 +61,6 @@ class ApiFailure(Exception):
     def __init__(self, message: str, side: str = "") -> None:
         super().__init__(message)
         self.side = side
-
-
-NOT_IMPLEMENTED_MARKS = ("not implemented for", "not currently implemented", "could not run '")
-
-
-def not_implemented(exc: BaseException | None) -> bool:
-    """Whether an exception says the backend has no kernel for the call (torch's dispatcher: `"foo_cuda" not
-    implemented for 'BFloat16'`, `Could not run 'aten::foo' with arguments from the 'CUDA' backend`), as
-    opposed to a kernel that ran and failed."""
-    if isinstance(exc, NotImplementedError):
-        return True
-    text = str(exc).lower() if isinstance(exc, (RuntimeError, TypeError)) else ""
-    return any(mark in text for mark in NOT_IMPLEMENTED_MARKS)
 
 
 Runner = Callable[[Dump, Any, CheckOptions, dict[str, Any], dict[str, Any]], None]
@@ -377,16 +365,6 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
         if isinstance(exc, Exception):  # the record is final only once the runs beside it are done; a timeout
             wait(helped)  # (a BaseException) gets a record of its own and leaves the helper to finish
         raise
-
-
-def summed_outputs(summed: Summed | None, leaves: list[Any] | None, gradients: bool) -> tuple[list[Any], str] | None:
-    """The magnitude run's outputs that bound sums (a backward item's: its gradients of summed inputs, None for the
-    others), in the order compare_outputs pairs them, with the thresholds' section that scales them."""
-    if summed is None or leaves is None or summed.run.side is None:
-        return None
-    if not gradients:
-        return leaves, summed.rules
-    return [leaf.grad if pos in summed.positions else None for pos, leaf in summed.run.side.grad_leaves], summed.rules
 
 
 def queued_metrics(name: Any, bench_future: Future[Any], bench_side: Callable[[], Side], dev_side: Side,

@@ -341,3 +341,16 @@ __all__ = [
     "NpuBackend", "Session", "builtin_backend", "close_session", "device_call", "entry_point_names",
     "load_entry_point", "lookup", "open_session", "runner", "select",
 ]
+
+
+NOT_IMPLEMENTED_MARKS = ("not implemented for", "not currently implemented", "could not run '")
+
+
+def not_implemented(exc: BaseException | None) -> bool:
+    """Whether an exception says the backend has no kernel for the call (torch's dispatcher: `"foo_cuda" not
+    implemented for 'BFloat16'`, `Could not run 'aten::foo' with arguments from the 'CUDA' backend`), as
+    opposed to a kernel that ran and failed."""
+    if isinstance(exc, NotImplementedError):
+        return True
+    text = str(exc).lower() if isinstance(exc, (RuntimeError, TypeError)) else ""
+    return any(mark in text for mark in NOT_IMPLEMENTED_MARKS)

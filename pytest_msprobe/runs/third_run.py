@@ -157,6 +157,16 @@ def summed_gradients(api: str, args: list[Any], kwargs: dict[str, Any], requires
     return frozenset(i for i in grads if tuple(tensors[i].shape) != full)
 
 
+def summed_outputs(summed: Summed | None, leaves: list[Any] | None, gradients: bool) -> tuple[list[Any], str] | None:
+    """The magnitude run's outputs that bound sums (a backward item's: its gradients of summed inputs, None for the
+    others), in the order compare_outputs pairs them, with the thresholds' section that scales them."""
+    if summed is None or leaves is None or summed.run.side is None:
+        return None
+    if not gradients:
+        return leaves, summed.rules
+    return [leaf.grad if pos in summed.positions else None for pos, leaf in summed.run.side.grad_leaves], summed.rules
+
+
 def _magnitude(resolved: Any, specs: dict[str, Any], args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
                want_grad: bool, shared: Shared | None) -> ReferenceRun:
     """The API on the absolute values of its inputs (and of its scalar factors), in fp32 (fp64 for fp64): each
