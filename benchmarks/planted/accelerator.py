@@ -512,34 +512,28 @@ def _needs_grad(*xs: Any) -> bool:
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in xs)
 
 
-def _addcdiv(orig: Impl, x: Any, t1: Any, t2: Any, *a: Any, **kw: Any) -> Any:
-    """CUDA's addcdiv: self + value * (t1 / t2) in opmath, the multiply-add fused (nvcc contracts it)."""
-    p = _params(a, kw, ("value",))
-    if p is None or not all(_plain_float(t) for t in (x, t1, t2)) or _needs_grad(x, t1, t2) or \
-            len({x.dtype, t1.dtype, t2.dtype}) != 1:
-        return orig(x, t1, t2, *a, **kw)
-    shape = torch.broadcast_shapes(x.shape, t1.shape, t2.shape)
-    inplace = getattr(orig, "__name__", "").endswith("_")
-    if inplace and shape != x.shape:
-        return orig(x, t1, t2, *a, **kw)
-    q = t1.float() / t2.float()
-    out = fma32(_f32(p.get("value", 1)).expand(shape), q.expand(shape), x.float().expand(shape)).to(x.dtype)
-    return _fma_inplace(x, out, inplace)
+def _fused_pointwise(product: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+                     ) -> Impl:
+    """self + value * (t1 op t2) in opmath with the multiply-add fused (nvcc contracts it): `product(value, t1, t2)`
+    gives the two fp32 factors the FMA multiplies; calls it cannot take go to torch."""
+    def impl(orig: Impl, x: Any, t1: Any, t2: Any, *a: Any, **kw: Any) -> Any:
+        p = _params(a, kw, ("value",))
+        if p is None or not all(_plain_float(t) for t in (x, t1, t2)) or _needs_grad(x, t1, t2) or \
+                len({x.dtype, t1.dtype, t2.dtype}) != 1:
+            return orig(x, t1, t2, *a, **kw)
+        shape = torch.broadcast_shapes(x.shape, t1.shape, t2.shape)
+        inplace = getattr(orig, "__name__", "").endswith("_")
+        if inplace and shape != x.shape:
+            return orig(x, t1, t2, *a, **kw)
+        f1, f2 = product(_f32(p.get("value", 1)), t1.float(), t2.float())
+        out = fma32(f1.expand(shape), f2.expand(shape), x.float().expand(shape)).to(x.dtype)
+        return _fma_inplace(x, out, inplace)
+    return impl
 
 
-def _addcmul(orig: Impl, x: Any, t1: Any, t2: Any, *a: Any, **kw: Any) -> Any:
-    """CUDA's addcmul: self + value * t1 * t2 in opmath: (value * t1) rounded, then fused with t2 and self."""
-    p = _params(a, kw, ("value",))
-    if p is None or not all(_plain_float(t) for t in (x, t1, t2)) or _needs_grad(x, t1, t2) or \
-            len({x.dtype, t1.dtype, t2.dtype}) != 1:
-        return orig(x, t1, t2, *a, **kw)
-    shape = torch.broadcast_shapes(x.shape, t1.shape, t2.shape)
-    inplace = getattr(orig, "__name__", "").endswith("_")
-    if inplace and shape != x.shape:
-        return orig(x, t1, t2, *a, **kw)
-    vt = _f32(p.get("value", 1)) * t1.float()
-    out = fma32(vt.expand(shape), t2.float().expand(shape), x.float().expand(shape)).to(x.dtype)
-    return _fma_inplace(x, out, inplace)
+# CUDA's addcdiv: value times the rounded quotient; addcmul: (value * t1) rounded, then fused with t2
+_addcdiv = _fused_pointwise(lambda value, t1, t2: (value, t1 / t2))
+_addcmul = _fused_pointwise(lambda value, t1, t2: (value * t1, t2))
 
 
 def _lerp(orig: Impl, x: Any, end: Any, weight: Any, *a: Any, **kw: Any) -> Any:
