@@ -23,10 +23,10 @@ def _whole_and_pieces(api: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str
     out = fn(*args, **kwargs)
     chunking = C.plan(api, list(args), dict(kwargs), tuple(out.shape))
     assert chunking is not None, api
-    spec = C.RunSpec("bench", fn, lambda t: dtype if t.is_floating_point() else t.dtype)
+    spec = C.RunSpec("bench", fn, chunking, lambda t: dtype if t.is_floating_point() else t.dtype)
     whole = fn(*[a.to(dtype) if isinstance(a, torch.Tensor) else a for a in args], **kwargs).reshape(-1)
     starts, parts = [], []
-    for start, piece in C.pieces_of([spec], chunking, rows, columns):
+    for start, piece in C.pieces_of([spec], rows, columns):
         starts.append(start)
         parts.append(piece["bench"])
     assert starts == sorted(starts) and starts[0] == 0 and len(parts) > 1

@@ -171,40 +171,45 @@ def blocks(total: int, per_block: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One of the runs computed in pieces: its function, the dtype each tensor is cast to, whether its inputs are
-    taken as absolute values (the magnitude run), its autocast dtype and the torch device it runs on."""
+    """One of the runs computed in pieces: its name, function and the arguments it splits (`chunking`), the dtype
+    each tensor is cast to, whether its inputs are taken as absolute values (the magnitude run; with the scalar
+    arguments named in `scalars`), its autocast dtype and the torch device it runs on."""
 
     name: str
     fn: Any
+    chunking: Chunking
     dtype_for: Callable[[torch.Tensor], torch.dtype]
     absolute: bool = False
+    scalars: frozenset[str] = frozenset()
     autocast: torch.dtype | None = None
     device: str = "cpu"
 
 
-def element_bytes(spec: RunSpec, dtype: torch.dtype) -> int:
-    """Bytes per element of an input of `dtype` on this run's side (its cast copy; its |x| first, for magnitude)."""
-    probe = torch.empty(0, dtype=dtype)
-    size = spec.dtype_for(probe).itemsize if dtype.is_floating_point else dtype.itemsize
-    return size + (dtype.itemsize if spec.absolute else 0)
+def piece_bytes(spec: RunSpec, rows: int, columns: int) -> int:
+    """Bytes one piece of `rows` rows and `columns` columns holds while it runs: its inputs' cast copies (and their
+    absolute values, for the magnitude run) and its output."""
+    args, kwargs = spec.chunking.pieces(0, min(rows, spec.chunking.rows), 0, min(columns, spec.chunking.width))
+    total = [0]
+
+    def count(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            wide = spec.dtype_for(v) if v.is_floating_point() else v.dtype
+            total[0] += v.numel() * (wide.itemsize + (v.dtype.itemsize if spec.absolute else 0))
+        return v
+
+    map_structure(count, [args, kwargs])
+    return total[0] + rows * columns * output_itemsize(spec)
 
 
-def run_piece(spec: RunSpec, chunking: Chunking, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
-    """Rows r0..r1, columns c0..c1 of `spec`'s output, as a 2-D tensor where the run computed it."""
-    args, kwargs = chunking.pieces(r0, r1, c0, c1)
-    if spec.absolute:
-        def absolute(v: Any) -> Any:
-            return v.abs() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+def output_dtype(spec: RunSpec) -> torch.dtype:
+    """The dtype of the run's output: its first tensor argument's, as the run casts it."""
+    x = next((v for v in spec.chunking.pieces(0, 1, 0, 1)[0] if isinstance(v, torch.Tensor)), None)
+    return spec.dtype_for(x) if x is not None and x.is_floating_point() else torch.float32
 
-        args, kwargs = [map_structure(absolute, a) for a in args], {k: map_structure(absolute, v)
-                                                                      for k, v in kwargs.items()}
-    side: Side = make_side(args, kwargs, device=spec.device, dtype_for=spec.dtype_for, requires_grad=set(),
-                           want_grad=False, bench=spec.device == "cpu")
-    out = run_side(spec.fn, side, autocast=spec.autocast, device_type=spec.device.split(":")[0], grad=False)
-    leaf = out[0] if isinstance(out, (list, tuple)) else out
-    if not isinstance(leaf, torch.Tensor):
-        raise TypeError(f"{spec.name} run of {chunking.api} returned {type(leaf).__name__}, not a tensor")
-    return leaf.detach().reshape(r1 - r0, c1 - c0)
+
+def output_itemsize(spec: RunSpec) -> int:
+    """Bytes per element of the run's output."""
+    return output_dtype(spec).itemsize
 
 
 def columns_exact(spec: RunSpec) -> bool:
@@ -214,16 +219,43 @@ def columns_exact(spec: RunSpec) -> bool:
     return spec.dtype_for(torch.empty(0, dtype=torch.float32)) != torch.float64
 
 
-def run_rows(spec: RunSpec, chunking: Chunking, r0: int, r1: int, columns: int) -> torch.Tensor:
+def run_piece(spec: RunSpec, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
+    """Rows r0..r1, columns c0..c1 of `spec`'s output, as a 2-D tensor where the run computed it."""
+    args, kwargs = spec.chunking.pieces(r0, r1, c0, c1)
+    if spec.absolute:
+        def absolute(v: Any) -> Any:
+            return v.abs() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+        args = [map_structure(absolute, a) for a in args]
+        kwargs = {k: abs(v) if k in spec.scalars and isinstance(v, (int, float)) else map_structure(absolute, v)
+                  for k, v in kwargs.items()}
+    side: Side = make_side(args, kwargs, device=spec.device, dtype_for=spec.dtype_for, requires_grad=set(),
+                           want_grad=False, bench=spec.device == "cpu")
+    out = run_side(spec.fn, side, autocast=spec.autocast, device_type=spec.device.split(":")[0], grad=False)
+    leaf = out[0] if isinstance(out, (list, tuple)) else out
+    if not isinstance(leaf, torch.Tensor):
+        raise TypeError(f"the {spec.name} run of {spec.chunking.api} returned {type(leaf).__name__}, not a tensor")
+    return leaf.detach().reshape(r1 - r0, c1 - c0)
+
+
+def run_rows(spec: RunSpec, r0: int, r1: int, columns: int) -> torch.Tensor:
     """Rows r0..r1 of `spec`'s output on the host (`columns` per piece: the whole width, or blocks of it)."""
+    chunking = spec.chunking
     if columns >= chunking.width or not chunking.columns or not columns_exact(spec):
-        return run_piece(spec, chunking, r0, r1, 0, chunking.width).cpu()
-    parts = [run_piece(spec, chunking, r0, r1, c0, c1).cpu() for c0, c1 in blocks(chunking.width, columns)]
-    return torch.cat(parts, dim=1)
+        return run_piece(spec, r0, r1, 0, chunking.width).cpu()
+    out = None
+    for c0, c1 in blocks(chunking.width, columns):
+        part = run_piece(spec, r0, r1, c0, c1).cpu()
+        if out is None:
+            out = torch.empty((r1 - r0, chunking.width), dtype=part.dtype)
+        out[:, c0:c1] = part
+        del part
+    assert out is not None
+    return out
 
 
-def pieces_of(specs: list[RunSpec], chunking: Chunking, rows: int,
-              columns: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+def pieces_of(specs: list[RunSpec], rows: int, columns: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
     """Each block of `rows` rows: its first element's flat index and every run's output there (flat, on the host)."""
-    for r0, r1 in blocks(chunking.rows, rows):
-        yield r0 * chunking.width, {s.name: run_rows(s, chunking, r0, r1, columns).reshape(-1) for s in specs}
+    first = specs[0].chunking
+    for r0, r1 in blocks(first.rows, rows):
+        yield r0 * first.width, {s.name: run_rows(s, r0, r1, columns).reshape(-1) for s in specs}
