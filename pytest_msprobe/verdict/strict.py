@@ -269,7 +269,6 @@ def plan(flat: Mapping[str, Any], row: int, rules: Mapping[str, Any], kind: str)
             squares = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64))
         else:
             from .strict_torch import sum_of_squares
-
             squares = sum_of_squares(flat["b"])
         floor = floor_of(squares, m, flat["b"].dtype.itemsize, rules)
     return (*sizes(m, row, rules), floor)
@@ -349,7 +348,6 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
 def finished(rows: np.ndarray, irows: np.ndarray, has_t: bool, bias: np.ndarray, counts: np.ndarray) -> _Totals:
     """The totals of every block's results (strict_blocks'), added in the blocks' order (strict_finish)."""
     from . import strict_kernel as K
-
     out = np.empty(K.O_GROUPS + 1)
     K.strict_finish(rows, irows, has_t, out)
     n = int(out[K.O_GROUPS])
