@@ -339,7 +339,7 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
         mine = buffers.get(threading.get_ident()) or buffers.setdefault(threading.get_ident(),
                                                                          _scratch(work, min(block, m)))
         K.strict_blocks(*arrays, *mine, ints, K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params,
-                        b0, b1, bias, counts, rows, irows)
+                        b0, b1, 0, bias, counts, rows, irows)
 
     share(blocks, max(1, GRAIN // block), blocks_of)
     return finished(rows, irows, "t" in flat, bias, counts)

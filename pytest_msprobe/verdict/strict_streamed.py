@@ -2,10 +2,9 @@
 statistics, bit for bit, without any of them whole.
 
 strict_compare cuts an output into blocks of whole rows and judges each block on its own (strict_kernel's
-strict_blocks), then adds the blocks' results in order; only the bias test's sampling (every `every`-th block)
-and its groups' numbering run across blocks. So each piece gets the blocks of whole units of `every` blocks that
-lie in it, as arrays that start at the unit's first element (the sampling and the groups then fall where the whole
-pass puts them), and its flat indices are moved back to the output's. A reduction's or contraction's scale floor
+strict_blocks), each into its own row of results, then adds the blocks' results in order. So each piece gets the
+whole blocks that lie in it, as arrays that start at the piece's first element (the kernel's `origin`): the
+results, the bias test's sampling of every `every`-th block and its groups are the whole pass's. A reduction's or contraction's scale floor
 needs the bench's sum of squares first: numpy's einsum adds it in buffers of 8,192 elements, which `Squares` adds
 in the same order from the pieces (the caller runs the bench once more for it).
 
@@ -78,12 +77,12 @@ class Streamed:
         return min(self.next * self.block, self.m)
 
     def feed(self, start: int, pieces: Mapping[str, np.ndarray]) -> int:
-        """Every whole unit of `every` blocks (or the output's last blocks) in elements start .. start + the pieces'
-        length (`start` == done()); the first element not judged."""
-        K, unit = self.K, self.every * self.block
+        """Every whole block (or the output's last one) in elements start .. start + the pieces' length (`start` ==
+        done()); the first element not judged."""
+        K = self.K
         end = start + pieces["b"].size
         k0 = self.next
-        stop = self.m if end >= self.m else start + (end - start) // unit * unit
+        stop = self.m if end >= self.m else start + (end - start) // self.block * self.block
         if stop <= start:
             return self.done()
         k1 = -(-stop // self.block)
@@ -91,14 +90,11 @@ class Streamed:
         flat = {key: value[:n] for key, value in pieces.items()}
         flat["d"] = self.d[start:stop]
         arrays = strict.kernel_arrays(flat, self.work)
-        g0 = k0 // self.every * self.per_block
         K.strict_blocks(*arrays, *self.scratch, self.ints, K.FORMATS[self.device_dtype], K.KINDS[self.kind],
-                        self.size, self.block, self.every, self.params, 0, k1 - k0, self.bias[:, g0:],
-                        self.counts[g0:], self.rows[k0:k1], self.irows[k0:k1])
+                        self.size, self.block, self.every, self.params, k0, k1, start, self.bias, self.counts,
+                        self.rows, self.irows)
         irows = self.irows[k0:k1]
-        irows[:, K.I_WORST] += start
         wrong = irows[:, K.I_FIRST_WRONG]
-        wrong[wrong >= 0] += start
         b = arrays[0]
         for at in (*irows[:, K.I_WORST], *wrong[wrong >= 0]):
             self.bench_at[int(at)] = float(b[int(at) - start])
