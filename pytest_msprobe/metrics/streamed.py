@@ -23,8 +23,13 @@ class Streamed:
     def __init__(self, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limits, work: np.dtype[Any]) -> None:
         self.p = Pass(d, dev_dtype, limits, work)
         self.next = 0  # the first chunk not computed yet
-        self.shifted = self.p.los.copy()
         self.bench_at: dict[int, float] = {}  # candidates for the largest error: flat index -> bench value
+
+    @staticmethod
+    def plan_bytes(n: int, itemsize: int) -> int:
+        """Bytes the pass's plan and its chunks' results hold for an output of n elements (B of `itemsize`): the
+        leaves' positions, lengths and three sums, each chunk's maxima, float sums and counts."""
+        return n // 128 * (16 + 3 * itemsize) + n // 2048 * (6 * 8 + 13 * 8 * 2)
 
     def done(self) -> int:
         """The first element of the output not taken yet."""
@@ -45,9 +50,12 @@ class Streamed:
         if k1 == k0:
             return self.done()
         first, last = p.bounds[k0], p.bounds[k1]
-        np.subtract(p.los[first:last], start, out=self.shifted[first:last])
         b = np.ascontiguousarray(b)
-        p.chunks(b, p.d[start:end], self.shifted, k0, k1)
+        p.los[first:last] -= start  # these chunks' leaves as positions in the piece (no copy of the plan) ...
+        try:
+            p.chunks(b, p.d[start:end], p.los, k0, k1)
+        finally:
+            p.los[first:last] += start  # ... and back
         rows = p.ccnt[k0:k1, p.K.I_WORST]
         rows += start  # the candidates' positions back to the output's
         lowest = p.K._LOWEST[0 if p.ints.itemsize == 4 else 1]
