@@ -24,9 +24,11 @@ dump made (entries, bytes, seconds, versions) is merged into `OUT/manifest.json`
 FFN 14336, vocabulary 128256, 4096 tokens) with two decoder layers: embedding, the layers, the final norm, the
 lm_head, cross-entropy, backward and AdamW, in bf16. Its weights are made in bf16 (no fp32 copy), and AdamW steps
 one parameter at a time, smallest first, freeing its moments and gradient after its update (the same calls).
-`--small` makes it with SMALL_SEQ tokens (`llama_7b-small_bf16_statistics`), for CI. Peak resident memory on a
-2-core AMD EPYC (avx512_bf16: yes), 2026-11-28, `/usr/bin/time -v ... --only 'llama_7b_*' --small`: 12.2 GiB
-(the 1.3B parameters, their gradients and the two moments of the largest), 3 min 39 s.
+`--small` makes it with SMALL_SEQ tokens (`llama_7b-small_bf16_statistics`), for CI. Peak resident memory and wall
+time on a 2-core AMD EPYC (avx512_bf16: yes) shared with other work, 2026-11-28, `/usr/bin/time -v
+/work/venv-msprobe/bin/python benchmarks/make_dumps.py --out OUT --only 'llama_7b_*' [--small]`: 11.5 GiB, 7 min
+51 s; with --small 11.7 GiB, 1 min 3 s. The 1.3B parameters and their gradients (5 GiB), the largest parameter's
+two moments and its update's temporaries, and msprobe's statistics of them set the peak, not the tokens.
 
 fp16 note: AdamW uses eps=1e-4 in fp16 (1e-8 underflows to 0 in fp16 and a zero gradient then
 gives 0/0 = NaN in the update); every other setting is the same across dtypes.
