@@ -50,7 +50,14 @@ from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from ..verdict import contracts, standards
 from .compare import EarlyMetrics, compare_outputs, start_metrics
-from .prepare import build_pending_here, checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
+from .prepare import (
+    build_pending_here,
+    checkable_entries,
+    contract_terms,
+    encoded_arguments,
+    prepared_inputs,
+    start_prefetch,
+)
 from .unique import judge_by_validity
 
 
@@ -223,6 +230,8 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
                           shared=shared)
     summed = summed_run(options, resolved, api, specs, args, kwargs, ctx.requires_grad, want_grad,
                         first_output_shape(forward.get("output")), shared=shared)
+    summed = summed or contract_terms(options, contract, api, specs, args, kwargs, ctx.requires_grad, want_grad,
+                                      shared)
     api_key, entry_name = f"{name.api_type}.{api}", f"{name.full_name}.{name.direction}"
     # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
     device_fn = backends.runner(device, api_key, resolved.device_fn)
