@@ -1,13 +1,15 @@
-"""The terms run: the size of the terms whose sum a vendor's composite function cancels in.
+"""The terms run: the size of the terms a vendor's composite function may lose its error against.
 
 CUDA computes gelu as x/2 * (1 + erff(x/sqrt 2)) and silu's gradient as g * s * (1 + x * (1 - s)): below
 x = -1 the sum 1 + erff(...) cancels, and near silu's minimum (x = -1.278) so does 1 + x * (1 - s). erff's
 2-ULP error is an error of about 2 ULPs of 1, so the result may be hundreds of its own ULPs off and the kernel
-is still correct by its vendor's documentation. Under a contract that lists such a function
-(api_specs/contracts.yaml `terms`), this run gives per element the size of the terms, times the contract's
-ULP bound: the strict checks then allow that many units of fp32's roundoff of it (thresholds.yaml
-`contract_terms`), as they allow a sum's order relative to its terms. Where nothing cancels the terms are the
-result's own size, so the allowance adds nothing there.
+is still correct by its vendor's documentation. A gradient computed from the kernel's own output is alike:
+erfinv's, sqrt(pi)/2 * exp(y^2) * g, turns y's error into 2 y^2 times as much.
+
+Under a contract that lists such a function (api_specs/contracts.yaml `terms`), this run gives per element the
+size of those terms, times the contract's ULP bound: the strict checks then allow that many units of fp32's
+roundoff of it (thresholds.yaml `contract_terms`), as they allow a sum's order relative to its terms. Where
+nothing cancels the terms are the result's own size, so the allowance adds nothing there.
 """
 from __future__ import annotations
 
@@ -48,18 +50,22 @@ class _Terms(torch.autograd.Function):
             # g * (cdf + x * pdf): the cdf's 1 + step cancels as the forward's does
             pdf = torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
             grad = g.abs() * (0.5 * (1 + _gelu_step(x, ctx.approximate).abs()) + x.abs() * pdf)
+        elif ctx.form == "erfinv":
+            # sqrt(pi)/2 * exp(y^2) * g from the kernel's own y = erfinv(x): y's relative error grows by 2 y^2
+            y = torch.erfinv(x)
+            grad = g.abs() * (0.5 * math.sqrt(math.pi)) * torch.exp(y * y) * (1 + 2 * y * y)
         else:
             # silu: g * s * (1 + x * (1 - s)); s's error moves both terms of the inner sum
             grad = g.abs() * torch.sigmoid(x) * (1 + x.abs())
         return ctx.scale * grad, None, None, None
 
 
-FORMS = ("gelu", "silu")
+FORMS = ("erfinv", "gelu", "silu")
 
 
 def terms_run(form: str, scale: float, args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
               want_grad: bool, shared: Shared | None = None) -> Summed:
-    """The terms run of a call to gelu or silu (`form`) in fp32 (fp64 for fp64), scaled by the contract's bound,
+    """The terms run of a call to erfinv, gelu or silu (`form`) in fp32 (fp64 for fp64), scaled by the contract's bound,
     on the CPU; the gradient belongs to the first tensor argument."""
     approximate = str(kwargs.get("approximate", "none"))
 
