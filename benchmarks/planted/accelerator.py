@@ -754,7 +754,7 @@ def _group_norm(orig: Impl, x: Any, num_groups: Any, *a: Any, **kw: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ cuda-contractions
-CHANNEL_CHUNK = 8  # a transposed convolution's input channels summed in chunks of this many, the chunks in turn
+CHANNEL_CHUNK = 2  # a transposed convolution's input channels summed in chunks of this many, the chunks in turn
 
 
 def _conv_transpose(conv: Callable[..., torch.Tensor]) -> Impl:
@@ -764,17 +764,20 @@ def _conv_transpose(conv: Callable[..., torch.Tensor]) -> Impl:
     def impl(orig: Impl, x: Any, weight: Any, bias: Any = None, *a: Any, **kw: Any) -> Any:
         p = _params(a, kw, ("stride", "padding", "output_padding", "groups", "dilation"))
         if p is None or p.get("groups", 1) != 1 or not _plain_float(x) or not _plain_float(weight) or \
-                (bias is not None and not _plain_float(bias)) or x.dim() < 2 or x.shape[1] <= CHANNEL_CHUNK:
+                (bias is not None and not _plain_float(bias)) or x.dim() not in (weight.dim(), weight.dim() - 1):
+            return orig(x, weight, bias, *a, **kw)
+        c = 1 if x.dim() == weight.dim() else 0  # an unbatched input has its channels first
+        if x.shape[c] <= CHANNEL_CHUNK:
             return orig(x, weight, bias, *a, **kw)
         rest = {k: v for k, v in p.items() if k != "groups"}
         xf, wf = x.float(), weight.float()
         total = None
-        for i in range(0, x.shape[1], CHANNEL_CHUNK):
-            part = conv(xf[:, i:i + CHANNEL_CHUNK], wf[i:i + CHANNEL_CHUNK], None, **rest)
+        for i in range(0, x.shape[c], CHANNEL_CHUNK):
+            part = conv(xf.narrow(c, i, min(CHANNEL_CHUNK, x.shape[c] - i)), wf[i:i + CHANNEL_CHUNK], None, **rest)
             total = part if total is None else total + part
         assert total is not None
         if bias is not None:
-            total = total + bias.float().reshape([1, -1] + [1] * (total.dim() - 2))
+            total = total + bias.float().reshape([-1] + [1] * (total.dim() - c - 1))
         return total.to(x.dtype)
     return impl
 
@@ -953,7 +956,7 @@ _SIXTEEN = (torch.float16, torch.bfloat16)
 ACCELERATOR_ARMS: list[Arm] = [
     Arm("cuda-sincos", "variant", "CUDA sinf/cosf: within 2 ULP, leaning +0.1 ULP away from zero (H100)",
         {**_all(_unary("sin"), ("sin",)), **_all(_unary("cos"), ("cos",))}),
-    Arm("cuda-math", "variant", "CUDA Math API: exp/tanh/rsqrt/erf 2, log 1, pow 8 ULP; silu, gelu, sigmoid from them",
+    Arm("cuda-math", "variant", "CUDA Math API: exp/tanh/rsqrt/erf/erfinv 2, log 1, lgamma 6, pow 8 ULP; silu, gelu, sigmoid from them",
         {**_all(_unary("exp"), ("exp",)), **_all(_unary("log"), ("log",)), **_all(_unary("tanh"), ("tanh",)),
          **_all(_unary("rsqrt"), ("rsqrt",)), **_all(_unary("erf"), ("erf",)), **_all(_sigmoid, ("sigmoid",)),
          F.silu: _silu, F.gelu: _gelu, **_all(_pow, ("pow", "__pow__", "__rpow__")),
@@ -966,12 +969,12 @@ ACCELERATOR_ARMS: list[Arm] = [
     Arm("cuda-fma-optimizer", "variant", "CUDA fused multiply-add: addcdiv/addcmul/lerp/add(alpha) in fp32 opmath",
         {**_all(_addcdiv, ("addcdiv", "addcdiv_")), **_all(_addcmul, ("addcmul", "addcmul_")),
          **_all(_lerp, ("lerp", "lerp_")), **_all(_add_alpha, ("add", "add_"))}),
-    Arm("cuda-reductions", "variant", "CUDA AccumulateType: fp32 sums in fp32 (CPU: double) in a tree; tree scans",
+    Arm("cuda-reductions", "variant", "CUDA AccumulateType: fp32 sums in fp32 (CPU: double) in a tree; tree scans; norms' statistics",
         {**_all(_reduce(False), ("sum",)), **_all(_reduce(True), ("mean",)), **_all(_cumsum, ("cumsum",)),
          **_all(_logsumexp, ("logsumexp",)), **_all(_softmax(False), ("softmax",)), F.softmax: _softmax(False),
          **_all(_softmax(True), ("log_softmax",)), F.log_softmax: _softmax(True), F.layer_norm: _layer_norm,
          F.group_norm: _group_norm}),
-    Arm("cuda-contractions", "variant", "fp32 accumulation in K-chunks of 32 added in a tree (linear/matmul)",
+    Arm("cuda-contractions", "variant", "fp32 accumulation in K-chunks of 32 added in a tree (linear/matmul); conv_transpose by channel chunks",
         {F.linear: _linear, **_all(_mm, ("matmul", "__matmul__", "mm", "bmm")),
          F.conv_transpose1d: _conv_transpose(F.conv_transpose1d), F.conv_transpose2d: _conv_transpose(F.conv_transpose2d),
          F.conv_transpose3d: _conv_transpose(F.conv_transpose3d)}),
