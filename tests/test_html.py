@@ -152,7 +152,7 @@ def test_plots_draw_stricts_gross_limit_of_the_ops_kind() -> None:
         assert any(colour == "#d9534f" for colour, v in slices) == red_bins
 
 
-# ------------------------------------------------------------------------------------------------ issue 17, point 9
+# ------------------------------------------------------------------------------ messages in English, wrapped
 
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 

@@ -1,4 +1,4 @@
-"""Replay mode and MindSpore dumps without MindSpore: recorded outputs vs the CPU bench (issue 6).
+"""Replay mode and MindSpore dumps without MindSpore: recorded outputs vs the CPU bench.
 
 Runs in the main environment (no MindSpore). tests/test_mindspore.py runs MindSpore for real.
 """
