@@ -38,6 +38,7 @@ from ..runs.execution import (
     Plan,
     Side,
     backward,
+    first_output_shape,
     make_side,
     output_leaves,
     pair_cotangents,
@@ -47,7 +48,7 @@ from ..runs.execution import (
     seed_random_apis,
     tensors_of,
 )
-from ..runs.third_run import ReferenceRun, third_run
+from ..runs.third_run import ReferenceRun, Summed, summed_outputs, summed_run, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
@@ -93,6 +94,8 @@ class Case:
     by_position: bool = False
     plan: Plan | None = None
     bench_side: Side | None = None
+    summed: Summed | None = None  # the magnitude run of sums, or a composite's terms run (execute.third_runs)
+    summed_leaves: list[Any] | None = None
 
     @property
     def ms_dump(self) -> bool:
@@ -130,10 +133,12 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     record["timings"]["inputs_s"] = time.perf_counter() - started
     reference = _reference(options, name, specs, case.plan, bench_args, bench_kwargs, case.requires_grad,
                            case.want_grad, case.bench_fn, case.bench_label, case.ms_dump)
+    case.summed = replay_summed(case)
     out_b, leaves_b, pairs_b = bench_run(case)
     leaves_d = case.source.outputs(case, pairs_b)
     capture.stash(out_d=leaves_d, out_b=out_b)
     ref_leaves = reference_run(case, reference)
+    case.summed_leaves = magnitude_run(case)
     started, waited = time.perf_counter(), calls.backward_seconds(record["timings"])
     compare_case(case, reference, leaves_b, leaves_d, ref_leaves, pairs_b)
     record["timings"]["compare_s"] = time.perf_counter() - started - (calls.backward_seconds(record["timings"]) - waited)
@@ -254,6 +259,54 @@ def reference_run(case: Case, reference: ReferenceRun | None) -> list[Any] | Non
     return calls.selected(output_leaves(out_r), case.bare, case.specs)
 
 
+def replay_summed(case: Case) -> Summed | None:
+    """The run that bounds sums by their terms (summed_run), or a composite the contract bounds by its terms
+    (prepare.contract_terms), as a re-run item has them: a recorded kernel may have added in any order."""
+    options, specs = case.options, case.specs
+    return summed_run(options, SimpleNamespace(bench_fn=case.bench_fn), case.bare, specs, case.args, case.kwargs,
+                      case.requires_grad, case.want_grad, first_output_shape(case.forward.get("output"))) or \
+        prepare.contract_terms(options, case.record.get("contract", "torch"), case.bare, specs, case.args,
+                               case.kwargs, case.requires_grad, case.want_grad)
+
+
+def magnitude_run(case: Case) -> list[Any] | None:
+    """The summed run's forward outputs (None without one)."""
+    run = case.summed.run if case.summed is not None else None
+    if run is None or run.side is None:
+        return None
+    side = run.side
+    out = calls.timed(case.record["timings"], "magnitude_s", "magnitude", lambda: run_side(
+        run.fn, side, autocast=None, device_type="cpu", grad=case.want_grad), None)
+    return calls.selected(output_leaves(out), case.bare, case.specs)
+
+
+def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[list[Any], str] | None:
+    """Per compared slot, the summed run's gradient where that slot's argument's gradient is a sum (None
+    elsewhere, and where the summed run's node lays its slots out otherwise), with the thresholds' section."""
+    summed, leaves = case.summed, case.summed_leaves
+    if summed is None or leaves is None or summed.run.side is None:
+        return None
+    pairs = pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
+    try:
+        grads, _, _, positions = gradients.node_grads(leaves, pairs, summed.run.side, "cpu")
+    except NotCheckable as exc:
+        case.record["notes"].append(f"magnitude gradients not used: {exc}")
+        return None
+    return [grads[j] if j < len(grads) and positions[j] in summed.positions and grads[j] is not None
+            and tuple(grads[j].shape) == tuple(grads_b[j].shape) else None for j in slots], summed.rules
+
+
+def summed_by_position(case: Case, positions: list[int]) -> tuple[list[Any], str] | None:
+    """MindSpore's gradients by argument position: the summed run's gradient of each summed argument."""
+    summed, leaves = case.summed, case.summed_leaves
+    if summed is None or leaves is None or summed.run.side is None:
+        return None
+    pairs = pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
+    backward(leaves, pairs, "cpu")
+    by_pos = {p: leaf.grad for p, leaf in summed.run.side.grad_leaves if p in summed.positions}
+    return [by_pos.get(p) for p in positions], summed.rules
+
+
 def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any], leaves_d: list[Any],
                  ref_leaves: list[Any] | None, pairs_b: list[Any]) -> None:
     """How the outputs are compared: a forward item's outputs, or its gradients by position or by autograd slot."""
@@ -269,7 +322,8 @@ def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any]
             leaves_b = postprocess(name.api_name, leaves_b, case.args, case.kwargs, "bench")
         _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role,
                        list(range(len(leaves_b))), case.bare, case.specs, case.options, case.dump.framework != "pytorch",
-                       scalar_operand=calls.has_scalar_operand(case.args, case.kwargs))
+                       scalar_operand=calls.has_scalar_operand(case.args, case.kwargs),
+                       summed=summed_outputs(case.summed, case.summed_leaves, False))
     elif case.by_position:
         compare_by_position(case, reference, leaves_b, ref_leaves, pairs_b, role)
     else:
@@ -295,7 +349,7 @@ def compare_by_position(case: Case, reference: ReferenceRun | None, leaves_b: li
                                                  record)
     _compare_pairs(record, f"{full}.backward.output", [grads_b[p] for p in positions],
                    [grads_d[p] for p in positions], refs, role, positions, case.bare, case.specs, case.options, True,
-                   gradients=True)
+                   gradients=True, summed=summed_by_position(case, positions))
 
 
 def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[Any],
@@ -326,7 +380,7 @@ def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[A
             record["notes"].append(f"reference gradients not used: {exc}")
     _compare_pairs(record, f"{full}.backward.output", [grads_b[j] for j in slots],
                    [recorded_grads[j] for j in slots], refs, role, slots, case.bare, case.specs, case.options, False,
-                   gradients=True, estimated=estimated)
+                   gradients=True, estimated=estimated, summed=summed_by_slot(case, slots, grads_b))
 
 
 def _reference(options: CheckOptions, name: EntryName, specs: dict[str, Any], plan: Any, args: list[Any],
@@ -350,7 +404,8 @@ def _reference(options: CheckOptions, name: EntryName, specs: dict[str, Any], pl
 def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
                    third: list[Any] | None, role: str, positions: list[int], api: str, specs: dict[str, Any],
                    options: CheckOptions, ms_format: bool, *, scalar_operand: bool = False,
-                   gradients: bool = False, estimated: list[Any] | None = None) -> None:
+                   gradients: bool = False, estimated: list[Any] | None = None,
+                   summed: tuple[list[Any], str] | None = None) -> None:
     """compare.compare_outputs on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
     checker's metrics on each row of a MindSpore dump (its CSV columns)."""
     keep = [i for i, d in enumerate(device) if not isinstance(d, Unsaved)]
@@ -360,7 +415,8 @@ def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device
                        None if third is None else [third[i] for i in keep], role, api, specs, options,
                        [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients,
                        estimated=None if estimated is None else [estimated[i] for i in keep],
-                       contract=record.get("contract", "torch"))
+                       contract=record.get("contract", "torch"),
+                       summed=None if summed is None else ([summed[0][i] for i in keep], summed[1]))
     rows = record["outputs"][start:]
     if ms_format and len(rows) == len(keep):
         epsilon = specs["thresholds"]["mindspore"]["epsilon"]
