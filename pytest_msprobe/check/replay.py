@@ -289,7 +289,7 @@ def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[li
     pairs = pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
     try:
         grads, _, _, positions = gradients.node_grads(leaves, pairs, summed.run.side, "cpu")
-    except NotCheckable as exc:
+    except (NotCheckable, RuntimeError) as exc:
         case.record["notes"].append(f"magnitude gradients not used: {exc}")
         return None
     return [grads[j] if j < len(grads) and positions[j] in summed.positions and grads[j] is not None
@@ -302,7 +302,11 @@ def summed_by_position(case: Case, positions: list[int]) -> tuple[list[Any], str
     if summed is None or leaves is None or summed.run.side is None:
         return None
     pairs = pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
-    backward(leaves, pairs, "cpu")
+    try:
+        backward(leaves, pairs, "cpu")
+    except RuntimeError as exc:
+        case.record["notes"].append(f"magnitude gradients not used: {exc}")
+        return None
     by_pos = {p: leaf.grad for p, leaf in summed.run.side.grad_leaves if p in summed.positions}
     return [by_pos.get(p) for p in positions], summed.rules
 
