@@ -50,6 +50,7 @@ GAP_WAIT_S = 20.0  # after a client's first STOP_, how long its missing calls ma
 FRAME_STALL_S = 30.0  # a frame begun must go on arriving: no byte of it for this long ends the connection (a
 # peer that sends half a header and then nothing holds no thread for ever); between frames a client may be
 # quiet as long as it likes (a training step between two calls)
+SAID_AT_MOST = 20  # connections ended on bad input that get their own line; the rest are counted
 MAX_CONNECTIONS = 128  # open connections at most (or 4 per expected client, if more): a job opens one per rank,
 # so this leaves room for probes and reconnects, while what silent peers can hold stays at 128 threads and
 # 128 read buffers (1 MiB each, made on a connection's first byte)
@@ -247,7 +248,12 @@ class Receiver:
         if ended and not self._closing:
             with self._lock:
                 self.stats.dropped += 1
-            self.log(f"msprobe online: {peer}: {ended}; this connection is ended, the others go on")
+                said = self.stats.dropped
+            if said <= SAID_AT_MOST:
+                self.log(f"msprobe online: {peer}: {ended}; this connection is ended, the others go on")
+            elif said == SAID_AT_MOST + 1:
+                self.log(f"msprobe online: more than {SAID_AT_MOST} connections ended on bad input: the rest are "
+                         "counted in the summary, not shown")
         elif conn.data and not conn.stopped and not conn.asked and not self._closing:
             self.log(f"msprobe online: {peer}: closed without STOP_")
         shutdown(sock)

@@ -180,6 +180,11 @@ class OnlineSession:
         if report.failed:
             self.failed.add(report.nodeid)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if nodeid.startswith("online/"):
+            _one_progress_line(self.config, nodeid)
+
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         """pytest wraps its progress line only before the last item, and each online item is the last one
@@ -415,6 +420,21 @@ def _start_pool(config: pytest.Config, workers: int) -> Any:
     value = config.getoption("msprobe_timeout", None) or config.getini("msprobe_timeout") or None
 
     return CheckerPool(workers, options, child_slots(config, workers), timeout=float(value) if value else None)
+
+
+def _one_progress_line(config: pytest.Config, nodeid: str) -> None:
+    """The calls of every rank and step share one progress line headed `online `: pytest starts a new line
+    (headed by the node's path) whenever the path changes, which, with ranks interleaving, is every call."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    writer = getattr(reporter, "_tw", None)
+    if reporter is None or writer is None or config.get_verbosity() > 0:
+        return
+    current = getattr(reporter, "currentfspath", None)
+    here = config.rootpath / nodeid.split("::")[0]
+    if not (isinstance(current, Path) and current.is_relative_to(config.rootpath / "online")):
+        reporter.ensure_newline()
+        writer.write("online ")
+    reporter.currentfspath = here
 
 
 def _wrap_progress(config: pytest.Config, calls: int) -> None:
