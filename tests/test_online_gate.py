@@ -5,7 +5,9 @@ with a line saying what arrived; the open connections are bounded; the terminal 
 and wraps the progress line. On the receiver with raw sockets, and end to end through pytester."""
 from __future__ import annotations
 
+import contextlib
 import re
+import shutil
 import socket
 import threading
 import time
@@ -345,3 +347,41 @@ def test_quiet_clients_are_named_once_with_the_idle_option(pytester: pytest.Pyte
     progress = [line for line in out.splitlines() if re.fullmatch(r"(online )?\.+( \[\d+ calls\])?", line)]
     assert any(line.endswith(" calls]") for line in progress), out  # the progress line wraps with a count
     assert all(len(line) <= 80 for line in progress), out
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command line makes the test certificates")
+def test_a_tls_client_hears_a_neutral_ack_before_its_first_frame(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """msprobe 8.1.2's TLS client starts its first batched transfer from a thread that does not wake its
+    reactor: without something arriving it sat for about 30 s (measured with its real client). Before a TLS
+    client's first frame the receiver sends an OK___ for a sequence number no call has, a bounded number of
+    times (its ack queue holds 100 and is read only once a call is in flight)."""
+    import ssl
+
+    from pytest_msprobe.online import endpoint
+    from pytest_msprobe.online import receiver as module
+    from tests.online_helpers import make_certs
+
+    monkeypatch.setattr(module, "FIRST_REPEATS", 3)
+    monkeypatch.setattr(module, "KEEPALIVE_S", 0.05)
+    make_certs(tmp_path)
+    receiver = _start(tls=endpoint.tls_context(tmp_path))
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    context.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
+    context.check_hostname = False
+    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as raw, \
+            context.wrap_socket(raw) as sock:
+        time.sleep(0.6)
+        sock.settimeout(0.5)
+        data = b""
+        with contextlib.suppress(socket.timeout):
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        acks = [protocol.parse_ack(data[i:i + protocol.ACK.size]) for i in range(0, len(data), protocol.ACK.size)]
+        assert acks == [module.NEUTRAL] * 3  # FIRST_REPEATS of them, then quiet
+        sock.settimeout(10)
+        sock.sendall(protocol.frame(_body(), 0))
+        assert protocol.parse_ack(sock.recv(protocol.ACK.size)) == (protocol.OK, 0, 0, 0)
+    receiver.close()

@@ -92,10 +92,11 @@ class Conn:
             self.recent.popitem(last=False)
         return False
 
-    def send(self, word: bytes, sequence: int, rank: int, step: int) -> None:
+    def send(self, word: bytes, sequence: int, rank: int, step: int, repeat: bool = True) -> None:
+        """An ack; the last OK___ is kept to be repeated while the client is quiet (unless not `repeat`)."""
         with self.lock:
             self.sock.sendall(protocol.ack(word, sequence, rank, step))
-        if word == OK:
+        if word == OK and repeat:
             self.last_ack = (word, sequence, rank, step)
 
     def lost(self) -> int:

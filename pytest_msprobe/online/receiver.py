@@ -38,6 +38,10 @@ from .protocol import BUSY, ERROR, KILL, OK, OVER, STOP
 KEEPALIVE_S = 0.2  # a quiet TLS client's last ack is repeated this often (Receiver._wait_for_frame) ...
 KEEPALIVE_REPEATS = 50  # ... at most this many times per quiet spell: msprobe 8.1.2's client drops stale acks
 # only while it has frames in flight, and breaks its connection when its queue of 100 acks overflows
+FIRST_REPEATS = 90  # before a TLS client's first frame, a neutral ack (OK___ for a sequence number no call has)
+# this many times: its first transfer stalls as the later ones do; its ack queue (100) is read only once it has
+# a call in flight, so these wait there, harmless, and are dropped unread then
+NEUTRAL = (protocol.OK, (1 << 64) - 1, 0, 0)
 _LIMIT = 1 << 31  # ranks and steps at or above this are garbage, not a training job
 ASK_ROUNDS = 2  # ERROR acks per missing sequence number: msprobe 8.1.2 resends a call twice at most (a third
 # ERROR for it crashes its ack thread: it pops the call by an int key from a table keyed by strings)
@@ -324,10 +328,10 @@ class Receiver:
 
     def _wait_for_frame(self, conn: Conn) -> bool:
         """Wait for the next frame's first byte. While a TLS client that has sent data is quiet, its last ack
-        is repeated every KEEPALIVE_S, KEEPALIVE_REPEATS times: msprobe 8.1.2's TLS client starts its batched
-        twisted transfers from a thread that does not wake its reactor, and a transfer then finishes only
-        when something arrives (a repeated ack of a frame it already dropped from its resend table is
-        ignored by it). Over plain TCP the next read blocks instead (close() shuts the socket down, which ends
+        is repeated every KEEPALIVE_S, KEEPALIVE_REPEATS times (before its first frame a NEUTRAL ack,
+        FIRST_REPEATS times): msprobe 8.1.2's TLS client starts its batched twisted transfers from a thread that
+        does not wake its reactor, and a transfer then finishes only when something arrives (a repeated ack of a
+        frame it already dropped from its resend table is ignored by it). Over plain TCP the next read blocks instead (close() shuts the socket down, which ends
         it). False: closed cleanly."""
         sock = conn.sock
         if self.tls is None:
@@ -338,9 +342,14 @@ class Receiver:
             readable, _, _ = select.select([sock], [], [], KEEPALIVE_S)
             if readable:
                 return True
-            if conn.data and not conn.stopped and conn.last_ack is not None and conn.repeats < KEEPALIVE_REPEATS:
+            if conn.stopped:
+                continue
+            if conn.last_ack is not None and conn.repeats < KEEPALIVE_REPEATS:
                 conn.repeats += 1
                 conn.send(*conn.last_ack)
+            elif conn.last_ack is None and conn.repeats < FIRST_REPEATS:
+                conn.repeats += 1
+                conn.send(*NEUTRAL, repeat=False)
         return False
 
     def _stop(self, conn: Conn, h: protocol.Header) -> None:
