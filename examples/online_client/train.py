@@ -41,7 +41,7 @@ from twisted.protocols.basic import FileSender  # noqa: E402
 _send_large_data = msprobe_client.ClientProtocol.send_large_data
 
 
-def send_large_data(self, data):  # type: ignore[no-untyped-def]
+def send_large_data(self, data):
     self.file_sender = FileSender()
     self.file_sender.CHUNK_SIZE = 655360  # msprobe's own
     return _send_large_data(self, data)
