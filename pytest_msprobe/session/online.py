@@ -14,9 +14,12 @@ process. At most 2 N calls are out at once; beyond that the receiver's queue fil
 A failing call is checked again here when --msprobe-save-error-data, --msprobe-repro or an HTML report
 wants its tensors (they are captured where the check runs); a worker's crash fails only its call.
 
-The session ends when every client has sent STOP_ (or its nfs `end` marker), or on Ctrl-C; the results so
-far are written either way. The summary accounts for every call per rank: received = checked + skipped
-(with the reasons) + refused.
+The session ends on its clients' word (the receiver's `finished`: the expected clients have ended, by STOP_,
+an nfs `end` marker or a closed connection), after --msprobe-online-idle, or on Ctrl-C; the results so far
+are written either way. A connection is a client once a call of it loads (receiver.accept); what a stranger
+sent is counted apart. The summary accounts for every call per rank: received = checked + skipped (with the
+reasons) + refused, and says per client what it numbered, what arrived and how it ended; the run fails when a
+body was refused, a call was lost, a client ended without its STOP_ or the session ended idle.
 """
 from __future__ import annotations
 
@@ -427,7 +430,7 @@ def _one_progress_line(config: pytest.Config, nodeid: str) -> None:
     (headed by the node's path) whenever the path changes, which, with ranks interleaving, is every call."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     writer = getattr(reporter, "_tw", None)
-    if reporter is None or writer is None or config.get_verbosity() > 0:
+    if reporter is None or writer is None or config.get_verbosity() > 0 or not getattr(reporter, "showfspath", False):
         return
     current = getattr(reporter, "currentfspath", None)
     here = config.rootpath / nodeid.split("::")[0]
@@ -442,8 +445,7 @@ def _wrap_progress(config: pytest.Config, calls: int) -> None:
     needs the number of items, which an online session does not know ahead)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     writer = getattr(reporter, "_tw", None)
-    if reporter is None or writer is None or config.get_verbosity() > 0 or \
-            not getattr(reporter, "_show_progress_info", False):
+    if reporter is None or writer is None or config.get_verbosity() > 0:
         return
     message = f" [{calls} calls]"
     if writer.width_of_current_line + len(message) + 1 >= writer.fullwidth:
