@@ -275,9 +275,9 @@ def _attacks(port: int, done: threading.Event) -> threading.Thread:
         loris = socket.create_connection(("127.0.0.1", port), timeout=30)
         loris.sendall(protocol.frame(_body(), 0)[:20])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as evil:
-            for i in range(3):
+            for i in range(25):
                 evil.sendall(protocol.frame(_refused_body(), i))
-            _acks(evil, 3)
+            _acks(evil, 25)
         for _ in range(1000):
             socket.create_connection(("127.0.0.1", port), timeout=30).close()
         done.set()
@@ -305,11 +305,14 @@ def test_two_clients_under_attack_are_all_checked(pytester: pytest.Pytester) -> 
     result.stdout.fnmatch_lines([
         "msprobe online: rank0: received 120 = checked 120 + skipped 0 + refused 0",
         "msprobe online: rank1: received 120 = checked 120 + skipped 0 + refused 0",
-        "msprobe online: 127.0.0.1:*: 3 body(ies) refused, no call accepted: not a client, not counted in a rank*",
+        "msprobe online: 127.0.0.1:*: 25 body(ies) refused, no call accepted: not a client, not counted in a rank*",
         "msprobe online: rank0 client 127.0.0.1:*: numbered 120 call(s), 120 arrived; stopped",
         "msprobe online: rank1 client 127.0.0.1:*: numbered 120 call(s), 120 arrived; stopped"])
     assert result.ret == 1  # someone sent pickles that would run code: the gate says so
     assert not (pytester.path / "pwned").exists()
+    live = result.stdout.str().split(" msprobe online ==")[0]
+    assert live.count(": refused: UnpicklingError") == online_session.STRANGER_LINES  # a flood is counted, not
+    assert live.count("the rest are counted in the summary, not shown") == 1  # printed line by line
 
 
 def test_a_client_that_disconnects_without_stop_fails_the_run(pytester: pytest.Pytester) -> None:

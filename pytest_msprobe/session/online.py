@@ -41,6 +41,7 @@ ONLINE_KEY = pytest.StashKey["OnlineSession"]()
 INTERRUPTED = "the session was interrupted before the call's check finished"
 STOPPED = "not reported: the session stopped early (-x or --maxfail)"
 QUIET_S = 30.0  # no call for this long: the terminal says once who the session is waiting for
+STRANGER_LINES = 20  # refused bodies of connections that are not clients that get a line each
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,12 @@ class OnlineSession:
             counts.refused[reason] += 1
         else:
             self.strangers.setdefault(call.peer, Counter())[reason] += 1
+            shown = sum(sum(c.values()) for c in self.strangers.values())
+            if shown > STRANGER_LINES:  # a flood of them: counted in the summary, not each printed
+                if shown == STRANGER_LINES + 1:
+                    self.receiver.log(f"msprobe online: more than {STRANGER_LINES} bodies refused from connections "
+                                      "that are not clients: the rest are counted in the summary, not shown")
+                return
         self.receiver.log(f"msprobe online: {call.peer} sequence {call.sequence}: refused: {reason}")
 
     def _accept(self, call: Any) -> None:
