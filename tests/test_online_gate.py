@@ -108,6 +108,31 @@ def test_a_stranger_refused_body_and_stop_do_not_end_the_session() -> None:
     receiver.close()
 
 
+def test_a_connection_that_ends_on_garbage_never_counts_even_after_a_call() -> None:
+    receiver = _start()
+    stop = threading.Event()
+    taken = _consume(receiver, stop)
+    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as odd:
+        odd.sendall(protocol.frame(_body(), 0))
+        assert _acks(odd, 1) == [protocol.OK]
+        assert _wait(lambda: len(taken) == 1)  # accepted: a client for now
+        odd.sendall(b"GET / HTTP/1.1\r\n\r\n" + b"\0" * 32)  # then bytes that are no frame
+        odd.settimeout(10)
+        assert odd.recv(1) == b""
+    time.sleep(0.3)
+    assert not receiver.finished.is_set()  # it does not stand for the client the session waits for
+    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
+        real.sendall(protocol.frame(_body(), 0))
+        assert _acks(real, 1) == [protocol.OK]
+        assert _wait(lambda: len(taken) == 2)
+        real.sendall(protocol.frame(protocol.STOP, 1))
+        assert _acks(real, 2) == [protocol.OVER, protocol.KILL]
+    assert receiver.finished.wait(5)
+    assert len(receiver.unstopped()) == 1  # its calls were checked, and its end still fails the run
+    stop.set()
+    receiver.close()
+
+
 def test_rank_list_waits_for_each_rank() -> None:
     receiver = _start(ranks=(0, 1))
     stop = threading.Event()

@@ -404,7 +404,7 @@ class Receiver:
         with self._lock:
             if self.finished.is_set() or any(not c.done for c in self._clients):
                 return
-            ended = [c for c in self._clients if c.done]
+            ended = [c for c in self._clients if c.done and not c.bad]  # garbage at its end: it never counts
             if self.ranks is not None:
                 if not self.ranks <= {c.rank for c in ended}:
                     return
