@@ -27,9 +27,9 @@ def addoption(group: Any, parser: pytest.Parser) -> None:
                          "BUSY_ when it is full")
     group.addoption("--msprobe-online-max-frame", type=int, default=None, metavar="BYTES",
                     help="refuse a call larger than this before reading it (default 4 GiB)")
-    group.addoption("--msprobe-online-clients", type=int, default=1, metavar="N",
-                    help="end the session only after N clients (ranks) have stopped (default 1, and every client "
-                         "that connected)")
+    group.addoption("--msprobe-online-clients", type=int, default=None, metavar="N",
+                    help="end the session only after N clients (ranks) have ended, and every client that "
+                         "connected (default: one per rank of --msprobe-config's rank_list, else 1)")
     group.addoption("--msprobe-online-listen-any", action="store_true", default=False,
                     help="allow a plain-TCP address other than loopback (calls then cross the network unencrypted)")
     group.addoption("--msprobe-online-idle", type=float, default=None, metavar="SECONDS",
@@ -43,6 +43,7 @@ def addoption(group: Any, parser: pytest.Parser) -> None:
     parser.addini("msprobe_online_spool", "folder of the received calls' one-call dumps (default "
                   "<--msprobe-out>/online_calls)", default="")
     parser.addini("msprobe_online_workers", "default for --msprobe-online-workers", default="")
+    parser.addini("msprobe_online_clients", "default for --msprobe-online-clients", default="")
 
 
 
@@ -78,9 +79,9 @@ def configure(config: pytest.Config) -> None:
     settings.check_options = dataclasses.replace(settings.check_options, mode="replay")
     size = opt.msprobe_online_queue or DEFAULT_QUEUE
     max_frame = opt.msprobe_online_max_frame or DEFAULT_MAX_FRAME
-    if size < 1 or max_frame < 1 or opt.msprobe_online_clients < 1:
-        raise pytest.UsageError("--msprobe-online-queue, --msprobe-online-max-frame and --msprobe-online-clients "
-                                "must be positive")
+    clients, ranks = _clients(config, rank_list)
+    if size < 1 or max_frame < 1:
+        raise pytest.UsageError("--msprobe-online-queue and --msprobe-online-max-frame must be positive")
     here = config.invocation_params.dir
     def log(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")  # registered after this hook runs
@@ -96,7 +97,7 @@ def configure(config: pytest.Config) -> None:
 
         assert endpoint.path is not None
         receiver = NfsReceiver(here / endpoint.path, queue_size=size, max_frame=max_frame,
-                               clients=opt.msprobe_online_clients, log=log)
+                               clients=clients, ranks=ranks, log=log)
     else:
         from ..online.receiver import Receiver
 
@@ -112,7 +113,7 @@ def configure(config: pytest.Config) -> None:
                                     "tensor unencrypted; add --msprobe-online-listen-any to do it anyway, or use "
                                     "tls:// with --msprobe-online-tls")
         receiver = Receiver(endpoint.host, endpoint.port, queue_size=size, max_frame=max_frame, tls=tls,
-                            clients=opt.msprobe_online_clients, log=log)
+                            clients=clients, ranks=ranks, log=log)
     if endpoint.kind == "tcp" and not endpoint.loopback:
         log(f"msprobe online: WARNING: {endpoint} is not loopback and not TLS: calls arrive unencrypted")
     try:
@@ -163,6 +164,19 @@ def _config_section(config: pytest.Config) -> dict[str, Any] | None:
             raise pytest.UsageError(f"{where}: is_online needs host (a string) and port (0..65535), or nfs_path")
         address = f"{'tls' if tls_path else 'tcp'}://{host}:{port}"
     return {"address": address, "tls_path": tls_path or None, "rank_list": tuple(rank_list)}
+
+
+def _clients(config: pytest.Config, rank_list: tuple[int, ...] | None) -> tuple[int, tuple[int, ...] | None]:
+    """How many clients the session waits for: --msprobe-online-clients (or its ini key) when given, else the
+    ranks of the GPU-side config's rank_list (each must end), else 1."""
+    value = config.getoption("msprobe_online_clients")
+    if value is None:
+        value = config.getini("msprobe_online_clients") or None
+    if value is None:
+        return (len(rank_list), rank_list) if rank_list else (1, None)
+    if not str(value).strip().isdigit() or int(value) < 1:
+        raise pytest.UsageError(f"--msprobe-online-clients: {value!r} is not a positive integer")
+    return int(value), None
 
 
 def _workers(config: pytest.Config) -> int:
