@@ -24,6 +24,7 @@ from .session import (
     device_hooks,
     devices,
     guard,
+    incomplete,
     journal,
     kernel_selection,
     msprobe_config,
@@ -156,6 +157,9 @@ def pytest_configure(config: pytest.Config) -> None:
     baseline.configure(config)
     triage.configure(config)
     config.pluginmanager.register(ResultCollector(config, result_files.keep_runs(config)), "msprobe-results")
+    if journal.JOURNAL_KEY in config.stash and not config.pluginmanager.hasplugin("msprobe-online"):  # offline controller
+        config.pluginmanager.register(incomplete.Completeness(config, config.stash[journal.JOURNAL_KEY]),
+                                      incomplete.PLUGIN_NAME)
     config.pluginmanager.register(collect, "msprobe-collect")  # collection errors, empty folder arguments
     config.pluginmanager.register(collect.EmptyFolders(), "msprobe-empty-folders")
     if config.pluginmanager.hasplugin("xdist"):
@@ -204,6 +208,11 @@ class XdistHooks:
         if self.waiting is not None:
             self.waiting.cancel()
             self.waiting = None
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        completeness = node.config.pluginmanager.get_plugin(incomplete.PLUGIN_NAME)
+        if completeness is not None:
+            completeness.collection_finished(ids)
 
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getvalue("dist") != "load" or _schedule(config) != "cost":
@@ -388,12 +397,17 @@ class ResultCollector:
             self.sets = result_files.prune(self.config.stash[SETTINGS_KEY].out_dir, self.keep_runs)
         self.journal.close()
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.written:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
+        completeness = self.config.pluginmanager.get_plugin(incomplete.PLUGIN_NAME)
+        unfinished = completeness.lines(exitstatus) if completeness is not None else []
+        if not self.written and not unfinished:
             return
         terminalreporter.section("msprobe")
-        for line in terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known,
-                                            self.fuzz_counts):
+        lines = terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known,
+                                        self.fuzz_counts) if self.written else []
+        if lines and completeness is not None and unfinished:
+            lines[0] += f"; {completeness.never_ran()} never ran"
+        for line in lines:
             terminalreporter.write_line(line)
         for line in summary.warned_lines(self.records, every="p" in terminalreporter.reportchars):
             terminalreporter.write_line(line)
@@ -404,3 +418,5 @@ class ResultCollector:
             terminalreporter.write_line(self.sets)
         if self.nothing_checked:
             terminalreporter.write_line(self.nothing_checked, red=True, bold=True)
+        for line in unfinished:
+            terminalreporter.write_line(line, red=True, bold=True)
