@@ -65,6 +65,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)  # session/options.py
 
 
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    collect.keep_cache_here(early_config)  # not in a dump's folder, pytest's rootdir without a config file
+
+
 def _settings(config: pytest.Config) -> Settings:
     opt = config.option
     device = device_hooks.check_name(config, opt.msprobe_device or config.getini("msprobe_device"),

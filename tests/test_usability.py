@@ -1,0 +1,31 @@
+"""Small things a first run meets: where pytest's cache goes for a dump given by path, the command-line tool's
+help, which seed a failure block shows."""
+from __future__ import annotations
+
+import pytest
+
+LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
+
+
+def test_a_dump_given_by_path_leaves_its_folder_without_a_pytest_cache(pytester: pytest.Pytester) -> None:
+    shared = pytester.mkdir("shared")
+    (shared / "dump.json").write_text("{")  # a collection error: pytest's cache records it as last failed
+    here = pytester.mkdir("here")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(here)
+        result = pytester.runpytest_subprocess(str(shared / "dump.json"), *LEAN)
+    assert result.ret != pytest.ExitCode.OK  # the collection error
+    caches = sorted(pytester.path.rglob(".pytest_cache"))
+    assert caches == [here / ".pytest_cache"], caches
+    assert "shared/dump.json" in (here / ".pytest_cache" / "v" / "cache" / "lastfailed").read_text()
+
+
+def test_a_cache_dir_the_user_sets_is_kept(pytester: pytest.Pytester) -> None:
+    shared = pytester.mkdir("shared")
+    (shared / "dump.json").write_text("{")
+    here = pytester.mkdir("here")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(here)
+        pytester.runpytest_subprocess(str(shared / "dump.json"), "-o", f"cache_dir={pytester.path / 'mine'}", *LEAN)
+    assert sorted(p.name for p in pytester.path.rglob(".pytest_cache")) == []
+    assert (pytester.path / "mine" / "v" / "cache" / "lastfailed").is_file()
