@@ -2,6 +2,9 @@
 help, which seed a failure block shows."""
 from __future__ import annotations
 
+import argparse
+import re
+
 import pytest
 
 LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
@@ -29,3 +32,22 @@ def test_a_cache_dir_the_user_sets_is_kept(pytester: pytest.Pytester) -> None:
         pytester.runpytest_subprocess(str(shared / "dump.json"), "-o", f"cache_dir={pytester.path / 'mine'}", *LEAN)
     assert sorted(p.name for p in pytester.path.rglob(".pytest_cache")) == []
     assert (pytester.path / "mine" / "v" / "cache" / "lastfailed").is_file()
+
+
+def test_the_command_line_help_lists_each_subcommand_once_and_describes_it() -> None:
+    from pytest_msprobe import __main__ as cli
+
+    parser = cli.build_parser()
+    text = parser.format_help()
+    names = ("merge", "baseline", "compare", "script")
+    for name in names:
+        assert len(re.findall(rf"^\s+{name}\s", text, re.M)) == 1, text  # one line in the list of commands
+    claim = " ".join(text.split()).split("None of the four needs pytest or torch")[0]
+    assert all(name in claim for name in names), claim  # the no-torch sentence names every one
+    for name, sub in cli_subcommands(parser).items():
+        assert sub.description and len(sub.description) > 60, name  # its own --help says what it does
+
+
+def cli_subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
