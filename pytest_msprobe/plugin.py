@@ -186,7 +186,7 @@ class XdistHooks:
         config = session.config
         if hasattr(config, "workerinput") or not getattr(config.option, "tx", None):
             return
-        self.waiting = terminal.Notice(config, terminal.WORKERS_COMPILING, terminal.SLOW_FIRST_RESULT_S)
+        self.waiting = terminal.Notice(config, *terminal.warm_up_notice(workers=True))
         from .dump.reader import DumpError, load_dump
 
         here = config.invocation_params.dir
@@ -272,8 +272,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.next_item = nextitem  # its inputs are built while this item's API runs
         standard = item.config.stash[SETTINGS_KEY].standard
         if standard not in _WARMED:
-            with devices.long_lived(), terminal.notice_if_slow(item.config, terminal.COMPILING,
-                                                                terminal.SLOW_WARM_UP_S):
+            with devices.long_lived(), terminal.notice_if_slow(item.config, *terminal.warm_up_notice(workers=False)):
                 from .check.compare import warm_up  # torch: at the first item, not at plugin load
                 from .runs.memory import keep_freed_memory
 
