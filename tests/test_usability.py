@@ -3,9 +3,12 @@ help, which seed a failure block shows."""
 from __future__ import annotations
 
 import argparse
+import csv
 import re
 
 import pytest
+
+from tests.helpers import device_side_conftest, make_dump, records, tensor
 
 LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
 
@@ -51,3 +54,25 @@ def test_the_command_line_help_lists_each_subcommand_once_and_describes_it() -> 
 def cli_subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return dict(action.choices)
+
+
+def test_the_csvs_keep_msprobes_status_and_message_where_strict_judges_otherwise(pytester: pytest.Pytester) -> None:
+    """gelu 0.05 % off in fp32: strict's error (thousands of ULPs), run_ut's Warning (relative error > 1e-4). The
+    CSVs carry run_ut's status with its own message, as docs/reference/results.md says; the records, strict's."""
+    pytester.makeconftest(device_side_conftest("""
+        import torch.nn.functional as F
+        IMPLS = {F.gelu: lambda orig, x, *a, **k: orig(x, *a, **k) * 1.0005}
+    """))
+    entry = {"input_args": [tensor("torch.float32", [64, 64], 3.0, -3.0)], "input_kwargs": {},
+             "output": [tensor("torch.float32", [64, 64])]}
+    dump = make_dump(pytester, {"Functional.gelu.0.forward": entry})
+    pytester.runpytest(str(dump), *LEAN, "-p", "no:cacheprovider").assert_outcomes(failed=1)
+    out = pytester.path / "msprobe_results"
+    (details,) = out.glob("accuracy_checking_details_*.csv")
+    (row,) = list(csv.DictReader(details.open(encoding="utf-8-sig")))
+    assert row["Status"] == "Warning" and row["Message"].startswith("Relative error is greater than 0.0001")
+    (result,) = out.glob("accuracy_checking_result_*.csv")
+    assert list(csv.reader(result.open(encoding="utf-8-sig")))[1][:2] == ["Functional.gelu.0", "Warning"]
+    (record,) = records(pytester)
+    assert record["status"] == "error" and record["outputs"][0]["verdict"] == "error"
+    assert "gross error" in record["outputs"][0]["verdict_message"]
