@@ -182,7 +182,7 @@ def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None =
     axes' labels."""
     width, left, bottom = 420, 40, 44
     caption = _caption(title, width, 14)
-    top = 6 + 14 * caption.count("<text")
+    top = 6 + 14 * (caption.count("<text") + 1)  # a line for the y axis' label, above the bars
     height = top + 130
     n = max(len(values), 1)
     bw = (width - left - 10) / n
@@ -205,9 +205,7 @@ def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None =
     x_label, y_label = axes
     parts.append(f'<text x="{(left + width - 10) / 2:.0f}" y="{height - 6}" class="xl axis-label">'
                  f'{html.escape(x_label)}</text>')
-    mid = (top + height - bottom) / 2
-    parts.append(f'<text x="12" y="{mid:.0f}" class="xl axis-label" transform="rotate(-90 12 {mid:.0f})">'
-                 f'{html.escape(y_label)}</text>')
+    parts.append(f'<text x="6" y="{top - 4}" class="axis-label">↑ {html.escape(y_label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
