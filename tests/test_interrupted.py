@@ -120,3 +120,11 @@ def test_a_crashed_worker_without_restarts_leaves_the_run_incomplete(pytester: p
     assert first.ret == pytest.ExitCode.TESTS_FAILED
     missing, _ = never_ran(first)
     assert 0 < missing == TOTAL - with_result(first)
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_collect_only_is_not_an_incomplete_run(pytester: pytest.Pytester, xdist: bool) -> None:
+    dump = relu_dump(pytester)
+    result = pytester.runpytest_subprocess(str(dump), "--collect-only", "-q", *(XDIST if xdist else LEAN))
+    assert result.ret == pytest.ExitCode.OK
+    assert "NOT COMPLETE" not in result.stdout.str() and f"{TOTAL} tests collected" in result.stdout.str()

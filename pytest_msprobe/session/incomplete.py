@@ -31,6 +31,9 @@ class Completeness:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
+        opt = self.config.option
+        if opt.collectonly or getattr(opt, "setuponly", False) or getattr(opt, "setupplan", False):
+            return (yield)  # nothing is meant to run
         if not self.config.pluginmanager.hasplugin("dsession"):  # under xdist: collection_finished
             self.run_items = len(session.items)
             self.count_resumed()
@@ -42,7 +45,8 @@ class Completeness:
 
     def collection_finished(self, ids: list[str]) -> None:
         """xdist: a worker's collection, which every worker has alike."""
-        self.run_items = len(ids)
+        if not self.config.option.collectonly:
+            self.run_items = len(ids)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
