@@ -163,3 +163,13 @@ def test_an_output_quoted_in_the_text_is_what_the_command_prints(page: str, quot
     output, returncode = run(Sample(command), tmp_path)
     assert printed in normalise(output, "<here>"), output[-3000:]
     assert returncode == status
+
+
+def test_the_warm_up_notices_quoted_in_the_tutorial_are_the_plugins() -> None:
+    """They need a cold numba cache or a very busy machine to appear: held against the texts the plugin prints."""
+    from pytest_msprobe.session import terminal
+
+    text = " ".join((ROOT / "docs/tutorial/first-dump.md").read_text(encoding="utf-8").split())
+    for notice in (terminal.COMPILING, terminal.LOADING):
+        quoted = re.search(rf"`({re.escape(notice[:30])}[^`]*?) \.\.\.`", text)
+        assert quoted and notice.startswith(quoted.group(1)), notice
