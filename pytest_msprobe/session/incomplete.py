@@ -40,8 +40,8 @@ class Completeness:
         try:
             return (yield)
         finally:
-            self.stopped = (session.shouldstop or session.shouldfail or None) and \
-                str(session.shouldstop or session.shouldfail)
+            reason = session.shouldstop or session.shouldfail  # -x, --maxfail, xdist's interrupted worker
+            self.stopped = str(reason) if reason else None
 
     def collection_finished(self, ids: list[str]) -> None:
         """xdist: a worker's collection, which every worker has alike."""
