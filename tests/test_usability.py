@@ -26,6 +26,17 @@ def test_a_dump_given_by_path_leaves_its_folder_without_a_pytest_cache(pytester:
     assert "shared/dump.json" in (here / ".pytest_cache" / "v" / "cache" / "lastfailed").read_text()
 
 
+def test_a_run_without_the_cacheprovider_still_runs(pytester: pytest.Pytester) -> None:
+    shared = pytester.mkdir("shared")
+    (shared / "dump.json").write_text("")
+    here = pytester.mkdir("here")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(here)
+        result = pytester.runpytest_subprocess(str(shared / "dump.json"), "-p", "no:cacheprovider", *LEAN)
+    result.stdout.fnmatch_lines(["*dump.json: the file is empty (0 bytes)*"])  # collected, not an internal error
+    assert not list(pytester.path.rglob(".pytest_cache"))
+
+
 def test_a_cache_dir_the_user_sets_is_kept(pytester: pytest.Pytester) -> None:
     shared = pytester.mkdir("shared")
     (shared / "dump.json").write_text("{")

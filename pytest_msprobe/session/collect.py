@@ -133,8 +133,8 @@ def keep_cache_here(config: pytest.Config) -> None:
     shared or read-only storage) and writes .pytest_cache there: keep the cache in the folder the command runs in. A cache_dir the user set (ini, -o, tox) is left alone. Before the
     cacheprovider's pytest_configure reads it (pytest_load_initial_conftests)."""
     here, root = config.invocation_params.dir, config.rootpath
-    if config.inipath is not None or here == root:
-        return
+    if config.inipath is not None or here == root or not config.pluginmanager.has_plugin("cacheprovider"):
+        return  # (-p no:cacheprovider: no cache, and no cache_dir ini key to read)
     if config.getini("cache_dir") != ".pytest_cache":
         return
     config._inicache["cache_dir"] = str(here / ".pytest_cache")  # getini's cache: what the cacheprovider reads
