@@ -128,3 +128,12 @@ def test_collect_only_is_not_an_incomplete_run(pytester: pytest.Pytester, xdist:
     result = pytester.runpytest_subprocess(str(dump), "--collect-only", "-q", *(XDIST if xdist else LEAN))
     assert result.ret == pytest.ExitCode.OK
     assert "NOT COMPLETE" not in result.stdout.str() and f"{TOTAL} tests collected" in result.stdout.str()
+
+
+def test_another_suites_items_stopped_by_x_are_pytests_business(pytester: pytest.Pytester) -> None:
+    """Plain tests beside the plugin: -x stops them as pytest does, with no msprobe line about items that never
+    ran; the dump's items keep their count in a run that has both."""
+    pytester.makepyfile(test_plain="def test_a():\n    assert False\n\ndef test_b():\n    pass\n")
+    result = pytester.runpytest("-x", "test_plain.py")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "NOT COMPLETE" not in result.stdout.str()

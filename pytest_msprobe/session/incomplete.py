@@ -22,7 +22,8 @@ class Completeness:
     def __init__(self, config: pytest.Config, journal: Journal) -> None:
         self.config, self.journal = config, journal
         self.session: pytest.Session | None = None
-        self.run_items: int | None = None  # items to run here: collected, less the ones taken from the journal
+        self.run_items: int | None = None  # API items to run here: collected, less the ones taken from the journal
+        self.all_items = 0  # every item to run here (other tests too): pytest's total, for the progress
         self.ran: set[str] = set()  # node ids with a result (a call report, or a setup that did not pass)
         self.stopped: str | None = None  # why the run loop ended early, when it says
 
@@ -35,8 +36,7 @@ class Completeness:
         if opt.collectonly or getattr(opt, "setuponly", False) or getattr(opt, "setupplan", False):
             return (yield)  # nothing is meant to run
         if not self.config.pluginmanager.hasplugin("dsession"):  # under xdist: collection_finished
-            self.run_items = len(session.items)
-            self.count_resumed()
+            self.count_items([item.nodeid for item in session.items])
         try:
             return (yield)
         finally:
@@ -46,14 +46,21 @@ class Completeness:
     def collection_finished(self, ids: list[str]) -> None:
         """xdist: a worker's collection, which every worker has alike."""
         if not self.config.option.collectonly:
-            self.run_items = len(ids)
+            self.count_items(ids)
+
+    def count_items(self, ids: list[str]) -> None:
+        """The items to run: all of them for the progress, the API items for what a cut-short run left out
+        (another test suite's items in the same run are pytest's own business)."""
+        self.all_items, self.run_items = len(ids), sum(map(is_api_item, ids))
+        self.count_resumed()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         resumed = getattr(report, RESUMED_IDS, None)
         if resumed is not None and not self.journal.resumed:
             self.journal.resumed = {item_id: nodeid for item_id, nodeid in resumed}
-        if not getattr(report, "msprobe_resumed", False) and (report.when == "call" or not report.passed):
+        if not getattr(report, "msprobe_resumed", False) and (report.when == "call" or not report.passed) and \
+                is_api_item(report.nodeid):
             self.ran.add(report.nodeid)  # an item interrupted in its call has a setup report and no result
         self.count_resumed()  # before pytest's terminal writes this item's progress (at logfinish)
 
@@ -62,7 +69,7 @@ class Completeness:
         when a worker (re)collects, so this runs with every report."""
         if self.session is not None and self.run_items is not None and not self.journal.reported:
             self.journal.counted = len(self.journal.resumed)
-            self.session.testscollected = self.run_items + self.journal.counted
+            self.session.testscollected = self.all_items + self.journal.counted
 
     def never_ran(self) -> int:
         return 0 if self.run_items is None else max(0, self.run_items - len(self.ran))
@@ -83,6 +90,11 @@ class Completeness:
         return [f"NOT COMPLETE ({why}): {missing} of {total} items never ran; the counts and files above hold the "
                 f"{total - missing} that have a result",
                 f"to run only those and report all {total}: {resume_command(self.config)}"]
+
+
+def is_api_item(nodeid: str) -> bool:
+    """An item of a dump's call (or its [fuzz] twin): its node id names a .json file."""
+    return nodeid.split("::", 1)[0].endswith(".json")
 
 
 def resume_command(config: pytest.Config) -> str:
