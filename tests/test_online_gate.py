@@ -200,6 +200,7 @@ def test_open_connections_are_bounded_with_one_line(monkeypatch: pytest.MonkeyPa
     from pytest_msprobe.online import receiver as module
 
     monkeypatch.setattr(module, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(module, "SILENT_AFTER_S", 600.0)  # none of them silent long enough to make room
     receiver = _start()
     silent = [socket.create_connection(("127.0.0.1", receiver.port), timeout=10) for _ in range(8)]
     assert _wait(lambda: receiver._open == 8)
@@ -217,6 +218,32 @@ def test_open_connections_are_bounded_with_one_line(monkeypatch: pytest.MonkeyPa
         assert _acks(real, 1) == [protocol.OK]
     for sock in silent:
         sock.close()
+    receiver.close()
+
+
+def test_silent_strangers_at_the_bound_make_room_for_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections that never send a byte cannot hold the session's places: at the bound, a new connection takes
+    the oldest silent one's, so a real client still connects and is acked; one that has sent bytes keeps its place."""
+    from pytest_msprobe.online import receiver as module
+
+    monkeypatch.setattr(module, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(module, "SILENT_AFTER_S", 0.2)
+    receiver = _start()
+    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as busy:
+        busy.sendall(protocol.frame(_body(0), 0))
+        assert _acks(busy, 1) == [protocol.OK]
+        silent = [socket.create_connection(("127.0.0.1", receiver.port), timeout=10) for _ in range(3)]
+        assert _wait(lambda: receiver._open == 4)
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
+            real.sendall(protocol.frame(_body(1), 1))
+            assert _acks(real, 1) == [protocol.OK]
+        assert silent[0].recv(1) == b""  # the oldest silent one made room
+        assert receiver.stats.evicted >= 1 and receiver.stats.turned_away == 0
+        busy.sendall(protocol.frame(_body(2), 2))
+        assert _acks(busy, 1) == [protocol.OK]  # a connection that sent bytes keeps its place
+        for sock in silent:
+            sock.close()
     receiver.close()
 
 

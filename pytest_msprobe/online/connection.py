@@ -140,8 +140,17 @@ class Reader:
         when `at_start`, else Closed."""
         if self.end - self.start >= size:
             return True
-        if not len(self.view):
+        if not len(self.view):  # nothing read yet: wait for the first bytes before a buffer is made
+            first = self.sock.recv(size)
+            if not first:
+                if at_start:
+                    return False
+                raise Closed(mid_frame=True)
             self.view = memoryview(bytearray(self.BUFFER))
+            self.view[:len(first)] = first
+            self.start, self.end = 0, len(first)
+            if self.end >= size:
+                return True
         if self.start == self.end:
             self.start = self.end = 0
         elif self.start + size > self.BUFFER:  # move the unread tail to the front

@@ -5,7 +5,8 @@ One thread accepts; one thread per connection reads frames with blocking `recv_i
 GIL is released while the kernel copies) and puts each body on a `queue.Queue` of `queue_size` calls. When
 the queue stays full for BUSY_AFTER_S the client gets `BUSY_` once and the frame waits for room (msprobe's
 rule), so the memory held is the queue plus one frame and the buffer per connection. At most
-`max_connections` connections are open at once; more are closed as they come, with one line.
+`max_connections` connections are open at once; at the bound a new one takes the place of the oldest that has
+sent nothing for a while, else it is closed as it comes, with one line.
 
 A frame that cannot be one of msprobe's (a length over `max_frame`, a zero length, a CRC field that is not
 8 hex digits, a rank or step beyond 2**31), a half frame, a frame that stalls for FRAME_STALL_S and a
@@ -58,6 +59,9 @@ SAID_AT_MOST = 20  # connections ended on bad input that get their own line; the
 MAX_CONNECTIONS = 128  # open connections at most (or 4 per expected client, if more): a job opens one per rank,
 # so this leaves room for probes and reconnects, while what silent peers can hold stays at 128 threads and
 # 128 read buffers (1 MiB each, made on a connection's first byte)
+SILENT_AFTER_S = 2.0  # at the bound, a connection that has sent no byte for this long since it opened makes room
+# for a new one (the oldest first): a real client sends its first frame at once, so silent strangers cannot hold
+# the session's connections against it
 
 
 @dataclass
@@ -83,6 +87,7 @@ class Stats:
     refused_frames: int = 0  # frames refused before their body was read (too long, garbage)
     dropped: int = 0  # connections that ended mid-frame or on an error
     turned_away: int = 0  # connections closed at once: MAX_CONNECTIONS were open
+    evicted: int = 0  # silent connections closed to make room for a new one at the bound
     stopped_ranks: set[int] = field(default_factory=set)
     lost: int = 0  # calls a client numbered that never arrived, even after ERROR asked for them again
     lines: list[str] = field(default_factory=list)
@@ -195,6 +200,14 @@ class Receiver:
                 full = self._open >= self.max_connections
                 say = full and not self._full
                 self._full = self._full or full
+                silent = self._silent() if full else None
+                if silent is not None:
+                    self.stats.evicted += 1
+                    try:  # its thread reads the end, closes it and gives its place back
+                        silent.sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    full = False
                 if full:
                     self.stats.turned_away += 1
                 else:
@@ -207,6 +220,13 @@ class Receiver:
                 continue
             threading.Thread(target=self._serve, args=(sock, peer), name=f"msprobe-online-{peer}",
                              daemon=True).start()
+
+    def _silent(self) -> Conn | None:
+        """The oldest open connection that has sent no byte for SILENT_AFTER_S (under the lock)."""
+        now = time.monotonic()
+        silent = [c for c in self._conns if c.open and not c.client and not c.data and not len(c.reader.view)
+                  and now - c.opened >= SILENT_AFTER_S]
+        return min(silent, key=lambda c: c.opened, default=None)
 
     def _serve(self, raw: socket.socket, peer: str) -> None:
         try:
