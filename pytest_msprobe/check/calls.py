@@ -47,6 +47,13 @@ def timed(timings: dict[str, float], key: str, what: str, fn: Any, device: Devic
     return result
 
 
+def grad_index(user: dict[str, Any], specs: dict[str, Any], api: str) -> int | None:
+    """Which output the recorded gradient belongs to, for an API whose outputs are not all differentiated: the
+    user's specs, else api_specs' `backward.grad_index`."""
+    index: int | None = user.get("grad_index", specs.get("backward", {}).get("grad_index", {}).get(api))
+    return index
+
+
 def selected(leaves: list[Any], api: str, specs: dict[str, Any]) -> list[Any]:
     """Only the outputs api_specs says are comparable (e.g. attention_out of npu_fusion_attention)."""
     chosen = specs.get("forward_output_index", {}).get(api)

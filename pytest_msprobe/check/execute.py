@@ -61,9 +61,7 @@ class Item:
 
     @property
     def grad_index(self) -> int | None:
-        index: int | None = self.user.get("grad_index", self.specs.get("backward", {}).get("grad_index", {}).get(
-            self.name.api_name))
-        return index
+        return calls.grad_index(self.user, self.specs, self.name.api_name)
 
 
 @dataclass(frozen=True)

@@ -107,9 +107,7 @@ class Case:
 
     @property
     def grad_index(self) -> int | None:
-        index: int | None = self.user.get("grad_index", self.specs.get("backward", {}).get("grad_index", {}).get(
-            self.bare))
-        return index
+        return calls.grad_index(self.user, self.specs, self.bare)
 
 
 def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict[str, Any],
