@@ -10,10 +10,10 @@ least of `repeat` interleaved calls: as it is, with the bias test on every block
 elements are sampled), and without the third run; and it times the copies made before the checks: torch's
 widening of a bf16 output (and of the torch run) to float32 and, for msprobe's metric pass, numpy's float64
 bench of a bf16 output to float32; for an fp16 output, numpy's widening to float32 and its bench rounded to fp16
-and back (the metric pass's bench_dev; both made before the checks until fp16 outputs were read as storage). Every figure is ns per element, with the CPU model and native bf16.
+and back (the metric pass's bench_dev: copies the checks avoid by reading 16-bit outputs as their storage). Every figure is ns per element, with the CPU model and native bf16.
 
-Removing one part of the kernel at a time (the table in benchmarks/README.md, "2026-11-25 (11th session), the
-checks") was done on copies of verdict/strict_kernel.py called the same way.
+To see what each part of the kernel costs, remove one part at a time from a copy of verdict/strict_kernel.py and
+call it the same way.
 """
 from __future__ import annotations
 

@@ -17,7 +17,11 @@ root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 myst_heading_anchors = 4  # `page.md#a-heading` links resolve, and a missing one fails the build
 myst_enable_extensions = ["colon_fence"]
-html_theme = "alabaster"
+# furo (the docs extra pins it): navigation in a sidebar beside the content down to laptop widths, a collapsible
+# menu below that, and inline code readable in its light and dark modes (alabaster put the navigation below the
+# content at 1,300 px and drew inline code dark on dark)
+html_theme = "furo"
+html_title = "pytest-msprobe"
 html_static_path: list[str] = []
-html_theme_options = {"description": "msprobe dumps as pytest items", "page_width": "1400px", "body_max_width": "none"}
+html_theme_options: dict[str, str] = {}
 suppress_warnings: list[str] = []

@@ -1,9 +1,5 @@
-"""`python -m pytest_msprobe merge|baseline|compare`: work on finished results, without pytest or torch.
-
-merge     combine the records of shard runs (or any runs) into one set of msprobe CSVs and JSON lines
-baseline  write the failing items of finished runs as a --msprobe-baseline file to review
-compare   msprobe's api_precision_compare on an NPU and a GPU accuracy_checking_details CSV
-script    a standalone script of one recorded call, passing or failing (msprobe's op_generate)
+"""`python -m pytest_msprobe COMMAND`: work on finished results (merge, baseline, compare) and write the script of
+one recorded call (script). None of the four needs pytest or torch; the script it writes runs torch.
 """
 from __future__ import annotations
 
@@ -99,17 +95,28 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line: every subcommand and its arguments (the documentation's CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m pytest_msprobe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    m = commands.add_parser("merge", help="combine result folders (e.g. one per shard) into one set of files")
+    commands = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        """A subcommand: its one-line summary in the list above, the longer text in its own --help."""
+        return commands.add_parser(name, help=summary, description=f"{summary}: {description}")
+
+    m = command("merge", "combine result folders (e.g. one per shard) into one set of files",
+                "the records of every input (a later input wins for an item both hold) become one set of msprobe "
+                "CSVs and JSON lines, as one run would have written them")
     m.add_argument("results", nargs="+", help="result folders (--msprobe-out) or msprobe_records_*.jsonl files")
     m.add_argument("-o", "--output", required=True, help="folder for the merged CSVs and JSON lines")
     m.set_defaults(run=merge)
-    b = commands.add_parser("baseline", help="write the failing items of finished runs as a baseline file")
+    b = command("baseline", "write the failing items of finished runs as a baseline file",
+                "one entry per failing item, with its failing check as the reason, to review and pass to "
+                "--msprobe-baseline (listed failures then run as strict xfails)")
     b.add_argument("results", nargs="+", help="result folders or msprobe_records_*.jsonl files")
     b.add_argument("-o", "--output", required=True, help="baseline file to write (YAML)")
     b.add_argument("--warning-as-error", action="store_true", help="also list items whose verdict is Warning")
     b.set_defaults(run=write_baseline)
-    c = commands.add_parser("compare", help="msprobe's api_precision_compare on two details CSVs (NPU and GPU)")
+    c = command("compare", "msprobe's api_precision_compare on two details CSVs (NPU and GPU)",
+                "compares the device under test's accuracy_checking_details CSV with a reference device's, as "
+                "msprobe's api_precision_compare does, and writes its result and details CSVs")
     c.add_argument("--npu", required=True, help="accuracy_checking_details_*.csv of the device under test")
     c.add_argument("--gpu", required=True, help="accuracy_checking_details_*.csv of the reference device")
     c.add_argument("--out", required=True, help="folder for api_precision_compare_result/details_<ts>.csv")
@@ -120,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(run=compare)
     from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, RECORDED_ON, STANDARDS
 
-    w = commands.add_parser("script", help="a standalone script of one recorded call (msprobe's op_generate)")
+    w = command("script", "a standalone script of one recorded call (msprobe's op_generate)",
+                "the script rebuilds the call's inputs, runs it on the device and the bench and judges it as the "
+                "plugin does, passing or failing; writing it needs no torch, running it does")
     w.add_argument("target", help="DUMP_JSON::ENTRY, e.g. 'step0/rank0/dump.json::Functional.linear.0.forward'")
     w.add_argument("-o", "--output", default=None, help="script file (default: named after the dump folder and entry)")
     w.add_argument("--iter-times", type=int, default=1, help="runs of the call when the script runs (msprobe's "

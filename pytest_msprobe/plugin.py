@@ -24,6 +24,7 @@ from .session import (
     device_hooks,
     devices,
     guard,
+    incomplete,
     journal,
     kernel_selection,
     msprobe_config,
@@ -63,6 +64,10 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)  # session/options.py
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    collect.keep_cache_here(early_config)  # not in a dump's folder, pytest's rootdir without a config file
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -169,6 +174,9 @@ def pytest_configure(config: pytest.Config) -> None:
     baseline.configure(config)
     triage.configure(config)
     config.pluginmanager.register(ResultCollector(config, result_files.keep_runs(config)), "msprobe-results")
+    if journal.JOURNAL_KEY in config.stash and not config.pluginmanager.hasplugin("msprobe-online"):  # offline controller
+        config.pluginmanager.register(incomplete.Completeness(config, config.stash[journal.JOURNAL_KEY]),
+                                      incomplete.PLUGIN_NAME)
     config.pluginmanager.register(collect, "msprobe-collect")  # collection errors, empty folder arguments
     config.pluginmanager.register(collect.EmptyFolders(), "msprobe-empty-folders")
     if config.pluginmanager.hasplugin("xdist"):
@@ -191,7 +199,7 @@ class XdistHooks:
         config = session.config
         if hasattr(config, "workerinput") or not getattr(config.option, "tx", None):
             return
-        self.waiting = terminal.Notice(config, terminal.WORKERS_COMPILING, terminal.SLOW_FIRST_RESULT_S)
+        self.waiting = terminal.Notice(config, *terminal.warm_up_notice(workers=True))
         from .dump.reader import DumpError, load_dump
 
         here = config.invocation_params.dir
@@ -217,6 +225,11 @@ class XdistHooks:
         if self.waiting is not None:
             self.waiting.cancel()
             self.waiting = None
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        completeness = node.config.pluginmanager.get_plugin(incomplete.PLUGIN_NAME)
+        if completeness is not None:
+            completeness.collection_finished(ids)
 
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getvalue("dist") != "load" or _schedule(config) != "cost":
@@ -272,8 +285,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         item.next_item = nextitem  # its inputs are built while this item's API runs
         standard = item.config.stash[SETTINGS_KEY].standard
         if standard not in _WARMED:
-            with devices.long_lived(), terminal.notice_if_slow(item.config, terminal.COMPILING,
-                                                                terminal.SLOW_WARM_UP_S):
+            with devices.long_lived(), terminal.notice_if_slow(item.config, *terminal.warm_up_notice(workers=False)):
                 from .check.compare import warm_up  # torch: at the first item, not at plugin load
                 from .runs.memory import keep_freed_memory
 
@@ -401,12 +413,17 @@ class ResultCollector:
             self.sets = result_files.prune(self.config.stash[SETTINGS_KEY].out_dir, self.keep_runs)
         self.journal.close()
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.written:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
+        completeness = self.config.pluginmanager.get_plugin(incomplete.PLUGIN_NAME)
+        unfinished = completeness.lines(exitstatus) if completeness is not None else []
+        if not self.written and not unfinished:
             return
         terminalreporter.section("msprobe")
-        for line in terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known,
-                                            self.fuzz_counts):
+        lines = terminal.terminal_lines(self.config, self.records, self.written, self.resumed, self.known,
+                                        self.fuzz_counts) if self.written else []
+        if lines and completeness is not None and unfinished:
+            lines[0] += f"; {completeness.never_ran()} never ran"
+        for line in lines:
             terminalreporter.write_line(line)
         for line in summary.warned_lines(self.records, every="p" in terminalreporter.reportchars):
             terminalreporter.write_line(line)
@@ -417,3 +434,5 @@ class ResultCollector:
             terminalreporter.write_line(self.sets)
         if self.nothing_checked:
             terminalreporter.write_line(self.nothing_checked, red=True, bold=True)
+        for line in unfinished:
+            terminalreporter.write_line(line, red=True, bold=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_msprobe.check import check_entry, rerun
+from pytest_msprobe.check import calls, check_entry, placement
 from pytest_msprobe.dump.reader import load_dump
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs
@@ -42,13 +42,13 @@ COMPARED = ("status", "message", "outputs", "notes", "reference", "impl")
 def _phases_by_thread(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """(timing key, thread name) of every timed run from now on."""
     seen: list[tuple[str, str]] = []
-    plain = rerun._timed
+    plain = calls.timed
 
     def spy(timings: dict[str, float], key: str, *args: Any) -> Any:
         seen.append((key, threading.current_thread().name))
         return plain(timings, key, *args)
 
-    monkeypatch.setattr(rerun, "_timed", spy)
+    monkeypatch.setattr(calls, "timed", spy)
     return seen
 
 
@@ -77,7 +77,7 @@ def test_the_benchs_side_is_made_beside_from_the_inputs_as_drawn(write_dump, mon
     """With the bench beside, its side (the casts to fp64) is made in the helper while the device runs: an input
     the call writes is read there as it was drawn, however late, since the device side has a copy of its own.
     Here the helper starts its side only once the device has written its `self`."""
-    plain = rerun.make_side
+    plain = placement.make_side
     threads: list[str] = []
 
     def late(*args: Any, **kwargs: Any) -> Any:
@@ -87,7 +87,7 @@ def test_the_benchs_side_is_made_beside_from_the_inputs_as_drawn(write_dump, mon
                 time.sleep(0.3)  # the device's addcdiv_ is done by now
         return plain(*args, **kwargs)
 
-    monkeypatch.setattr(rerun, "make_side", late)
+    monkeypatch.setattr(placement, "make_side", late)
     one, two = _both(load_dump(write_dump(LINEAR)), "Tensor.addcdiv_.0.forward")
     assert one["status"] == "pass" and one["outputs"]
     assert {k: one.get(k) for k in COMPARED} == {k: two.get(k) for k in COMPARED}
@@ -99,7 +99,7 @@ def test_the_benchs_side_is_made_beside_from_the_inputs_as_drawn(write_dump, mon
 def test_the_third_run_goes_to_whichever_thread_is_free_first(write_dump, monkeypatch, slow) -> None:
     """The CPU third run waits behind the bench in the helper: the items' thread takes it back when the device is
     done first (a slow bench), the helper runs it when the bench is done first (a slow device); the same record."""
-    plain = rerun.resolve
+    plain = placement.resolve
 
     def slowed(fn: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -111,7 +111,7 @@ def test_the_third_run_goes_to_whichever_thread_is_free_first(write_dump, monkey
         resolved = plain(*args, **kwargs)
         return dataclasses.replace(resolved, **{f"{slow}_fn": slowed(getattr(resolved, f"{slow}_fn"))})
 
-    monkeypatch.setattr(rerun, "resolve", resolve)
+    monkeypatch.setattr(placement, "resolve", resolve)
     seen = _phases_by_thread(monkeypatch)
     one, two = _both(load_dump(write_dump(LINEAR)), "Functional.linear.0.backward")
     assert one["status"] == "pass" and one["reference"].startswith("magnitude")
@@ -128,13 +128,13 @@ def test_a_call_that_may_draw_random_numbers_keeps_the_bench_on_its_thread(write
     one, two = _both(dump, "Functional.dropout.0.forward")
     assert {k: one.get(k) for k in COMPARED} == {k: two.get(k) for k in COMPARED}
     assert "bench_wait_s" not in two["timings"] and {thread for _, thread in seen} == {"MainThread"}
-    assert rerun.may_draw("scaled_dot_product_attention", {"dropout_p": 0.1}, SPECS)
-    assert rerun.may_draw("rrelu", {}, SPECS) and not rerun.may_draw("gelu", {"approximate": "tanh"}, SPECS)
+    assert placement.may_draw("scaled_dot_product_attention", {"dropout_p": 0.1}, SPECS)
+    assert placement.may_draw("rrelu", {}, SPECS) and not placement.may_draw("gelu", {"approximate": "tanh"}, SPECS)
 
 
 def _with_bench(monkeypatch: pytest.MonkeyPatch, bench_fn: Any) -> None:
-    plain = rerun.resolve
-    monkeypatch.setattr(rerun, "resolve", lambda *a, **k: dataclasses.replace(plain(*a, **k), bench_fn=bench_fn))
+    plain = placement.resolve
+    monkeypatch.setattr(placement, "resolve", lambda *a, **k: dataclasses.replace(plain(*a, **k), bench_fn=bench_fn))
 
 
 def test_a_bench_that_raises_beside_is_reported_as_on_one_thread(write_dump, monkeypatch) -> None:
@@ -160,8 +160,8 @@ def _picky(x: torch.Tensor) -> torch.Tensor:
 def test_a_precondition_both_sides_break_is_a_skip_beside_too(write_dump, monkeypatch, bench_fn) -> None:
     """The device's failure on random inputs is a skip when the bench, run beside it, failed the same way, and
     stays a failure when the bench went through."""
-    plain = rerun.resolve
-    monkeypatch.setattr(rerun, "resolve", lambda *a, **k: dataclasses.replace(plain(*a, **k), device_fn=_picky,
+    plain = placement.resolve
+    monkeypatch.setattr(placement, "resolve", lambda *a, **k: dataclasses.replace(plain(*a, **k), device_fn=_picky,
                                                                               bench_fn=bench_fn))
     one, two = _both(load_dump(write_dump(LINEAR)), "Functional.gelu.0.forward")
     assert one["status"] == two["status"] == ("SKIP" if bench_fn is _picky else "error")

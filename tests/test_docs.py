@@ -82,12 +82,13 @@ def _help(*args: str) -> str:
 
 
 def test_cli_reference_matches_the_subcommands_help() -> None:
-    choices = re.search(r"\{([\w,]+)\}", _help()).group(1).split(",")  # type: ignore[union-attr]
+    choices = re.findall(r"^    (\w+)  ", _help().split("\ncommands:\n", 1)[1], re.M)  # the list of commands
     markdown = ref.cli_markdown()
     sections = dict(re.findall(r"^## `(\w+)`\n(.*?)(?=^## `|\Z)", markdown, re.M | re.S))
     assert list(sections) == choices
     for name in choices:
-        arguments = _help(name).split("\n\n", 1)[1]  # past the usage line ("python -m ...")
+        # past the usage line ("python -m ...") and the description (which may name a pytest option)
+        arguments = re.split(r"\n\n(?=positional arguments:|options:)", _help(name), maxsplit=1)[1]
         in_help = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", arguments)) - {"-h", "--help"}
         documented = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", sections[name].split("|---|", 1)[1]))
         assert documented == in_help, name
@@ -190,3 +191,111 @@ def test_every_page_is_mapped_or_new_and_every_old_section_has_a_page() -> None:
     rows = [line for line in mapping.splitlines() if line.startswith("| ") and "](" in line]
     for section in old_sections:
         assert any(section in row.split("|")[1] for row in rows), section
+
+
+# ---------------------------------------------------------------------------------- the project speaks of itself
+# Docs, comments, benchmarks and tests describe the product as it is: no work sessions of its development
+# ("the 11th session", "since the thirteenth session", "the session's base") and no tracker references
+# ("issue 28, part C", "issue #12", "task 3", "#45"). "Session" as a product word stays: the online session,
+# pytest's session, session-scoped fixtures, pytest_sessionstart.
+_ORDINAL = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth"
+            r"|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|\d+(?:st|nd|rd|th))")
+HISTORY = re.compile("|".join((
+    rf"\b{_ORDINAL}[- ](?:work )?sessions?\b",
+    r"\bsessions? \d+\b",
+    r"\b(?:last|previous|earlier|next) session\b",
+    r"\b(?:this|that|last|previous) session's (?:base|remedy|changes?|figures?|tree|work|measurements?|merges?)\b",
+    r"\bsession's base\b",
+    r"\bissues? #?\d+",
+    r"\bissue-\d+",
+    r"\b(?:tasks?|tickets?|pr|pull request) #?\d+\b",
+    r"(?:^|[\s(\[])#\d+\b",
+    r"\bissue tracker\b",
+    r"\bthe issue's\b",
+)), re.IGNORECASE)
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".ini", ".rst", ".json", ".sh", ".css", ".js",
+                 ".html", ""}
+
+
+def test_the_history_pattern_matches_development_history_and_spares_the_product() -> None:
+    history = ["2026-11-25 (11th session), the random draw", "since the thirteenth session",
+               "End of the tenth session (2026-11-25)", "issue 28, part C", "see issue #12", "task 3 of the plan",
+               "the 12th session's figures", "the 2nd session", "in session 14", "the session's base (a85f9cc)",
+               "without this session's remedy", "fixed in #45", "(vendor ticket 456)", "PR #7", "issue-7 tests",
+               "the issue's own measurement", "left for the issue tracker", "Issue 26: replaying", "last session's"]
+    product = ["the online session ends when every client stops", "a pytest session", "a session-scoped fixture",
+               "pytest_sessionstart", "pytest_sessionfinish", "At the end of the session the controller writes",
+               "checked in the session's own process", "this session's node id", "color:#222", "every 997th pattern",
+               "a 4th cell", "rank 0, step 0", "the first item", "issue a warning", "a session fixture of the suite"]
+    assert [text for text in history if not HISTORY.search(text)] == []
+    assert [text for text in product if HISTORY.search(text)] == []
+
+
+def _tracked_text_files() -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"not a git checkout, or git is missing: {exc}")
+    paths = [ROOT / name for name in out.split("\0") if name]
+    return [path for path in paths if path.suffix in TEXT_SUFFIXES and path.is_file()
+            and path != Path(__file__).resolve()]
+
+
+def test_no_tracked_file_mentions_work_sessions_or_tracker_numbers() -> None:
+    found = []
+    for path in _tracked_text_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            match = HISTORY.search(line)
+            if match:
+                found.append(f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}")
+    assert found == [], "development history in the tree (speak of the product):\n" + "\n".join(found)
+
+
+_FENCE = re.compile(r"^(`{3,}|~{3,}).*?^\1[ \t]*$", re.S | re.M)
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
+LONGEST_PARAGRAPH = 1200  # characters of prose; code blocks, directives and tables excluded
+
+
+def paragraphs(markdown: str) -> list[str]:
+    """The prose paragraphs of a Markdown page: blocks between blank lines, each list item on its own."""
+    prose: list[str] = []
+    current: list[str] = []
+    for line in _FENCE.sub("", markdown).splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("|", "#", ":", "<!--")):
+            prose += [" ".join(current)] if current else []
+            current = []
+            continue
+        if _ITEM.match(line) and current:
+            prose.append(" ".join(current))
+            current = []
+        current.append(stripped)
+    return prose + ([" ".join(current)] if current else [])
+
+
+def test_paragraph_splitting_leaves_out_code_and_tables_and_splits_list_items() -> None:
+    page = "# T\n\none\ntwo\n\n```bash\ncode\n```\n\n| a | b |\n|---|---|\n\n* x\n* y\n  z\n\n```{image} i.png\n```\n"
+    assert paragraphs(page) == ["one two", "* x", "* y z"]
+
+
+def test_pages_keep_paragraphs_short_and_the_benchmark_pages_within_their_length() -> None:
+    pages = sorted(path for path in DOCS.rglob("*.md") if "_build" not in path.parts) + [ROOT / "README.md"]
+    long = [f"{page.relative_to(ROOT)}: {len(text)} characters: {text[:70]}..."
+            for page in pages for text in paragraphs(page.read_text(encoding="utf-8"))
+            if len(text) > LONGEST_PARAGRAPH]
+    assert long == [], f"paragraphs over {LONGEST_PARAGRAPH} characters (split them):\n" + "\n".join(long)
+    assert len((ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8").splitlines()) <= 300
+    assert len((DOCS / "explanation" / "performance.md").read_text(encoding="utf-8").splitlines()) <= 150
+
+
+def test_every_included_section_marker_is_in_the_included_file() -> None:
+    """An `{include}` with start-after/end-before keeps working only while both markers stay in the file."""
+    for page in DOCS.rglob("*.md"):
+        for target, options in re.findall(r"```\{include\} (\S+)\n((?::[\w-]+:.*\n)*)", page.read_text(encoding="utf-8")):
+            included = (page.parent / target).resolve().read_text(encoding="utf-8")
+            for marker in re.findall(r':(?:start-after|end-before): "(.*)"', options):
+                assert included.count(marker) == 1, f"{page.name}: {marker!r} not once in {target}"

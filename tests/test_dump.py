@@ -76,7 +76,9 @@ def test_module_entries_are_left_out(write_dump) -> None:
         ('{"task": "statistics"}', "no 'data' key"),
         ('[1, 2]', "top level is a list"),
         ('{"data": [1]}', "'data' is a list"),
-        ('', "not valid JSON"),
+        ('', "the file is empty \\(0 bytes\\)"),
+        ('\n  \n', "the file is empty \\(4 bytes\\)"),
+        ('{', "not valid JSON .*truncated"),
     ],
 )
 def test_broken_files_name_the_problem(write_dump, raw: str, message: str) -> None:

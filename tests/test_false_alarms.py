@@ -133,7 +133,7 @@ def sdpa_tensor_dump(root: Path) -> Path:
 
 
 def test_replayed_bf16_attention_gradients_are_judged_against_torchs_kernel(pytester: pytest.Pytester) -> None:
-    """Issue 26: replaying torch's own bf16 attention backward failed ('mean error 5.64 > limit 0.1') because
+    """Replaying torch's own bf16 attention backward failed ('mean error 5.64 > limit 0.1') because
     its sampled torch run, whose autograd node is not the attention's, was dropped ('reference gradients
     not used: list index out of range'): the gradients were held to correct rounding near zero."""
     dump = sdpa_tensor_dump(pytester.path / "d")

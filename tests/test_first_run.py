@@ -9,11 +9,13 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_msprobe.session.terminal import COMPILING, WORKERS_COMPILING
+from pytest_msprobe.session import numba_cache
+from pytest_msprobe.session.terminal import COMPILING, LOADING, WORKERS_COMPILING
 from tests.helpers import ROOT, make_dump, tensor
 
 LEAN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
@@ -23,15 +25,18 @@ def relu() -> dict[str, Any]:
     return {"input_args": [tensor()], "input_kwargs": {}, "output": [tensor()]}
 
 
-def slow_warm_up(pytester: pytest.Pytester, threshold: str, after: float, *, sleep: float) -> None:
+def slow_warm_up(pytester: pytest.Pytester, threshold: str, after: float, *, sleep: float,
+                 cached: bool = False) -> None:
     """A conftest for a run in its own process that makes the plugin's warm-up `sleep` seconds slower, as a cold
-    numba cache makes it, and sets the notice's `threshold` (a constant of session/terminal.py) to `after`."""
+    numba cache (or a busy machine) makes it, says whether numba's cache holds the checks (`cached`), and sets the
+    notice's `threshold` (a constant of session/terminal.py) to `after`."""
     pytester.makeconftest(textwrap.dedent(f"""
         import time
         from pytest_msprobe.check import compare
-        from pytest_msprobe.session import terminal
+        from pytest_msprobe.session import numba_cache, terminal
 
         terminal.{threshold} = {after}
+        numba_cache.checks_cached = lambda: {cached}
         _warm_up = compare.warm_up
 
         def slow_warm_up(standard):
@@ -70,6 +75,26 @@ def test_the_first_items_slow_warm_up_says_it_is_compiling(pytester: pytest.Pyte
     assert out.index(COMPILING) < out.index("dump.json ..")
     seconds = float(re.search(r"2 passed in ([0-9.]+)s", out).group(1))  # type: ignore[union-attr]
     assert seconds >= 1.0
+
+
+@pytest.mark.parametrize("workers", [False, True])
+def test_a_slow_warm_up_from_numbas_cache_does_not_say_compiling(pytester: pytest.Pytester, workers: bool) -> None:
+    """The cache holds the checks (a busy machine makes loading them slow): no "compiling" notice."""
+    dump = make_dump(pytester, {f"Functional.relu.{i}.forward": relu() for i in range(4)})
+    slow_warm_up(pytester, "SLOW_FIRST_RESULT_S" if workers else "SLOW_WARM_UP_S", 0.2, sleep=1.0, cached=True)
+    xdist = ("-n", "2", "--msprobe-min-work-per-worker", "0") if workers else ()
+    result = pytester.runpytest_subprocess(str(dump), *xdist, *LEAN)
+    result.assert_outcomes(passed=4)
+    out = result.stdout.str()
+    assert COMPILING not in out and WORKERS_COMPILING not in out and LOADING not in out  # 1 s < SLOW_LOAD_S
+
+
+def test_numbas_cache_is_found_where_numba_keeps_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This process compiled the checks (the suite's warm-up), so numba's cache holds them wherever it keeps them;
+    an empty NUMBA_CACHE_DIR, the only place numba then looks, holds nothing."""
+    assert numba_cache.checks_cached()
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert not numba_cache.checks_cached()
 
 
 def test_the_suites_conftest_costs_the_readmes_first_command_nothing() -> None:

@@ -117,7 +117,7 @@ def test_rounded_norm_rotary_swiglu_are_the_eager_forms_and_their_backwards_thei
 
 def test_sound_flash_and_hf_rmsnorm_failed_without_the_rounded_reference(dump_bf16: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """The issue's measurement, at a test's size: with the plain reference as the third run ("torch
+    """The suite's measurement, at a test's size: with the plain reference as the third run ("torch
     run: 0") these sound kernels fail; with the rounded one they pass (next test)."""
     monkeypatch.setattr(bench_functions, "get_rounded", lambda name: None)
     flash = check(dump_bf16, "flash_p16", {"NPU.npu_fusion_attention"})
@@ -125,7 +125,7 @@ def test_sound_flash_and_hf_rmsnorm_failed_without_the_rounded_reference(dump_bf
     rms = check(dump_bf16, "rms_hf", {"NPU.npu_rms_norm"})
     assert rms["NPU.npu_rms_norm.0.forward"]["status"] == "error"
     assert "mean error: 0.143 > limit 0.1 (torch run: 8.85e-06)" in rms["NPU.npu_rms_norm.0.forward"]["outputs"][0][
-        "verdict_message"]  # the issue's figure (0.141 and 4e-6 with numpy's draws): the plain reference loses
+        "verdict_message"]  # the plain reference loses
     # nothing (9e-6 ULP on average)
 
 

@@ -91,6 +91,7 @@ elements = st.one_of(st.sampled_from(SPECIAL), st.floats(-1e4, 1e4, width=32),
                      st.floats(-2.0 ** -10, 2.0 ** -10, width=32), st.floats(allow_nan=True, allow_infinity=True, width=64))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # any float64, cast to 16 bits
 @settings(max_examples=400, deadline=None)
 @given(dtype=st.sampled_from(DTYPES), api=st.sampled_from(APIS), values=st.lists(elements, max_size=300),
        seed=st.integers(0, 2 ** 32 - 1), spread=st.sampled_from([0.0, 1e-4, 1e-2, 1.0]), bench64=st.booleans(),
@@ -116,6 +117,7 @@ def test_the_compiled_metrics_equal_the_numpy_oracle(dtype: str, api: str, value
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("api", APIS)
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # 40 binades: beyond fp16's range
 def test_large_outputs_are_the_oracles(dtype: str, api: str) -> None:
     """Many chunks and pairwise leaves, magnitudes over 40 binades (small values, subnormals of the
     dtype), some exact elements: every column the same (the mean relative error within 1e-5)."""
@@ -138,6 +140,8 @@ def test_mean_relative_error_is_bitwise_numpys_where_every_element_is_normal(dty
     assert fast.metrics["mean_rel_err"] == slow.metrics["mean_rel_err"] and fast.metrics["rmse"] == slow.metrics["rmse"]
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # every float32 exponent, the top ones
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # overflow to inf, NaN bit patterns
 def test_ulp_exponents_follow_numpys_log2_across_float32_bit_patterns() -> None:
     """msprobe's ULP unit is 2**floor(log2|b|) with numpy's log2, which rounds up just below a power of
     two: a sweep of float32 bit patterns (every exponent, the top mantissas of each) gives numpy's ULP

@@ -1,4 +1,4 @@
-"""--msprobe-fuzz in the session: journal and --msprobe-resume, the `rerun:` line, Ctrl-C (issue 26)."""
+"""--msprobe-fuzz in the session: journal and --msprobe-resume, the `rerun:` line, Ctrl-C."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The CI gate and resume in every documented spelling (issue 14): resume finds its items wherever the
+"""The CI gate and resume in every documented spelling: resume finds its items wherever the
 command is run from, a resumed run reports the journaled results, a run that checked nothing is red,
 and after a resume one set of result files remains."""
 from __future__ import annotations

@@ -90,7 +90,16 @@ def test_the_page_is_self_contained_and_plots_each_failure(pytester: pytest.Pyte
         ("Functional.relu.0.forward [fuzz]", "error")]
     assert page.count('<svg class="plot heatmap"') == 4 and page.count('<section class="failure"') == 4
     assert "2.998046875 (one ULP below the recorded Max)" in page  # the fuzz failure's shrunk example
-    assert rows[0]["algorithm"] == "benchmark" and float(rows[0]["strict_max_err"]) > 4
+    # what judged it: strict and its kind of op, not the algorithm msprobe's own standards would have used
+    assert rows[0]["algorithm"] == "strict elementwise" and float(rows[0]["strict_max_err"]) > 4
+    assert "device cpu (--msprobe-device auto)" in page  # the device the items ran on, not "auto"
+    summary = re.findall(r'<tr data-api="([^"]+)">(.*?)</tr>', page)  # by API, failing first
+    assert [api for api, _ in summary] == ["Functional.gelu", "Functional.relu"]
+    assert [re.findall(r'class="num[^"]*">(\d*)<', cells) for _, cells in summary] == [
+        ["2", "2", "", "", ""], ["1", "", "", "1", ""]]  # items, error, Warning, pass, SKIP
+    bars = re.findall(r'<svg class="plot bars".*?</svg>', page)
+    assert len(bars) == 8 and all(b.count('axis-label"') == 2 for b in bars)  # both axes labelled
+    assert "error, ULP of the device dtype" in bars[0] and "flat index, in 48 slices" in bars[1]
 
 
 def test_chromium_loads_sorts_filters_and_renders_the_plots(pytester: pytest.Pytester) -> None:
@@ -152,7 +161,7 @@ def test_plots_draw_stricts_gross_limit_of_the_ops_kind() -> None:
         assert any(colour == "#d9534f" for colour, v in slices) == red_bins
 
 
-# ------------------------------------------------------------------------------------------------ issue 17, point 9
+# ------------------------------------------------------------------------------ messages in English, wrapped
 
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
@@ -173,7 +182,8 @@ def test_messages_are_english_and_the_message_column_wraps(tmp_path: Path) -> No
     message = "ERROR: inf/nan错误率超过阈值ERROR: 绝对误差错误率超过阈值"  # as msprobe concatenates them
     summary = [{"name": "Torch.mul.0.forward.output.0", "dtype": "torch.int32", "shape": [2], "numel": 2,
                 "kind": "exact", "mismatches": 1}]
-    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu"))
+    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu",
+                                                                                     specs_file=None))
     page = write_html(tmp_path / "r.html", [_record(message, error_summary=summary)], [], settings).read_text("utf-8")
     assert not CJK.search(page), CJK.findall(page)[:10]
     row = parse(page).rows[0]
@@ -212,7 +222,8 @@ def test_chromium_wraps_a_long_message_inside_the_window(tmp_path: Path) -> None
     chromium()
     long = ("The shape of bench torch.Size([4096, 4096]) and npu torch.Size([4096, 4095]) not equal; "
             "Functional.scaled_dot_product_attention.0.forward.output.0.but_also_a_very_long_unbroken_name_" * 3)
-    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu"))
+    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu",
+                                                                                     specs_file=None))
     page = write_html(tmp_path / "r.html", [_record(long[:290])], [], settings).read_text("utf-8")
     probe = ("<script>var c=document.querySelector('td.msg');document.body.setAttribute('data-probe',"
              "[document.documentElement.scrollWidth<=window.innerWidth,c.getBoundingClientRect().height>"

@@ -186,6 +186,42 @@ def test_no_module_over_500_lines() -> None:
     assert long == {}
 
 
+MAX_FUNCTION_LINES = 80  # a function reads in one screen
+MAX_ORCHESTRATOR_LINES = 40  # an item's check, stage by stage
+ORCHESTRATORS = {("pytest_msprobe/check/rerun.py", "_run"), ("pytest_msprobe/check/replay.py", "run_external")}
+EXEMPT = ("flat declaration", "compiled kernel")  # what a longer function's docstring says it is
+
+
+def long_functions(root: Path, packages: Iterable[str]) -> dict[str, int]:
+    """Functions over MAX_FUNCTION_LINES whose docstring does not say why (EXEMPT), and orchestrators over
+    MAX_ORCHESTRATOR_LINES; 'path:name' -> lines."""
+    found: dict[str, int] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                limit = MAX_ORCHESTRATOR_LINES if (rel, node.name) in ORCHESTRATORS else MAX_FUNCTION_LINES
+                exempt = limit == MAX_FUNCTION_LINES and any(w in (ast.get_docstring(node) or "") for w in EXEMPT)
+                if lines > limit and not exempt:
+                    found[f"{rel}:{node.name}"] = lines
+    return found
+
+
+def test_functions_read_in_one_screen() -> None:
+    assert long_functions(ROOT, PACKAGES) == {}
+
+
+def test_a_long_function_is_found_unless_it_says_why(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(90))
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "m.py").write_text(f"def long():\n{body}\n\ndef declared():\n"
+                                           f"    \"\"\"A flat declaration of options.\"\"\"\n{body}")
+    assert long_functions(tmp_path, ("toy",)) == {"toy/m.py:long": 91}
+
+
 # ----------------------------------------------------------------------------- the checks can fail
 
 

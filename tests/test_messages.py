@@ -1,4 +1,4 @@
-"""What a user reads (issue 14): one row per dump and call, bad JSON as one line, the reasons behind
+"""What a user reads: one row per dump and call, bad JSON as one line, the reasons behind
 WARNED and fallback verdicts, and small promises of the README."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Node ids of dumps outside the rootdir, the short summary of a collection error, folder arguments
-without a dump.json (issue 26)."""
+without a dump.json."""
 from __future__ import annotations
 
 import re

@@ -158,3 +158,14 @@ def test_two_ranks_at_once_every_call_accounted(pytester: pytest.Pytester) -> No
                                  "msprobe online: *: rank 1: every call asked for again arrived"])
     assert "lost by a client" not in result.stdout.str()
     assert result.ret == 0
+
+
+def test_the_tcp_client_stall_is_a_shared_file_sender_race(pytester: pytest.Pytester) -> None:
+    """Why msprobe 8.1.2's TCP client stalls for good now and then (docs/how-to/online.md): with its one shared
+    twisted FileSender, a transfer begun between the previous one's `deferred.callback()` and `deferred = None`
+    loses its Deferred, which its sending thread waits for; a FileSender per transfer does not."""
+    import subprocess
+
+    script = Path(__file__).parent / "data" / "online" / "filesender_race.py"
+    out = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split() == ["SHARED", "False", "FRESH", "True"], out

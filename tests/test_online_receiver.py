@@ -62,6 +62,15 @@ def _ack(sock: socket.socket) -> tuple[bytes, int, int, int]:
         return ack
 
 
+def _accept(receiver: Receiver, n: int) -> list[Any]:
+    """Take n calls off the queue and accept them as the session does once they load: their connections
+    are clients from then on."""
+    calls = [receiver.calls.get(timeout=5) for _ in range(n)]
+    for call in calls:
+        receiver.accept(call)
+    return calls
+
+
 def _until(condition: Any, timeout: float = 10) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not condition():
@@ -178,6 +187,7 @@ def test_stop_gets_over_then_kill_when_every_client_stopped() -> None:
         a.sendall(protocol.frame(encode(_call(rank=0)), 0, rank=0))
         b.sendall(protocol.frame(encode(_call(rank=1)), 0, rank=1))
         assert _ack(a)[0] == _ack(b)[0] == protocol.OK
+        _accept(receiver, 2)
         a.sendall(protocol.frame(protocol.STOP, 1, rank=0))
         assert _ack(a)[0] == protocol.OVER
         time.sleep(0.2)
@@ -198,6 +208,7 @@ def test_a_call_the_client_numbered_but_never_sent_is_asked_for_again_at_stop() 
         for sequence in (0, 2):  # 1 never comes
             sock.sendall(protocol.frame(encode(_call(rank=1, step=0)), sequence, rank=1))
             assert _ack(sock) == (protocol.OK, sequence, 1, 0)
+        taken = _accept(receiver, 2)
         sock.sendall(protocol.frame(protocol.STOP, 3))  # msprobe's client gives its STOP_ frames rank 0, step 0
         assert _ack(sock) == (protocol.ERROR, 1, 1, 0)  # the rank and step of the calls: the client's key
         assert _ack(sock) == (protocol.OVER, 3, 0, 0)
@@ -209,7 +220,7 @@ def test_a_call_the_client_numbered_but_never_sent_is_asked_for_again_at_stop() 
         assert _ack(sock) == (protocol.OVER, 4, 0, 0)
         assert _ack(sock)[0] == protocol.KILL
     assert receiver.finished.wait(5) and receiver.stats.lost == 0
-    assert sorted(receiver.calls.get(timeout=5).sequence for _ in range(3)) == [0, 1, 2]
+    assert sorted(c.sequence for c in taken + [receiver.calls.get(timeout=5)]) == [0, 1, 2]
     assert any("asked for them again" in line for line in receiver.stats.lines)
     receiver.close()
 
@@ -224,6 +235,7 @@ def test_calls_still_missing_after_two_asks_are_counted_lost(monkeypatch: pytest
         sock.sendall(protocol.frame(encode(_call(rank=2, step=0)), 0, rank=2))
         sock.sendall(protocol.frame(encode(_call(rank=2, step=1)), 3, rank=2, step=1))  # 1, 2 lost at a step change
         assert [_ack(sock)[:2] for _ in range(2)] == [(protocol.OK, 0), (protocol.OK, 3)]
+        _accept(receiver, 2)
         for stop in (4, 5):
             sock.sendall(protocol.frame(protocol.STOP, stop))
             # each missing number with both steps it may carry: the client's table is keyed by all three
@@ -246,6 +258,7 @@ def test_a_client_stopping_once_with_a_gap_is_done_after_the_wait(monkeypatch: p
     with _connect(receiver) as sock:
         sock.sendall(protocol.frame(encode(_call()), 1))  # 0 never came
         assert _ack(sock)[0] == protocol.OK
+        _accept(receiver, 1)
         sock.sendall(protocol.frame(protocol.STOP, 2))
         assert _ack(sock) == (protocol.ERROR, 0, 0, 0)
         assert _ack(sock)[0] == protocol.OVER

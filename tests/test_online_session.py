@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -112,24 +113,30 @@ def test_planted_bug_fails_exactly_the_gelu_calls_over_nfs(pytester: pytest.Pyte
 
 
 def test_msprobe_gpu_config_with_black_list_and_a_hostile_body(pytester: pytest.Pytester) -> None:
+    """A stranger's framed, refused body (then its STOP_, then it leaves) neither ends the session nor counts
+    as rank 0's: the session goes on until the real client (rank_list [0]) has stopped, counts the body apart
+    and fails the run."""
     port = free_port()
     config = {"task": "run_ut", "run_ut": {"white_list": [], "black_list": ["gelu"], "error_data_path": "./",
                                            "is_online": True, "nfs_path": "", "host": "127.0.0.1", "port": port,
                                            "rank_list": [0], "tls_path": ""}}
     (pytester.path / "gpu_config.json").write_text(json.dumps(config))
-    client = _client(pytester, f"tcp://127.0.0.1:{port}", port=port)
+    script = pytester.path / "client.py"
+    script.write_text(CLIENT)
+    client = Client([sys.executable, str(script), f"tcp://127.0.0.1:{port}"], port, pytester.path, _env())
     evil = Client([sys.executable, "-c", _EVIL.format(port=port)], port, pytester.path, _env())
     evil.start()
-    result = pytester.runpytest_inprocess("--msprobe-config", "gpu_config.json", "-p", "no:cacheprovider", *SAFETY,
-                                          "--msprobe-online-clients", "2")
+    threading.Thread(target=lambda: (evil.join(120), client.start()), daemon=True).start()  # the stranger first
+    result = pytester.runpytest_inprocess("--msprobe-config", "gpu_config.json", "-p", "no:cacheprovider", *SAFETY)
     sent = _sent(client)
-    evil.join(60)
-    assert "ACK OK___" in evil.output(), evil.output()
+    assert "ACK OK___" in evil.output() and "ACK OVER_" in evil.output(), evil.output()
     result.stdout.fnmatch_lines([
-        f"msprobe online: rank0: received {sent + 1} = checked {sent - 2} + skipped 2 + refused 1",
+        f"msprobe online: rank0: received {sent} = checked {sent - 2} + skipped 2 + refused 0",
         "*skipped 2: gelu excluded by the white_list/black_list of gpu_config.json",
-        "*refused 1: UnpicklingError:*posix.system*"])
-    assert result.ret == 1  # a refused call is not lost silently: the gate is red
+        "msprobe online: 127.0.0.1:*: 1 body(ies) refused, no call accepted: not a client, not counted in a rank*",
+        "msprobe online: rank0 client 127.0.0.1:*: numbered * call(s), * arrived; stopped",
+        "*refused: UnpicklingError:*posix.system*"])
+    assert result.ret == 1  # a refused body is not lost silently: the gate is red
     assert not (pytester.path / "pwned").exists()
 
 

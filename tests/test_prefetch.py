@@ -156,7 +156,7 @@ def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: py
     queue, and the bench's side is made in the helper (the items' thread makes the device's alone); else (a call
     that may draw random numbers) just before the device run, both sides made here. An item skipped before its
     runs hands nothing over."""
-    from pytest_msprobe.check import rerun
+    from pytest_msprobe.check import placement
     from pytest_msprobe.runs import backends
 
     dump = copy_dump(pytester, EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0", "d")
@@ -170,7 +170,7 @@ def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: py
         return call
 
     monkeypatch.setattr(prepare, "prefetch", logged("prefetch", prepare.prefetch))
-    monkeypatch.setattr(rerun, "make_side", logged("side", rerun.make_side))
+    monkeypatch.setattr(placement, "make_side", logged("side", placement.make_side))
     monkeypatch.setattr(backends, "device_call", logged("device", backends.device_call))
     monkeypatch.setattr(devices, "work_threads", lambda threads, *where: 2)  # the next item's prefetch, on any machine
     result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",

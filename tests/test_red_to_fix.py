@@ -1,4 +1,4 @@
-"""Issue 7, done means: a planted failing API goes from a red item to everything needed to fix it."""
+"""From red to fix, end to end: a planted failing API goes from a red item to everything needed to fix it."""
 from __future__ import annotations
 
 import json

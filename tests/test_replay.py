@@ -1,4 +1,4 @@
-"""Replay mode and MindSpore dumps without MindSpore: recorded outputs vs the CPU bench (issue 6).
+"""Replay mode and MindSpore dumps without MindSpore: recorded outputs vs the CPU bench.
 
 Runs in the main environment (no MindSpore). tests/test_mindspore.py runs MindSpore for real.
 """
@@ -212,10 +212,13 @@ def test_pytorch_replay_finds_a_planted_gradient_error(pytester: pytest.Pytester
 
 def test_replayed_forward_of_an_exact_op_is_judged_for_exactness(pytester: pytest.Pytester) -> None:
     """A replayed add_'s output is a forward output, not a gradient: 8 elements one ULP toward zero (each
-    within any elementwise limit) fail strict's exactness check."""
+    within any elementwise limit) fail strict's exactness check. (The recorded SGD update has alpha = -0.01, a
+    multiply-add a kernel may fuse; the call is made a plain add, its output the exact sum.)"""
     dump = copy_dump(pytester, PT_TENSOR, "pt")
-    target = dump.parent / "dump_tensor_data" / "Tensor.add_.0.forward.output.0.pt"
-    out = torch.load(target)
+    edit_dump(dump, lambda data: data["Tensor.add_.0.forward"]["input_kwargs"].clear())
+    saved = dump.parent / "dump_tensor_data"
+    target = saved / "Tensor.add_.0.forward.output.0.pt"
+    out = torch.load(saved / "Tensor.add_.0.forward.input.0.pt") + torch.load(saved / "Tensor.add_.0.forward.input.1.pt")
     flat = out.view(-1)
     for i in range(0, 512, 64):
         flat[i] = torch.nextafter(flat[i], torch.zeros(()))
@@ -223,6 +226,23 @@ def test_replayed_forward_of_an_exact_op_is_judged_for_exactness(pytester: pytes
     result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-k", "add_ and 0 and forward")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*not correctly rounded: 8 of 512 elements*"])
+
+
+def test_a_replayed_multiply_add_is_judged_against_its_terms(pytester: pytest.Pytester) -> None:
+    """add_ with alpha (an SGD update) may be one fused multiply-add: replay, as a re-run, runs it on |inputs| and
+    judges it relative to those terms; an update rounded toward zero in 1 of 4 elements still fails."""
+    dump = copy_dump(pytester, PT_TENSOR, "pt")
+    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-k", "add_ and 0 and forward")
+    result.assert_outcomes(passed=1)
+    rec = api_records(pytester)["Tensor.add_.0.forward"]
+    assert "magnitude_s" in rec["timings"]
+    target = dump.parent / "dump_tensor_data" / "Tensor.add_.0.forward.output.0.pt"
+    out = torch.load(target)
+    flat = out.view(-1)
+    flat[::4] = torch.nextafter(flat[::4], torch.zeros(()))
+    torch.save(out, target)
+    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-k", "add_ and 0 and forward")
+    result.assert_outcomes(failed=1)
 
 
 def test_pytorch_gradient_layout_mismatch_is_skipped_not_compared(pytester: pytest.Pytester) -> None:

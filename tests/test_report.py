@@ -327,14 +327,17 @@ def test_format_failure_table() -> None:
         assert row1[start - 1] == " " and row1[start] != " "
     assert "output.0: Cosine similarity is less than 0.99" in text
     assert "message: 1 of 2 outputs failed" in lines
-    assert lines[-2:] == ["seed: 42", f"rerun: {rerun}"]
+    assert lines[-2:] == ["item seed: 42 (this call's inputs, derived from the run seed and the API name)",
+                         f"rerun: {rerun}"]
 
 
 def test_format_failure_without_outputs() -> None:
     rec = record("Torch.mm.2", "backward", "error", message="Traceback:\n  RuntimeError: boom", seed=7)
     text = format_failure(rec, "pytest x")
     assert text.splitlines() == ["Torch.mm.2.backward: error  (device=cpu, standard=original)",
-                                 "message: Traceback:", "      RuntimeError: boom", "seed: 7", "rerun: pytest x"]
+                                 "message: Traceback:", "      RuntimeError: boom",
+                                 "item seed: 7 (this call's inputs, derived from the run seed and the API name)",
+                                 "rerun: pytest x"]
 
 
 def test_summary_counts() -> None:

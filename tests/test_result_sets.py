@@ -1,4 +1,4 @@
-"""--msprobe-keep-runs / ini msprobe_keep_runs: msprobe_results/ keeps the newest N result sets (issue 26)."""
+"""--msprobe-keep-runs / ini msprobe_keep_runs: msprobe_results/ keeps the newest N result sets."""
 from __future__ import annotations
 
 import re

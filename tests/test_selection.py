@@ -6,7 +6,9 @@ import pytest
 from tests.helpers import EXAMPLES, copy_dump
 
 BF16_EXAMPLE = EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0"
-# A conftest that modifies items after collection: the plugin must then leave -k/-m to pytest alone.
+# A conftest that modifies items after collection: the plugin must then leave -k/-m to pytest alone. Another
+# installed plugin that modifies items (pytest-benchmark) does the same, so the runs here leave it out.
+NO_OTHERS = ("-p", "no:benchmark")
 MODIFIER = "def pytest_collection_modifyitems(items):\n    pass\n"
 EXPRESSIONS = [
     ("-k", "linear"), ("-k", "linear and forward"), ("-k", "not backward"), ("-k", "LINEAR and 1"),
@@ -24,10 +26,10 @@ def ids(result: pytest.RunResult) -> list[str]:
 def test_early_selection_equals_pytests(pytester: pytest.Pytester, option: str, expression: str) -> None:
     dump = copy_dump(pytester, BF16_EXAMPLE, "nested/bf16")
     early = pytester.runpytest("--collect-only", "-q", str(dump), option, expression,
-                               "-o", "msprobe_early_selection_entries=0")
+                               "-o", "msprobe_early_selection_entries=0", *NO_OTHERS)
     pytester.makeconftest(MODIFIER)
     late = pytester.runpytest("--collect-only", "-q", str(dump), option, expression,
-                              "-o", "msprobe_early_selection_entries=0")
+                              "-o", "msprobe_early_selection_entries=0", *NO_OTHERS)
     assert ids(early) == ids(late)
     assert "deselected" not in early.stdout.str() or not ids(early)  # made only what is kept
     assert "deselected" in late.stdout.str() or len(ids(late)) == 18  # all of them

@@ -122,7 +122,7 @@ def test_an_unforeseen_write_is_caught_and_the_item_checked_again(write_dump, mo
                                       "input_kwargs": {}, "output": [tensor("torch.bfloat16", [64, 64])]}}
     dump, options = load_dump(write_dump(data)), CheckOptions(device="cpu")
     truth = check_entry(dump, "Tensor.add_.0.forward", options, SPECS)
-    monkeypatch.setattr("pytest_msprobe.check.rerun.written_inputs", lambda *a: set())
+    monkeypatch.setattr("pytest_msprobe.check.placement.written_inputs", lambda *a: set())
     again = check_entry(dump, "Tensor.add_.0.forward", options, SPECS)
     assert truth["status"] == "pass" and not truth["notes"]
     assert any("checked again with a copy of every input" in n for n in again["notes"])
@@ -132,8 +132,8 @@ def test_an_unforeseen_write_is_caught_and_the_item_checked_again(write_dump, mo
 # In-place calls: a device side whose kernels are torch's own, so a record equal to the record of a run that
 # copies every input for every side (the conftest below) was judged on the drawn inputs on every side.
 COPY_EVERYTHING = """
-import pytest_msprobe.check.rerun as rerun
-rerun.written_inputs = lambda *args: None
+import pytest_msprobe.check.placement as placement
+placement.written_inputs = lambda *args: None
 """
 
 

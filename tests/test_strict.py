@@ -310,7 +310,7 @@ def test_a_subnormal_result_flushed_to_zero_is_not_an_error(dtype: str, kind: st
 @pytest.mark.parametrize("factor, direction", [(1 + 1e-3, "away from zero"), (1 - 1e-3, "towards zero")])
 def test_the_message_gives_every_number_its_unit_and_the_bias_its_true_direction(factor: float,
                                                                                  direction: str) -> None:
-    """fp32 linear output times 1 +- 1e-3 (issue 26): farther from zero is *away from* zero; the gross and
+    """fp32 linear output times 1 +- 1e-3: farther from zero is *away from* zero; the gross and
     mean figures are in scale units (the worst element also in ULPs), the bias in ULPs clipped to +-1."""
     bench, magnitude, _, _ = contraction(64, "torch.bfloat16")
     device = strict.round_to(bench * factor, "torch.float32")

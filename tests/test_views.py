@@ -15,7 +15,7 @@ from tests.test_html import chromium, parse, run_chromium
 from tests.triage_helpers import gelu_bf16
 
 LEAN = ("-p", "no:cacheprovider")
-# issue 26: an fp32 linear 1e-3 too large on the device; a bf16 gelu with one element 1.5 times too large
+# an fp32 linear 1e-3 too large on the device; a bf16 gelu with one element 1.5 times too large
 BUGS = device_side_conftest("""
 import torch
 import torch.nn.functional as F

@@ -1,4 +1,4 @@
-"""Planted bugs and checks shared by the issue-7 tests (saved error data, repro scripts, fuzzing, HTML)."""
+"""Planted bugs and checks shared by the red-to-fix tests (saved error data, repro scripts, fuzzing, HTML)."""
 from __future__ import annotations
 
 import json

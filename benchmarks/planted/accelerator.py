@@ -44,6 +44,9 @@ ULPS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], float, float, bool
     "rsqrt": (torch.rsqrt, -0.95, 1.05, False, 2),
     "erf": (torch.erf, -1.0, 1.0, False, 2),
     "pow": (torch.pow, -3.0, 3.0, False, 8),
+    # 6 outside (-10.001, -2.264), larger inside: the same draw everywhere
+    "lgamma": (torch.lgamma, -3.0, 3.0, False, 6),
+    "erfinv": (torch.erfinv, -1.0, 1.0, False, 2),
 }
 _SALT = {name: i * 0x1F3D5B7 + 0x2545F49 for i, name in enumerate(ULPS)}
 
@@ -195,6 +198,10 @@ _BACKWARD: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.
     "tanh": lambda g, x, y: _in_opmath(lambda gf, yf: gf * (1 - yf * yf), g, y),  # tanh_backward
     "rsqrt": lambda g, x, y: (-0.5 * g) * _cube(y),  # from the kernel's own result, as CUDA's autograd does
     "erf": lambda g, x, y: 2.0 / math.sqrt(math.pi) * cuda_math("exp", -(x * x)) * g,
+    "lgamma": lambda g, x, y: g * torch.digamma(x),
+    # 0.5 * sqrt(pi) * exp(erfinv(x)^2) * g from the kernel's own erfinv: y's error grows by 2 y^2
+    "erfinv": lambda g, x, y: _in_opmath(lambda gf, yf: 0.5 * math.sqrt(math.pi) * cuda_math("exp", yf * yf) * gf,
+                                         g, y),
 }
 
 
@@ -725,7 +732,56 @@ def _layer_norm(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
     return y.to(x.dtype)
 
 
+def _group_norm(orig: Impl, x: Any, num_groups: Any, *a: Any, **kw: Any) -> Any:
+    """group_norm in fp32: each group's mean and biased variance by fp32 sums in CUDA's reduce order, rstd by
+    rsqrtf, the per-channel affine in fp32, rounded once; differentiable through those steps."""
+    p = _params(a, kw, ("weight", "bias", "eps"))
+    if p is None or not _plain_float(x) or not isinstance(num_groups, int) or x.dim() < 2 or x.numel() == 0 or \
+            x.shape[1] % num_groups or any(v is not None and not _plain_float(v) for v in (p.get("weight"), p.get("bias"))):
+        return orig(x, num_groups, *a, **kw)
+    xf = x.float().reshape(x.shape[0], num_groups, -1)
+    n = xf.shape[-1]
+    mean = _Sum.apply(xf, [2], True, F32, n)
+    d = xf - mean
+    var = _Sum.apply(d * d, [2], True, F32, n)
+    y = (d * _Rsqrt.apply(var + _f32(p.get("eps", 1e-5)))).reshape(x.shape)
+    channel = [1, -1] + [1] * (x.dim() - 2)
+    if p.get("weight") is not None:
+        y = y * p["weight"].float().reshape(channel)
+    if p.get("bias") is not None:
+        y = y + p["bias"].float().reshape(channel)
+    return y.to(x.dtype)
+
+
 # ------------------------------------------------------------------------------------------ cuda-contractions
+CHANNEL_CHUNK = 2  # a transposed convolution's input channels summed in chunks of this many, the chunks in turn
+
+
+def _conv_transpose(conv: Callable[..., torch.Tensor]) -> Impl:
+    """conv_transpose in fp32 with the input channels cut into chunks of CHANNEL_CHUNK: each chunk's output
+    in fp32, the partials added one after another, the bias last, rounded once (another order of the same
+    fp32 sums)."""
+    def impl(orig: Impl, x: Any, weight: Any, bias: Any = None, *a: Any, **kw: Any) -> Any:
+        p = _params(a, kw, ("stride", "padding", "output_padding", "groups", "dilation"))
+        if p is None or p.get("groups", 1) != 1 or not _plain_float(x) or not _plain_float(weight) or \
+                (bias is not None and not _plain_float(bias)) or x.dim() not in (weight.dim(), weight.dim() - 1):
+            return orig(x, weight, bias, *a, **kw)
+        c = 1 if x.dim() == weight.dim() else 0  # an unbatched input has its channels first
+        if x.shape[c] <= CHANNEL_CHUNK:
+            return orig(x, weight, bias, *a, **kw)
+        rest = {k: v for k, v in p.items() if k != "groups"}
+        xf, wf = x.float(), weight.float()
+        total = None
+        for i in range(0, x.shape[c], CHANNEL_CHUNK):
+            part = conv(xf.narrow(c, i, min(CHANNEL_CHUNK, x.shape[c] - i)), wf[i:i + CHANNEL_CHUNK], None, **rest)
+            total = part if total is None else total + part
+        assert total is not None
+        if bias is not None:
+            total = total + bias.float().reshape([-1] + [1] * (total.dim() - c - 1))
+        return total.to(x.dtype)
+    return impl
+
+
 K_CHUNK = 32
 
 
@@ -900,10 +956,11 @@ _SIXTEEN = (torch.float16, torch.bfloat16)
 ACCELERATOR_ARMS: list[Arm] = [
     Arm("cuda-sincos", "variant", "CUDA sinf/cosf: within 2 ULP, leaning +0.1 ULP away from zero (H100)",
         {**_all(_unary("sin"), ("sin",)), **_all(_unary("cos"), ("cos",))}),
-    Arm("cuda-math", "variant", "CUDA Math API: exp/tanh/rsqrt/erf 2, log 1, pow 8 ULP; silu, gelu, sigmoid from them",
+    Arm("cuda-math", "variant", "CUDA Math API: exp/tanh/rsqrt/erf/erfinv 2, log 1, lgamma 6, pow 8 ULP; silu, gelu, sigmoid from them",
         {**_all(_unary("exp"), ("exp",)), **_all(_unary("log"), ("log",)), **_all(_unary("tanh"), ("tanh",)),
          **_all(_unary("rsqrt"), ("rsqrt",)), **_all(_unary("erf"), ("erf",)), **_all(_sigmoid, ("sigmoid",)),
-         F.silu: _silu, F.gelu: _gelu, **_all(_pow, ("pow", "__pow__", "__rpow__"))}),
+         F.silu: _silu, F.gelu: _gelu, **_all(_pow, ("pow", "__pow__", "__rpow__")),
+         **_all(_unary("lgamma"), ("lgamma",)), **_all(_unary("erfinv"), ("erfinv",))}),
     Arm("cuda-broadcast-grad", "variant", "CUDA: a broadcast operand's gradient summed in fp32 in another order",
         {**_forms("add", ("add_", "__iadd__")), **_forms("sub", ("sub_", "__isub__")),
          **_forms("mul", ("mul_", "__imul__")), **_forms("div", ("div_", "__itruediv__"))}),
@@ -912,12 +969,15 @@ ACCELERATOR_ARMS: list[Arm] = [
     Arm("cuda-fma-optimizer", "variant", "CUDA fused multiply-add: addcdiv/addcmul/lerp/add(alpha) in fp32 opmath",
         {**_all(_addcdiv, ("addcdiv", "addcdiv_")), **_all(_addcmul, ("addcmul", "addcmul_")),
          **_all(_lerp, ("lerp", "lerp_")), **_all(_add_alpha, ("add", "add_"))}),
-    Arm("cuda-reductions", "variant", "CUDA AccumulateType: fp32 sums in fp32 (CPU: double) in a tree; tree scans",
+    Arm("cuda-reductions", "variant", "CUDA AccumulateType: fp32 sums in fp32 (CPU: double) in a tree; tree scans; norms' statistics",
         {**_all(_reduce(False), ("sum",)), **_all(_reduce(True), ("mean",)), **_all(_cumsum, ("cumsum",)),
          **_all(_logsumexp, ("logsumexp",)), **_all(_softmax(False), ("softmax",)), F.softmax: _softmax(False),
-         **_all(_softmax(True), ("log_softmax",)), F.log_softmax: _softmax(True), F.layer_norm: _layer_norm}),
-    Arm("cuda-contractions", "variant", "fp32 accumulation in K-chunks of 32 added in a tree (linear/matmul)",
-        {F.linear: _linear, **_all(_mm, ("matmul", "__matmul__", "mm", "bmm"))}),
+         **_all(_softmax(True), ("log_softmax",)), F.log_softmax: _softmax(True), F.layer_norm: _layer_norm,
+         F.group_norm: _group_norm}),
+    Arm("cuda-contractions", "variant", "fp32 accumulation in K-chunks of 32 added in a tree (linear/matmul); conv_transpose by channel chunks",
+        {F.linear: _linear, **_all(_mm, ("matmul", "__matmul__", "mm", "bmm")),
+         F.conv_transpose1d: _conv_transpose(F.conv_transpose1d), F.conv_transpose2d: _conv_transpose(F.conv_transpose2d),
+         F.conv_transpose3d: _conv_transpose(F.conv_transpose3d)}),
     Arm("ties-and-duplicates", "variant", "undefined ties, duplicate writers and decomposition signs, resolved otherwise",
         {**_all(_sort, ("sort",)), **_all(_argsort, ("argsort",)), **_all(_topk, ("topk",)),
          **_all(_by_dim("kthvalue", ("k",)), ("kthvalue",)), **_all(_by_dim("median", ()), ("median",)),
@@ -970,7 +1030,9 @@ def self_check() -> None:
     print("| function | dtype | elements | max ULP | mean signed bias (ULP) | bound |\n|---|---|---|---|---|---|")
     inputs = {"sin": uniform(-100, 100), "cos": uniform(-100, 100), "exp": uniform(-80, 80),
               "log": torch.exp(uniform(-80, 80)), "tanh": uniform(-10, 10), "rsqrt": torch.exp(uniform(-40, 40)),
-              "erf": uniform(-4, 4)}
+              "erf": uniform(-4, 4), "lgamma": torch.cat([uniform(-10.001, -2.264)[:0], uniform(0.01, 40),
+                                                          uniform(-40, -10.001)]),
+              "erfinv": uniform(-0.999, 0.999)}
     for name, x64 in inputs.items():
         fn, _, _, away, bound = ULPS[name]
         x = x64.float()
@@ -1062,6 +1124,23 @@ def self_check() -> None:
     print(f"| layer_norm: error / ((|x_hat w| + |b| + |w|) u) | fp32 | (64, 1024) | {float(err.max()):.3f} (bound 8) | "
           f"{(out != F.layer_norm(x, (1024,), w, b)).double().mean():.1%} |")
     assert err.max() <= 8, "layer_norm"
+    x = torch.randn(8, 32, 64, generator=gen, dtype=torch.float64).float()
+    w, b = torch.randn(32, generator=gen).float(), torch.randn(32, generator=gen).float()
+    out = _armed(arms["cuda-reductions"], F.group_norm, x, 4, w, b)
+    ref = F.group_norm(x.double(), 4, w.double(), b.double())
+    scale = (F.group_norm(x.double(), 4) * w.double()[:, None]).abs() + b.double().abs()[:, None] + \
+        w.double().abs()[:, None]
+    err = (out.double() - ref).abs() / (scale * u)
+    print(f"| group_norm: error / ((|x_hat w| + |b| + |w|) u) | fp32 | (8, 32, 64), 4 groups | {float(err.max()):.3f} "
+          f"(bound 8) | {(out != F.group_norm(x, 4, w, b)).double().mean():.1%} |")
+    assert err.max() <= 8, "group_norm"
+    x, w = torch.randn(4, 32, 40, generator=gen).float(), torch.randn(32, 16, 5, generator=gen).float()
+    out = _armed(arms["cuda-contractions"], F.conv_transpose1d, x, w)
+    terms = F.conv_transpose1d(x.double().abs(), w.double().abs())
+    err = (out.double() - F.conv_transpose1d(x.double(), w.double())).abs() / (gamma(32 * 5) * terms)
+    print(f"| conv_transpose1d in channel chunks: error / Higham bound | fp32 | (4, 32, 40) * (32, 16, 5) | "
+          f"{float(err.max()):.3f} | {(out != F.conv_transpose1d(x, w)).double().mean():.1%} |")
+    assert err.max() <= 1, "conv_transpose1d"
     for dtype in _SIXTEEN:  # 16-bit: fp32 accumulation rounded once: within a 16-bit ULP
         xl = torch.randn(32, 4000, generator=gen).to(dtype)
         out = _armed(arms["cuda-reductions"], torch.sum, xl, 1, dtype=dtype)

@@ -7,7 +7,7 @@ statistics dump does (forward entry; a backward entry with the input gradients f
 one), so the checker draws inputs of the same range. Presets:
 
 * small: attention 256 tokens (tests);
-* llama: the Llama layer of the issue: batch 2, sequence 512, hidden 1024, 16 heads of 64, BNSD;
+* llama: a Llama layer: batch 2, sequence 512, hidden 1024, 16 heads of 64, BNSD;
 * large: attention at S = 2048 with GQA (8 query heads on 2 kv heads, BSND, causal sparse_mode 2),
   S 1024 x 2048 with sparse_mode 3 (8 on 2 heads, BNSD), and TND with actual_seq_qlen
   [512, 1536, 2048, 4096] (sparse_mode 3, 4 on 2 heads), head dim 128; RMSNorm, rotary (32 heads

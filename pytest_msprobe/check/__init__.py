@@ -1,7 +1,15 @@
 """One dump entry through every stage into its record: inputs, the device and bench runs, the metrics
 and the verdict. `check_entry` is the function every item, fuzz example, repro script and call script
 runs. Three flows: rerun.py (the API runs again on the device under test), replay.py (the device
-result is the output recorded in the dump; MindSpore dumps), overflow.py (overflow_check dumps).
+result is the output recorded in the dump, or MindSpore's run; recorded.py supplies it), overflow.py
+(overflow_check dumps).
+
+A re-run item's stages, each one call (rerun._run): entries -> placement.place (where the device side runs) ->
+prepare.prepared_inputs -> precision.plan and precision.round_inputs (what each side computes in, the inputs'
+rounding) -> rerun.make_sides (placement: bench beside or here, shared inputs; precision: the bench's arguments)
+-> execute.third_runs and execute.Runs.run (which runs exist: device, bench, third run, magnitude run; their
+backward) -> rerun.compare_item -> compare.compare_outputs (how outputs are compared). calls.py holds the steps
+every flow shares.
 """
 from __future__ import annotations
 

@@ -109,28 +109,54 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     `gradients`: the pairs are a backward item's gradients; `estimated`: per pair, the elements of a
     sampled third run that were estimated; `early`: start_metrics of these bench and device outputs;
     `contract`: the device's accuracy contract (verdict/contracts.py); `summed`: per pair, the magnitude run's
-    output where that pair is a sum (None elsewhere), and the thresholds' section that scales it (third_run.Summed)."""
+    output where that pair is a sum (None elsewhere), and the thresholds' section that scales it (third_run.Summed).
+
+    Stages, each one call: the pairs' arrays for the strict checks (`strict_arrays`), msprobe's metrics and the
+    strict checks side by side (`metrics_and_checks`), then each row's verdict (`decide_rows`)."""
     capture.stash(compared_bench=bench, compared_device=device, positions=positions)
     if api in specs.get("dropout_apis", []):
-        b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
-        d = next((x for x in device if isinstance(x, torch.Tensor)), None)
-        if b is None or d is None:
-            raise NotCheckable(f"{api}: dropout produced no tensor to judge")
-        status, message = standards.dropout_verdict(to_numpy(b)[1], to_numpy(d)[1], specs)
-        record["outputs"].append({
-            "name": f"{prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
-            "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
-        })
-        record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
-        return
-    metric_standard = _metric_standard(options)
+        return _judge_dropout(record, prefix, bench, device, api, specs)
     # each tensor becomes one array, for msprobe's metrics and the strict checks
     convert = early.convert if early is not None else _memoised(stored)
-    torch_run = magnitude = None
-    if third is not None and role == "torch":
-        torch_run = [_round_like(r, d) for r, d in zip(third, device)]
-    elif third is not None:
-        magnitude = third
+    torch_run = [_round_like(r, d) for r, d in zip(third, device)] if third is not None and role == "torch" else None
+    magnitude = third if third is not None and role != "torch" else None
+    on, metrics_on = checks_device(options, device, third), checks_device(options, device, None)
+    if on is not None and on == metrics_on:  # the bench goes to the device once, for the strict and msprobe's passes
+        bench = [b.detach().to(on) if isinstance(b, torch.Tensor) else b for b in bench]
+    pairs = strict_arrays(bench, device, torch_run, magnitude, api, specs, product=product, autocast=autocast,
+                          scalar_operand=scalar_operand, gradients=gradients, estimated=estimated, convert=convert,
+                          on=on, contract=contract, summed=summed)
+    rows, strict_results = metrics_and_checks(prefix, bench, device, pairs, api, specs, options, early, convert,
+                                              metrics_on)
+    ref_rows = None
+    if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
+        ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
+                                               converter=convert, standard=_metric_standard(options))
+    decide_rows(record, prefix, rows, ref_rows, bench, device, pairs, strict_results, positions, api, specs, options)
+
+
+def _judge_dropout(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], api: str,
+                   specs: dict[str, Any]) -> None:
+    """A dropout's output judged by the fraction of zeros (msprobe's rule), not by values."""
+    b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
+    d = next((x for x in device if isinstance(x, torch.Tensor)), None)
+    if b is None or d is None:
+        raise NotCheckable(f"{api}: dropout produced no tensor to judge")
+    status, message = standards.dropout_verdict(to_numpy(b)[1], to_numpy(d)[1], specs)
+    record["outputs"].append({
+        "name": f"{prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
+        "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
+    })
+    record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
+
+
+def strict_arrays(bench: list[Any], device: list[Any], torch_run: list[Any] | None, magnitude: list[Any] | None,
+                  api: str, specs: dict[str, Any], *, product: Any, autocast: torch.dtype | None,
+                  scalar_operand: bool, gradients: bool, estimated: list[Any] | None, convert: standards.Converter,
+                  on: torch.device | None, contract: str,
+                  summed: tuple[list[Any], str] | None) -> list[judge.StrictArrays | None]:
+    """Per pair, the arrays the strict checks read, with the error model's rules and the contract's allowance
+    (None: not a float pair of one shape)."""
     kind = error_kind(api, specs)
     if kind == "exact" and gradients:
         kind = "elementwise"  # IEEE exactness is the forward operation's; its gradients are other operations
@@ -138,9 +164,6 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
         else None
     pairs: list[judge.StrictArrays | None] = []
-    on, metrics_on = checks_device(options, device, third), checks_device(options, device, None)
-    if on is not None and on == metrics_on:  # the bench goes to the device once, for the strict and msprobe's passes
-        bench = [b.detach().to(on) if isinstance(b, torch.Tensor) else b for b in bench]
     sums, sums_rules = summed if summed is not None else (None, None)
     for i, (b, d) in enumerate(zip(bench, device)):
         arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i) if sums is None or _nth(sums, i) is None
@@ -150,8 +173,16 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
             dress(arrays, api, specs, gradients, scalar_operand, sums_rules if _nth(sums, i) is not None else None,
                   contract, str(d.dtype))
         pairs.append(arrays)
-    # with a spare core, msprobe's metrics of a large output and its strict checks run side by side: the
-    # metrics in the helper thread when they started early, else the strict checks there
+    return pairs
+
+
+def metrics_and_checks(prefix: str, bench: list[Any], device: list[Any], pairs: list[judge.StrictArrays | None],
+                       api: str, specs: dict[str, Any], options: CheckOptions, early: EarlyMetrics | None,
+                       convert: standards.Converter, metrics_on: torch.device | None,
+                       ) -> tuple[list[standards.OutputComparison], dict[int, strict.StrictResult]]:
+    """msprobe's rows and the strict checks' results. With a spare core, msprobe's metrics of a large output and
+    its strict checks run side by side: the metrics in the helper thread when they started early, else the
+    strict checks there."""
     strict_results: dict[int, strict.StrictResult]
     strict_pairs = [(i, a) for i, a in enumerate(pairs) if a is not None and options.standard == "strict"
                     and strict.supported(str(device[i].dtype))]
@@ -164,12 +195,16 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
                    for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}
         # msprobe's statistics where the device output lives (on an accelerator: only they come back), else here
         rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
-                                           standard=metric_standard, on=metrics_on)
+                                           standard=_metric_standard(options), on=metrics_on)
         strict_results = {i: wait_helping(future) for i, future in pending.items()}  # with blocks of their pass
-    ref_rows = None
-    if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
-        ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
-                                               converter=convert, standard=metric_standard)
+    return rows, strict_results
+
+
+def decide_rows(record: dict[str, Any], prefix: str, rows: list[standards.OutputComparison],
+                ref_rows: list[standards.OutputComparison] | None, bench: list[Any], device: list[Any],
+                pairs: list[judge.StrictArrays | None], strict_results: dict[int, strict.StrictResult],
+                positions: list[int] | None, api: str, specs: dict[str, Any], options: CheckOptions) -> None:
+    """Each row named and judged by the standard (judge.decide); the record gets it."""
     for i, row in enumerate(rows):
         if positions is not None and i < len(positions):
             row.name = f"{prefix}.{positions[i]}"

@@ -72,8 +72,9 @@ def _checkable(value: Any) -> bool:
 def run_overflow_check(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
                        record: dict[str, Any]) -> None:
     """check.check_entry's run for an overflow_check dump: fills `record` or raises its skip/error."""
+    from .calls import backward_both
+    from .calls import timed as _timed
     from .prepare import checkable_entries, encoded_arguments, prepared_inputs, start_prefetch
-    from .rerun import _timed, backward_both
 
     api = name.api_name
     if dump.framework != "pytorch":

@@ -22,7 +22,9 @@ from ..dump.reader import Dump, parse_entry_name
 from ..helper import helper
 from ..inputs.build import BuildContext, build, parse_dtype
 from ..inputs.seeds import item_seed
-from ..runs.execution import NotCheckable, output_leaves
+from ..runs.execution import NotCheckable, Shared, output_leaves
+from ..runs.terms import FORMS, terms_run
+from ..runs.third_run import Summed
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import contracts
@@ -225,3 +227,18 @@ def replay_contract(options: CheckOptions, mode: str, saved_on: set[str]) -> str
     tensors say which it was; torch's own where the device is only assumed, or MindSpore ran here."""
     recorded_on, told = recorded_device(options, saved_on)
     return contracts.resolve(options.contract, "cpu" if mode == "rerun" or told.startswith("assumed") else recorded_on)
+
+
+def contract_terms(options: CheckOptions, contract: str, api: str, specs: dict[str, Any], args: list[Any],
+                   kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool,
+                   shared: Shared | None = None) -> Summed | None:
+    """The terms run of a call whose contract bounds it relative to the terms of a sum it cancels in (gelu, silu's
+    gradient under `cuda`: runs/terms.py), or None."""
+    x = args[0] if args else None
+    if options.standard != "strict" or api not in FORMS or not isinstance(x, torch.Tensor) or \
+            not contracts.cancels(specs, contract, api, want_grad):
+        return None
+    allowance = contracts.bound(specs, contract, api, str(x.dtype), want_grad)
+    if allowance is None:
+        return None
+    return terms_run(api, allowance[0], args, kwargs, requires_grad, want_grad, shared)

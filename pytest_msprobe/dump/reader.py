@@ -216,7 +216,10 @@ def load_dump(path: os.PathLike[str] | str, columns: tuple[str, ...] = ()) -> Du
 def _scan(path: Path, stat: os.stat_result, columns: tuple[str, ...]) -> Index:
     try:
         with open(path, "rb") as fh, _gc_paused():
-            index = dumpindex.scan(fh.read(), columns)
+            text = fh.read()
+            if not text.strip():  # not "truncated JSON": nothing was written (a dumping run stopped at its start)
+                raise DumpError(f"{path}: the file is empty ({len(text)} bytes)")
+            index = dumpindex.scan(text, columns)
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= stat.st_size - 2 else ""
         raise DumpError(

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .receiver import Call, Stats
 
@@ -23,10 +23,11 @@ _SETTLE_S = 2.0  # an incomplete file that has not changed for this long is take
 
 class NfsReceiver:
     def __init__(self, folder: Path, *, queue_size: int = 50, max_frame: int, clients: int = 1,
-                 log: Callable[[str], None] | None = None) -> None:
+                 ranks: tuple[int, ...] | None = None, log: Callable[[str], None] | None = None) -> None:
         self.folder = folder
         self.calls: queue.Queue[Call] = queue.Queue(maxsize=max(1, queue_size))
-        self.max_frame, self.clients = max_frame, max(1, clients)
+        self.max_frame = max_frame
+        self.clients = max(1, len(ranks) if ranks else clients)  # one end marker per writer
         self.finished = threading.Event()
         self.stats = Stats()
         self._log = log
@@ -46,6 +47,23 @@ class NfsReceiver:
         self.stats.lines.append(line)
         if self._log is not None:
             self._log(line)
+
+    # what the session tells and asks (receiver.Receiver's): files carry no connection, the clients are the
+    # writers of end markers
+    def accept(self, call: Call) -> None:
+        pass
+
+    def is_client(self, call: Call) -> bool:
+        return True
+
+    def unstopped(self) -> list[Any]:
+        return []
+
+    def client_lines(self) -> list[str]:
+        return []
+
+    def waiting_for(self) -> str:
+        return f"{self.clients - self._ends} more end marker(s) in {self.folder}"
 
     def _poll(self) -> None:
         while not self._closing and not self.finished.is_set():

@@ -445,7 +445,8 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
                                                              for o in outputs):
         lines.append("cause: the recorded statistics hold NaN, so a NaN was planted in the inputs (note above); "
                      "it reaches the output on both sides, and a cosine over NaN is nan")
-    lines.append(f"seed: {record.get('seed')}")
+    # the item's own seed, not the run's (--msprobe-seed, in the rerun line and the summary): both labelled
+    lines.append(f"item seed: {record.get('seed')} (this call's inputs, derived from the run seed and the API name)")
     lines.append(f"rerun: {rerun}")
     return "\n".join(lines)
 

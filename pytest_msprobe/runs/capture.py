@@ -1,4 +1,4 @@
-"""A seam through which one item's check hands its tensors to the failure tools (issue 7).
+"""A seam through which one item's check hands its tensors to the failure tools.
 
 `check._run` calls :func:`stash` at a few points (final inputs, raw outputs, compared pairs). It is a
 no-op unless a caller opened :func:`capturing` around the check, which is what `--msprobe-save-error-data`,

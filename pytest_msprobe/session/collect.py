@@ -125,3 +125,16 @@ class EmptyFolders:
             report = pytest.CollectReport(path_id(config, path), "failed", result=[], longrepr=(
                 "no dump.json in this folder argument (it collects the dump.json files below it) and no test file"))
             config.hook.pytest_collectreport(report=report)
+
+
+def keep_cache_here(config: pytest.Config) -> None:
+    """Without a config file pytest takes the common folder of the arguments and the working directory as rootdir
+    (for a dump given by path from elsewhere, that folder or, when the two share only /, the dump's own folder: often
+    shared or read-only storage) and writes .pytest_cache there: keep the cache in the folder the command runs in. A cache_dir the user set (ini, -o, tox) is left alone. Before the
+    cacheprovider's pytest_configure reads it (pytest_load_initial_conftests)."""
+    here, root = config.invocation_params.dir, config.rootpath
+    if config.inipath is not None or here == root or not config.pluginmanager.has_plugin("cacheprovider"):
+        return  # (-p no:cacheprovider: no cache, and no cache_dir ini key to read)
+    if config.getini("cache_dir") != ".pytest_cache":
+        return
+    config._inicache["cache_dir"] = str(here / ".pytest_cache")  # getini's cache: what the cacheprovider reads

@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,12 +155,9 @@ class FuzzItem(pytest.Item):
         return rerun_command(self.config, f"{self.path}::{self.name}", "--msprobe-fuzz", str(n))
 
     def fuzz(self) -> dict[str, Any]:
-        import hypothesis
-        from hypothesis import strategies as st
-
-        from ..check import check_entry
-        from ..specs.loader import in_list, load_specs
-        from .triage_hooks import TRIAGE_KEY, failed
+        """The hypothesis search over this call's inputs, in stages: the spaces its statistics allow, the search,
+        and for a failing example its isolation and triage."""
+        from ..specs.loader import load_specs
 
         settings = self.config.stash[SETTINGS_KEY]
         options = settings.check_options
@@ -170,46 +167,31 @@ class FuzzItem(pytest.Item):
                                   "status": "pass", "message": "", "rerun": self.rerun_command(n)}
         dump = load_dump(self.path)
         entry = dump.entry(self.target)
-        name = parse_entry_name(self.target)
         specs = load_specs(user_file=options.specs_file)
         if dump.task == "overflow_check" or dump.framework != "pytorch" or not isinstance(entry, dict):
             result.update(status="SKIP", message=f"{self.target}: fuzzing needs a PyTorch precision dump")
             return result
-        spaces = []
-        for path, leaf in _leaves({"input_args": entry.get("input_args") or [],
-                                   "input_kwargs": entry.get("input_kwargs") or {}}, ()):
-            clamp = path[:2] == ("input_args", 1) and in_list(specs, name.api_name, "preprocess", "clamp_min_zero_arg1")
-            space = tensor_space(_where(path), leaf, clamp)
-            if space is not None:
-                spaces.append((path, leaf, space))
+        spaces = _spaces(entry, parse_entry_name(self.target).api_name, specs)
         if not spaces:
             result.update(status="SKIP", message=f"{self.target}: no tensor input with statistics to fuzz")
             return result
-        options = dataclasses.replace(options, data_mode="real")
+        run = _example_runner(dump, self.target, entry, spaces, dataclasses.replace(options, data_mode="real"), specs)
+        last = self._search(run, spaces, n, seed, result)
+        if last:
+            self._report_failure(run, spaces, last, result)
+        return result
+
+    def _search(self, run: Callable[[dict[str, Any]], Any], spaces: list[Any], n: int, seed: int,
+                result: dict[str, Any]) -> dict[str, Any]:
+        """Up to n examples, stopping at the first failing one (returned with its record; empty when none)."""
+        import hypothesis
+        from hypothesis import strategies as st
+
+        from .triage_hooks import failed
+
+        warning_as_error = self.config.stash[SETTINGS_KEY].warning_as_error
         last: dict[str, Any] = {}
         skipped = [0]
-
-        def run(example: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
-            from ..runs import capture
-            from ..triage.errordata import temporary_dump
-
-            args = entry.get("input_args") or []
-            kwargs = entry.get("input_kwargs") or {}
-            drawn = {}
-            for i, (path, leaf, space) in enumerate(spaces):
-                data_name = f"fuzz.{i}.pt"
-                drawn[data_name] = materialize(space, example[space.where])
-                if path[0] == "input_args":
-                    args = _replace(args, path[1:], {**leaf, "data_name": data_name})
-                else:
-                    kwargs = _replace(kwargs, path[1:], {**leaf, "data_name": data_name})
-            saved = {n: dump.tensor_dir / n for n in _data_names([args, kwargs])  # tensors not fuzzed come along
-                     if not n.startswith("fuzz.") and ".." not in Path(n).parts and (dump.tensor_dir / n).is_file()}
-            new_entry = {**entry, "input_args": args, "input_kwargs": kwargs}
-            with temporary_dump({self.target: new_entry}, drawn, saved, prefix="msprobe_fuzz_") as example_dump, \
-                    capture.capturing() as captured:
-                record = check_entry(example_dump, self.target, options, specs)
-            return record, captured, example_dump
 
         @hypothesis.settings(max_examples=n, database=None, deadline=None, derandomize=False, print_blob=False,
                              report_multiple_bugs=False, suppress_health_check=list(hypothesis.HealthCheck),
@@ -221,7 +203,7 @@ class FuzzItem(pytest.Item):
             record, captured, example_dump = run(example)
             if record["status"] == "SKIP":
                 skipped[0] += 1
-            if failed(record, settings.warning_as_error):
+            if failed(record, warning_as_error):
                 last.update(example=example, record=record, captured=captured, dump=example_dump)
                 raise FuzzFound(record.get("message") or record["status"])
 
@@ -233,10 +215,16 @@ class FuzzItem(pytest.Item):
             pass
         result["seconds"] = round(time.perf_counter() - started, 3)
         result["skipped_examples"] = skipped[0]
-        if not last:
-            if skipped[0] == result["examples"]:
-                result.update(status="SKIP", message=f"every fuzz example was skipped: {self.target}")
-            return result
+        if not last and skipped[0] == result["examples"]:
+            result.update(status="SKIP", message=f"every fuzz example was skipped: {self.target}")
+        return last
+
+    def _report_failure(self, run: Callable[[dict[str, Any]], Any], spaces: list[Any], last: dict[str, Any],
+                        result: dict[str, Any]) -> None:
+        """The failing example isolated to the inputs that matter, shrunk into words, and triaged."""
+        from .triage_hooks import TRIAGE_KEY, failed
+
+        settings = self.config.stash[SETTINGS_KEY]
         space_list = [space for _, _, space in spaces]
         last.update(_isolate(space_list, last, run, lambda rec: failed(rec, settings.warning_as_error)))
         record = last["record"]
@@ -245,10 +233,51 @@ class FuzzItem(pytest.Item):
         shrunk = describe(space_list, last["example"])
         result.update(status="error", shrunk=shrunk, shrunk_text=shrunk.replace("\n", "; ")[:300],
                       message=record.get("message") or "", record=record)
-        triage = self.config.stash[TRIAGE_KEY]
         captured = dict(last["captured"], dump=last["dump"], entry_name=self.target)
-        triage.after_failure(self, record, captured, fuzz=True)
-        return result
+        self.config.stash[TRIAGE_KEY].after_failure(self, record, captured, fuzz=True)
+
+
+def _spaces(entry: dict[str, Any], api: str, specs: dict[str, Any]) -> list[tuple[tuple[Any, ...], Any, Any]]:
+    """Each tensor input with statistics, with the space its examples are drawn from."""
+    from ..specs.loader import in_list
+
+    spaces = []
+    for path, leaf in _leaves({"input_args": entry.get("input_args") or [],
+                               "input_kwargs": entry.get("input_kwargs") or {}}, ()):
+        clamp = path[:2] == ("input_args", 1) and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
+        space = tensor_space(_where(path), leaf, clamp)
+        if space is not None:
+            spaces.append((path, leaf, space))
+    return spaces
+
+
+def _example_runner(dump: Any, target: str, entry: dict[str, Any], spaces: list[Any], options: Any,
+                    specs: dict[str, Any]) -> Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any], Any]]:
+    """One example checked as the call itself: its drawn tensors saved into a temporary dump beside the ones not
+    fuzzed, and the entry checked there; (record, captured, example dump)."""
+    def run(example: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        from ..check import check_entry
+        from ..runs import capture
+        from ..triage.errordata import temporary_dump
+
+        args = entry.get("input_args") or []
+        kwargs = entry.get("input_kwargs") or {}
+        drawn = {}
+        for i, (path, leaf, space) in enumerate(spaces):
+            data_name = f"fuzz.{i}.pt"
+            drawn[data_name] = materialize(space, example[space.where])
+            if path[0] == "input_args":
+                args = _replace(args, path[1:], {**leaf, "data_name": data_name})
+            else:
+                kwargs = _replace(kwargs, path[1:], {**leaf, "data_name": data_name})
+        saved = {n: dump.tensor_dir / n for n in _data_names([args, kwargs])  # tensors not fuzzed come along
+                 if not n.startswith("fuzz.") and ".." not in Path(n).parts and (dump.tensor_dir / n).is_file()}
+        new_entry = {**entry, "input_args": args, "input_kwargs": kwargs}
+        with temporary_dump({target: new_entry}, drawn, saved, prefix="msprobe_fuzz_") as example_dump, \
+                capture.capturing() as captured:
+            record = check_entry(example_dump, target, options, specs)
+        return record, captured, example_dump
+    return run
 
 
 class FuzzFailed(Exception):

@@ -46,6 +46,7 @@ from .stash import SETTINGS_KEY
 JOURNAL_NAME = "msprobe_journal.jsonl"
 WORKERINPUT_KEY = "msprobe_resume"
 WORKEROUTPUT_KEY = "msprobe_resumed"
+RESUMED_IDS = "msprobe_resumed_ids"  # a worker's first report carries the items it left out, for the progress
 FSYNC_EVERY_S = 1.0
 _NOT_RESULTS = ("out_dir", "api_info", "warning_as_error")  # settings that do not change a record
 
@@ -122,6 +123,7 @@ class Journal:
         self.header: dict[str, Any] = {}
         self.resumed: dict[str, str] = {}  # item_id -> this session's node id, left out as finished
         self.reported = False  # the resumed items' reports were emitted
+        self.counted = 0  # resumed items already in session.testscollected (incomplete.py)
 
     def _open(self) -> IO[str]:
         """On the first record, so --collect-only or an early usage error never truncates a journal."""
@@ -185,6 +187,7 @@ class Resume:
 
     def __init__(self, keys: dict[str, dict[str, str]], fingerprint: str, journal: Journal | None = None) -> None:
         self.keys, self.fingerprint, self.journal = keys, fingerprint, journal
+        self.unsent: list[list[str]] | None = None  # worker: the items left out, not yet told the controller
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -202,6 +205,14 @@ class Resume:
             self.journal.resumed = dict(resumed)
         else:
             config.workeroutput[WORKEROUTPUT_KEY] = resumed  # type: ignore[attr-defined]
+            self.unsent = resumed
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Worker: the first report carries what was left out (workeroutput comes only at the end)."""
+        if self.unsent is not None:
+            setattr(report, RESUMED_IDS, self.unsent)
+            self.unsent = None
 
 
 class ResumeXdistHooks:
@@ -228,7 +239,7 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
 
     records = sorted(journal.resumed_records() + journal.resumed_records(fuzz=True), key=_order)
     journal.reported = True
-    session.testscollected += len(records)
+    session.testscollected += len(records) - journal.counted  # incomplete.py counted those it knew of
     hook, warning_as_error = config.hook, config.stash[SETTINGS_KEY].warning_as_error
     for record in records:
         nodeid, fuzz = record["nodeid"], record.get("fuzz")

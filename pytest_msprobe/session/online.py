@@ -14,16 +14,19 @@ process. At most 2 N calls are out at once; beyond that the receiver's queue fil
 A failing call is checked again here when --msprobe-save-error-data, --msprobe-repro or an HTML report
 wants its tensors (they are captured where the check runs); a worker's crash fails only its call.
 
-The session ends when every client has sent STOP_ (or its nfs `end` marker), or on Ctrl-C; the results so
-far are written either way. The summary accounts for every call per rank: received = checked + skipped
-(with the reasons) + refused.
+The session ends on its clients' word (the receiver's `finished`: the expected clients have ended, by STOP_,
+an nfs `end` marker or a closed connection), after --msprobe-online-idle, or on Ctrl-C; the results so far
+are written either way. A connection is a client once a call of it loads (receiver.accept); what a stranger
+sent is counted apart. The summary accounts for every call per rank: received = checked + skipped (with the
+reasons) + refused, and says per client what it numbered, what arrived and how it ended; the run fails when a
+body was refused, a call was lost, a client ended without its STOP_ or the session ended idle.
 """
 from __future__ import annotations
 
 import queue
 import shutil
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,8 @@ from .stash import SETTINGS_KEY
 ONLINE_KEY = pytest.StashKey["OnlineSession"]()
 INTERRUPTED = "the session was interrupted before the call's check finished"
 STOPPED = "not reported: the session stopped early (-x or --maxfail)"
+QUIET_S = 30.0  # no call for this long: the terminal says once who the session is waiting for
+STRANGER_LINES = 20  # refused bodies of connections that are not clients that get a line each
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,9 @@ class OnlineSession:
         self.interrupted = False
         self.idle: float | None = config.getoption("msprobe_online_idle")
         self.idle_ended = False
+        self.quiet_said = False
+        self.shown = 0  # online items reported, for the progress line
+        self.strangers: dict[str, Counter[str]] = {}  # refused bodies of connections that are not clients
         self.closed = False
         self.specs = online_specs(config.stash[SETTINGS_KEY].check_options.specs_file)
         self.pool: Any = None  # online.checking.CheckerPool with workers > 1, started when the loop starts
@@ -160,14 +168,34 @@ class OnlineSession:
         finally:
             if self.pool is not None:
                 self.pool.close()
-        refused = sum(sum(c.refused.values()) for c in self.counts.values())
-        if refused or self.idle_ended or self.receiver.stats.lost:
+        if self.red():
             session.testsfailed += 1  # refused or lost calls, or a client that never stopped: not green
         return True
+
+    def red(self) -> bool:
+        """Whether the run did not check everything its clients sent: a refused body (a client's, or a
+        stranger's pickle), a call a client numbered that never came, a client that ended without its stop,
+        or the idle timeout."""
+        refused = sum(sum(c.refused.values()) for c in self.counts.values()) + \
+            sum(sum(c.values()) for c in self.strangers.values())
+        return bool(refused or self.idle_ended or self.receiver.stats.lost or self.receiver.unstopped())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             self.failed.add(report.nodeid)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if nodeid.startswith("online/"):
+            _one_progress_line(self.config, nodeid)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        """pytest wraps its progress line only before the last item, and each online item is the last one
+        when it runs: the line is wrapped here, pytest-style, with the count of calls so far."""
+        if nodeid.startswith("online/"):
+            self.shown += 1
+            _wrap_progress(self.config, self.shown)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         lines = self.summary_lines()
@@ -204,6 +232,7 @@ class OnlineSession:
                     continue
                 if receiver.finished.is_set() and receiver.calls.empty():
                     return
+                self._quiet(time.monotonic() - last)
                 if self.idle is not None and time.monotonic() - last > self.idle:
                     self.idle_ended = True
                     receiver.log(f"msprobe online: no call for {self.idle:g} s (--msprobe-online-idle): the session "
@@ -211,14 +240,13 @@ class OnlineSession:
                     return
                 continue
             last = time.monotonic()
-            counts = self.rank(call.rank)
+            self.quiet_said = False
             try:
                 data = safeload.load_nfs(bytes(call.body)) if call.nfs else safeload.load_tcp(call.body)
             except safeload.Refused as exc:
-                counts.received += 1
-                counts.refused[str(exc)] += 1
-                receiver.log(f"msprobe online: {call.peer} sequence {call.sequence}: refused: {exc}")
+                self._refused(call, str(exc))
                 continue
+            self._accept(call)
             del call
             if isinstance(data, str):  # an nfs marker read as a call file
                 continue
@@ -235,6 +263,42 @@ class OnlineSession:
                 self._report(session)
             if session.shouldfail or session.shouldstop:
                 return
+
+    def _refused(self, call: Any, reason: str) -> None:
+        """A body the unpickler refused: a client's counts for its rank; else held apart under its peer (a
+        connection that never sent an accepted call is not a rank), until it is accepted."""
+        if self.receiver.is_client(call):
+            counts = self.rank(call.rank)
+            counts.received += 1
+            counts.refused[reason] += 1
+        else:
+            self.strangers.setdefault(call.peer, Counter())[reason] += 1
+            shown = sum(sum(c.values()) for c in self.strangers.values())
+            if shown > STRANGER_LINES:  # a flood of them: counted in the summary, not each printed
+                if shown == STRANGER_LINES + 1:
+                    self.receiver.log(f"msprobe online: more than {STRANGER_LINES} bodies refused from connections "
+                                      "that are not clients: the rest are counted in the summary, not shown")
+                return
+        self.receiver.log(f"msprobe online: {call.peer} sequence {call.sequence}: refused: {reason}")
+
+    def _accept(self, call: Any) -> None:
+        """A call loaded: its connection is a client, and what it sent before that was refused is its rank's."""
+        self.receiver.accept(call)
+        held = self.strangers.pop(call.peer, None)
+        if held:
+            counts = self.rank(call.rank)
+            counts.received += sum(held.values())
+            counts.refused.update(held)
+
+    def _quiet(self, quiet: float) -> None:
+        """After QUIET_S without a call, say once (per quiet spell) who the session waits for and how to end it."""
+        if self.quiet_said or quiet < QUIET_S:
+            return
+        self.quiet_said = True
+        hint = (f"--msprobe-online-idle {self.idle:g} ends the session after that long without a call" if self.idle
+                else "--msprobe-online-idle SECONDS would end it after that long without a call (and fail the run)")
+        self.receiver.log(f"msprobe online: no call for {quiet:.0f} s; the clients are quiet. Waiting for: "
+                          f"{self.receiver.waiting_for()}. {hint}; Ctrl-C ends it with the results so far")
 
     def _collect(self, session: pytest.Session, timeout: float) -> bool:
         """Take the workers' answers (waiting up to `timeout`) and report the calls now at the head of the
@@ -327,17 +391,23 @@ class OnlineSession:
                 if len(reasons) > 8:
                     lines.append(f"  {label} {sum(reasons.values()) - sum(n for _, n in reasons.most_common(8))}: "
                                  f"{len(reasons) - 8} other reason(s), in the JSON lines records")
+        for peer, reasons in sorted(self.strangers.items()):
+            lines.append(f"msprobe online: {peer}: {sum(reasons.values())} body(ies) refused, no call accepted: not a "
+                         f"client, not counted in a rank ({reasons.most_common(1)[0][0][:120]})")
+        lines += self.receiver.client_lines()
         stats = self.receiver.stats
         lines += stats.lines[-20:]  # bad peers and refused frames, as logged while they happened
         extra = [f"{k} {v}" for k, v in (("connections", stats.connections), ("CRC errors resent", stats.crc_errors),
                                           ("duplicates dropped", stats.duplicates),
                                           ("calls lost by a client", stats.lost),
                                           ("frames refused unread", stats.refused_frames),
-                                          ("connections ended on bad input", stats.dropped)) if v]
+                                          ("connections ended on bad input", stats.dropped),
+                                          ("connections closed at the bound", stats.turned_away)) if v]
         if extra:
             lines.append("msprobe online: " + ", ".join(extra))
         if self.idle_ended:
-            lines.append(f"msprobe online: ended after {self.idle:g} s without a call, before every client stopped")
+            lines.append(f"msprobe online: ended after {self.idle:g} s without a call, before every client stopped; "
+                         f"waiting for: {self.receiver.waiting_for()}")
         elif self.interrupted or not self.receiver.finished.is_set():
             lines.append("msprobe online: interrupted before every client stopped; the results so far are written")
         if self.failed:
@@ -360,6 +430,34 @@ def _start_pool(config: pytest.Config, workers: int) -> Any:
     value = config.getoption("msprobe_timeout", None) or config.getini("msprobe_timeout") or None
 
     return CheckerPool(workers, options, child_slots(config, workers), timeout=float(value) if value else None)
+
+
+def _one_progress_line(config: pytest.Config, nodeid: str) -> None:
+    """The calls of every rank and step share one progress line headed `online `: pytest starts a new line
+    (headed by the node's path) whenever the path changes, which, with ranks interleaving, is every call."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    writer = getattr(reporter, "_tw", None)
+    if reporter is None or writer is None or config.get_verbosity() > 0 or not getattr(reporter, "showfspath", False):
+        return
+    current = getattr(reporter, "currentfspath", None)
+    here = config.rootpath / nodeid.split("::")[0]
+    if not (isinstance(current, Path) and current.is_relative_to(config.rootpath / "online")):
+        reporter.ensure_newline()
+        writer.write("online ")
+    reporter.currentfspath = here
+
+
+def _wrap_progress(config: pytest.Config, calls: int) -> None:
+    """End the progress line with ` [N calls]` once it reaches the terminal's edge (pytest's own wrapping
+    needs the number of items, which an online session does not know ahead)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    writer = getattr(reporter, "_tw", None)
+    if reporter is None or writer is None or config.get_verbosity() > 0:
+        return
+    message = f" [{calls} calls]"
+    if writer.width_of_current_line + len(message) + 1 >= writer.fullwidth:
+        failed = bool(reporter.stats.get("failed"))
+        writer.write(message + "\n", red=failed, green=not failed)
 
 
 def _record_key() -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -27,9 +28,9 @@ def addoption(group: Any, parser: pytest.Parser) -> None:
                          "BUSY_ when it is full")
     group.addoption("--msprobe-online-max-frame", type=int, default=None, metavar="BYTES",
                     help="refuse a call larger than this before reading it (default 4 GiB)")
-    group.addoption("--msprobe-online-clients", type=int, default=1, metavar="N",
-                    help="end the session only after N clients (ranks) have stopped (default 1, and every client "
-                         "that connected)")
+    group.addoption("--msprobe-online-clients", type=int, default=None, metavar="N",
+                    help="end the session only after N clients (ranks) have ended, and every client that "
+                         "connected (default: one per rank of --msprobe-config's rank_list, else 1)")
     group.addoption("--msprobe-online-listen-any", action="store_true", default=False,
                     help="allow a plain-TCP address other than loopback (calls then cross the network unencrypted)")
     group.addoption("--msprobe-online-idle", type=float, default=None, metavar="SECONDS",
@@ -43,6 +44,7 @@ def addoption(group: Any, parser: pytest.Parser) -> None:
     parser.addini("msprobe_online_spool", "folder of the received calls' one-call dumps (default "
                   "<--msprobe-out>/online_calls)", default="")
     parser.addini("msprobe_online_workers", "default for --msprobe-online-workers", default="")
+    parser.addini("msprobe_online_clients", "default for --msprobe-online-clients", default="")
 
 
 
@@ -51,8 +53,7 @@ def configure(config: pytest.Config) -> None:
     modules, ssl among them, are imported only then: 20-40 ms of every other process's start-up)."""
     opt = config.option
     online_cfg = _config_section(config)
-    address = opt.msprobe_online
-    tls_dir = opt.msprobe_online_tls
+    address, tls_dir = opt.msprobe_online, opt.msprobe_online_tls
     rank_list: tuple[int, ...] | None = None
     if online_cfg is not None:
         rank_list = online_cfg["rank_list"]
@@ -60,67 +61,19 @@ def configure(config: pytest.Config) -> None:
             address, tls_dir = online_cfg["address"], tls_dir or online_cfg["tls_path"]
     if address is None:
         return
-    from ..online import endpoint as ep
-    from ..online.protocol import DEFAULT_MAX_FRAME
     from .online import ONLINE_KEY, OnlineSession, Selection
 
-    if getattr(opt, "numprocesses", None) or getattr(opt, "tx", None):
-        raise pytest.UsageError("--msprobe-online checks the calls as they arrive: -n/xdist cannot split them ahead "
-                                "of time; leave -n out (--msprobe-online-workers N checks them in N processes)")
-    try:
-        endpoint = ep.parse(address, tls_dir)
-    except ep.EndpointError as exc:
-        raise pytest.UsageError(f"--msprobe-online: {exc}") from None
+    endpoint = _endpoint(config, address, tls_dir)
     settings = config.stash[SETTINGS_KEY]
-    if opt.msprobe_mode == "rerun":
-        raise pytest.UsageError("--msprobe-online replays the device result the client sent: --msprobe-mode rerun "
-                                "does not apply")
     settings.check_options = dataclasses.replace(settings.check_options, mode="replay")
-    size = opt.msprobe_online_queue or DEFAULT_QUEUE
-    max_frame = opt.msprobe_online_max_frame or DEFAULT_MAX_FRAME
-    if size < 1 or max_frame < 1 or opt.msprobe_online_clients < 1:
-        raise pytest.UsageError("--msprobe-online-queue, --msprobe-online-max-frame and --msprobe-online-clients "
-                                "must be positive")
-    here = config.invocation_params.dir
-    def log(line: str) -> None:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")  # registered after this hook runs
-        if reporter is not None and ONLINE_KEY in config.stash and not config.stash[ONLINE_KEY].closed:
-            try:
-                reporter.write_line(line, yellow=True)
-            except (ValueError, OSError):  # the terminal is gone (the session is ending)
-                pass
-
-    receiver: Any
-    if endpoint.kind == "nfs":
-        from ..online.nfs import NfsReceiver
-
-        assert endpoint.path is not None
-        receiver = NfsReceiver(here / endpoint.path, queue_size=size, max_frame=max_frame,
-                               clients=opt.msprobe_online_clients, log=log)
-    else:
-        from ..online.receiver import Receiver
-
-        tls = None
-        if endpoint.kind == "tls":
-            assert endpoint.path is not None
-            try:
-                tls = ep.tls_context(here / endpoint.path)
-            except ep.EndpointError as exc:
-                raise pytest.UsageError(f"--msprobe-online: {exc}") from None
-        elif not endpoint.loopback and not opt.msprobe_online_listen_any:
-            raise pytest.UsageError(f"--msprobe-online {endpoint}: listening beyond loopback without TLS sends every "
-                                    "tensor unencrypted; add --msprobe-online-listen-any to do it anyway, or use "
-                                    "tls:// with --msprobe-online-tls")
-        receiver = Receiver(endpoint.host, endpoint.port, queue_size=size, max_frame=max_frame, tls=tls,
-                            clients=opt.msprobe_online_clients, log=log)
-    if endpoint.kind == "tcp" and not endpoint.loopback:
-        log(f"msprobe online: WARNING: {endpoint} is not loopback and not TLS: calls arrive unencrypted")
+    receiver = _receiver(config, endpoint, rank_list)
     try:
         receiver.start()
     except OSError as exc:
         raise pytest.UsageError(f"--msprobe-online {endpoint}: cannot listen: {exc.strerror or exc}") from None
     if endpoint.kind != "nfs":
         endpoint = dataclasses.replace(endpoint, port=receiver.port)
+    here = config.invocation_params.dir
     spool_ini = config.getini("msprobe_online_spool")
     spool = (here / spool_ini) if spool_ini else settings.out_dir / "online_calls"
     selection = Selection(rank_list, config.stash.get(_config_key(), None))
@@ -129,6 +82,72 @@ def configure(config: pytest.Config) -> None:
     config.pluginmanager.register(online, "msprobe-online")
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args[:] = []  # not testpaths, not the current directory: only what the client sends
+
+
+def _endpoint(config: pytest.Config, address: str, tls_dir: str | None) -> Any:
+    """The address to listen on, after the options that cannot go with an online session are refused."""
+    from ..online import endpoint as ep
+
+    opt = config.option
+    if getattr(opt, "numprocesses", None) or getattr(opt, "tx", None):
+        raise pytest.UsageError("--msprobe-online checks the calls as they arrive: -n/xdist cannot split them ahead "
+                                "of time; leave -n out (--msprobe-online-workers N checks them in N processes)")
+    try:
+        endpoint = ep.parse(address, tls_dir)
+    except ep.EndpointError as exc:
+        raise pytest.UsageError(f"--msprobe-online: {exc}") from None
+    if opt.msprobe_mode == "rerun":
+        raise pytest.UsageError("--msprobe-online replays the device result the client sent: --msprobe-mode rerun "
+                                "does not apply")
+    return endpoint
+
+
+def _receiver(config: pytest.Config, endpoint: Any, rank_list: tuple[int, ...] | None) -> Any:
+    """What receives the clients' calls: a listening socket (TCP or TLS) or a shared folder (nfs), bounded by the
+    queue and frame options and waiting for the clients `rank_list` (or --msprobe-online-clients) names."""
+    from ..online import endpoint as ep
+    from ..online.protocol import DEFAULT_MAX_FRAME
+    from .online import ONLINE_KEY
+
+    opt = config.option
+    size = opt.msprobe_online_queue or DEFAULT_QUEUE
+    max_frame = opt.msprobe_online_max_frame or DEFAULT_MAX_FRAME
+    clients, ranks = _clients(config, rank_list)
+    if size < 1 or max_frame < 1:
+        raise pytest.UsageError("--msprobe-online-queue and --msprobe-online-max-frame must be positive")
+    here = config.invocation_params.dir
+
+    def log(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")  # registered after this hook runs
+        if reporter is not None and ONLINE_KEY in config.stash and not config.stash[ONLINE_KEY].closed:
+            try:
+                reporter.write_line(line, yellow=True)
+            except (ValueError, OSError):  # the terminal is gone (the session is ending)
+                pass
+
+    if endpoint.kind == "nfs":
+        from ..online.nfs import NfsReceiver
+
+        assert endpoint.path is not None
+        return NfsReceiver(here / endpoint.path, queue_size=size, max_frame=max_frame, clients=clients, ranks=ranks,
+                           log=log)
+    from ..online.receiver import Receiver
+
+    tls = None
+    if endpoint.kind == "tls":
+        assert endpoint.path is not None
+        try:
+            tls = ep.tls_context(here / endpoint.path)
+        except ep.EndpointError as exc:
+            raise pytest.UsageError(f"--msprobe-online: {exc}") from None
+    elif not endpoint.loopback and not opt.msprobe_online_listen_any:
+        raise pytest.UsageError(f"--msprobe-online {endpoint}: listening beyond loopback without TLS sends every "
+                                "tensor unencrypted; add --msprobe-online-listen-any to do it anyway, or use "
+                                "tls:// with --msprobe-online-tls")
+    if endpoint.kind == "tcp" and not endpoint.loopback:  # before the terminal reporter exists: straight to stderr
+        sys.stderr.write(f"msprobe online: WARNING: {endpoint} is not loopback and not TLS: calls arrive unencrypted\n")
+    return Receiver(endpoint.host, endpoint.port, queue_size=size, max_frame=max_frame, tls=tls, clients=clients,
+                    ranks=ranks, log=log)
 
 
 def _config_key() -> Any:
@@ -163,6 +182,19 @@ def _config_section(config: pytest.Config) -> dict[str, Any] | None:
             raise pytest.UsageError(f"{where}: is_online needs host (a string) and port (0..65535), or nfs_path")
         address = f"{'tls' if tls_path else 'tcp'}://{host}:{port}"
     return {"address": address, "tls_path": tls_path or None, "rank_list": tuple(rank_list)}
+
+
+def _clients(config: pytest.Config, rank_list: tuple[int, ...] | None) -> tuple[int, tuple[int, ...] | None]:
+    """How many clients the session waits for: --msprobe-online-clients (or its ini key) when given, else the
+    ranks of the GPU-side config's rank_list (each must end), else 1."""
+    value = config.getoption("msprobe_online_clients")
+    if value is None:
+        value = config.getini("msprobe_online_clients") or None
+    if value is None:
+        return (len(rank_list), rank_list) if rank_list else (1, None)
+    if not str(value).strip().isdigit() or int(value) < 1:
+        raise pytest.UsageError(f"--msprobe-online-clients: {value!r} is not a positive integer")
+    return int(value), None
 
 
 def _workers(config: pytest.Config) -> int:

@@ -38,6 +38,7 @@ def parse_seed(value: str) -> int | str:
 
 
 def addoption(parser: pytest.Parser) -> None:
+    """A flat declaration of every option, one call each, in the order --help shows them."""
     group = parser.getgroup("msprobe", "msprobe API precision checks (pytest-msprobe)")
     group.addoption("--msprobe-api-info", nargs="+", action="extend", default=[], metavar="DUMP_JSON",
                     help="msprobe dump.json file(s) to check; a dump.json given as a plain path works too")

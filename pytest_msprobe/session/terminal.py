@@ -75,7 +75,7 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
     if bad:
         lines.append(f"worst failures ({len(bad)} of {counts.get('error', 0) + ref_only.get('error', 0)}):")
         lines += [f"  {line}" for line in bad]
-    lines.append(f"seed: {config.stash[SETTINGS_KEY].check_options.run_seed}")
+    lines.append(f"run seed: {config.stash[SETTINGS_KEY].check_options.run_seed} (--msprobe-seed)")
     lines += file_lines(written)
     journal = config.stash.get(JOURNAL_KEY, None)
     if journal is not None:
@@ -85,10 +85,23 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
 
 SLOW_WARM_UP_S = 3.0  # a warm-up from numba's cache takes 0.4-1 s; compiling, 30-60 s on two cores
 SLOW_FIRST_RESULT_S = 20.0  # xdist: a worker starts and loads the checks in 2-3 s with numba's cache warm
+SLOW_LOAD_S = 30.0  # numba's cache is there: only a busy machine (or a cache numba must redo) takes this long
 COMPILING = ("msprobe: compiling the checks for this machine, once (up to a minute or two); numba caches them "
              "for later runs (NUMBA_CACHE_DIR, else __pycache__ beside the package)")
 WORKERS_COMPILING = ("msprobe: no result yet; on a machine's first run each worker compiles the checks, once (up to "
                      "a minute or two), and numba caches them for later runs")
+LOADING = ("msprobe: loading the compiled checks from numba's cache is taking long (a busy machine, or a cache "
+           "of another numba version or CPU, which numba compiles again)")
+
+
+def warm_up_notice(workers: bool) -> tuple[str, float]:
+    """(what to say, after how many seconds of silence) while the first item, or xdist's first result, waits for
+    the compiled checks: "compiling" only when numba's cache does not hold them yet."""
+    from .numba_cache import checks_cached
+
+    if checks_cached():
+        return LOADING, SLOW_LOAD_S
+    return (WORKERS_COMPILING, SLOW_FIRST_RESULT_S) if workers else (COMPILING, SLOW_WARM_UP_S)
 
 
 class Notice:

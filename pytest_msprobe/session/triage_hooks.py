@@ -1,4 +1,4 @@
-"""From a red item to a fix (issue 7): the pytest side of saved error data, repro scripts, fuzzing and
+"""From a red item to a fix: the pytest side of saved error data, repro scripts, fuzzing and
 the HTML report. plugin.py only forwards `addoption` and `configure` here.
 
 * In the process that runs an item (an xdist worker or the only process), a `pytest_runtest_call`

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..reports.summary import shorten
 from ..verdict.verdicts import in_english
+from .html_summary import devices_used, judged_by, summary_table
 
 ULP_LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(0, 21)] + [">2^20"]
 MAX_X_BINS = 16
@@ -27,6 +28,8 @@ CHAR_WIDTH = 6.2  # px per character of an 11px sans-serif caption, with room (C
 MESSAGE_CHARS = 300  # the table's message cell
 POSITION_BUCKETS = 48
 WORST_KEPT = 8
+HIST_AXES = ("error, ULP of the device dtype", "elements (log2)")
+SLICE_AXIS = "flat index, in {n} slices of equal length, first to last"
 
 
 # ----------------------------------------------------------------------------- worker side (numpy)
@@ -174,11 +177,12 @@ def _caption(text: str, width: float, y: float) -> str:
 
 
 def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None = None, log2: bool = True,
-             red: Sequence[bool] | None = None) -> str:
-    """Bars (log2(1 + value) high); `red` marks the bars beyond strict's gross-error limit."""
-    width, left, bottom = 420, 40, 30
+             red: Sequence[bool] | None = None, axes: tuple[str, str] = ("", "")) -> str:
+    """Bars (log2(1 + value) high); `red` marks the bars beyond strict's gross-error limit; `axes`: the x and y
+    axes' labels."""
+    width, left, bottom = 420, 40, 44
     caption = _caption(title, width, 14)
-    top = 6 + 14 * caption.count("<text")
+    top = 6 + 14 * (caption.count("<text") + 1)  # a line for the y axis' label, above the bars
     height = top + 130
     n = max(len(values), 1)
     bw = (width - left - 10) / n
@@ -198,6 +202,10 @@ def svg_bars(values: Sequence[float], title: str, labels: Sequence[str] | None =
         for i in range(0, n, max(1, n // 8)):
             parts.append(f'<text x="{left + i * bw + bw / 2:.1f}" y="{height - bottom + 12}" class="xl">'
                          f'{html.escape(labels[i])}</text>')
+    x_label, y_label = axes
+    parts.append(f'<text x="{(left + width - 10) / 2:.0f}" y="{height - 6}" class="xl axis-label">'
+                 f'{html.escape(x_label)}</text>')
+    parts.append(f'<text x="6" y="{top - 4}" class="axis-label">↑ {html.escape(y_label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -213,6 +221,7 @@ def output_plots(s: Mapping[str, Any], strict_max: float | None = None) -> str:
     over = [v > s["gross"] for v in s["position_max_ulp"]]
     rows = "".join(f"<tr><td>{w['index']}</td><td>{w['bench']:.8g}</td><td>{w['device']:.8g}</td>"
                    f"<td>{w['ulp']:.4g}</td></tr>" for w in s["worst"])
+    slices = (SLICE_AXIS.format(n=len(s["position_max_ulp"])), "max ULP (log2)")
     nonfinite = f", {int(s['nonfinite_mismatch'])} NaN/inf mismatches" if s["nonfinite_mismatch"] else ""
     if isinstance(strict_max, (int, float)):
         nonfinite += f"; strict: max {strict_max:.4g} scale units"
@@ -220,8 +229,9 @@ def output_plots(s: Mapping[str, Any], strict_max: float | None = None) -> str:
             f'{s["exact"]} of {s["numel"]} exact, max {s["max_ulp"]:.4g} ULP, mean {s["mean_ulp"]:.4g} ULP'
             f'{nonfinite}</small></h4>'
             f'<div class="plots">{svg_heatmap(s)}'
-            f'{svg_bars(hist, "histogram of errors (ULP), elements per bin", s["y_labels"], red=beyond)}'
-            f'{svg_bars(s["position_max_ulp"], "largest error (ULP) per slice of the flat index", red=over)}</div>'
+            f'{svg_bars(hist, "histogram of errors (ULP), elements per bin", s["y_labels"], red=beyond, axes=HIST_AXES)}'
+            f'{svg_bars(s["position_max_ulp"], "largest error (ULP) per slice of the flat index", red=over, axes=slices)}'
+            '</div>'
             f'<table class="worst"><tr><th>worst index</th><th>bench</th><th>device</th><th>ULP</th></tr>{rows}'
             f'</table></div>')
 
@@ -247,6 +257,8 @@ table.api td.msg{white-space:normal;overflow-wrap:anywhere;min-width:16em;max-wi
 .plots{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
 svg.plot text{font:10px sans-serif} svg.plot text.t{font-size:11px} svg.plot text.yl{text-anchor:end}
 svg.plot text.xl{text-anchor:middle} svg.plot .limit{stroke:#000;stroke-dasharray:4 3} svg.plot .axis{stroke:#999}
+table.summary{border-collapse:collapse;margin-bottom:8px} table.summary td,table.summary th{border-bottom:1px solid #ddd;
+padding:2px 8px;text-align:left} table.summary th{background:#f0f0f0} svg.plot text.axis-label{fill:#444}
 table.worst{border-collapse:collapse;margin-top:4px} table.worst td,table.worst th{border:1px solid #ddd;padding:1px 5px}
 section.failure{border-top:2px solid #b00;margin-top:18px}
 pre{background:#f6f6f6;padding:6px;overflow:auto;white-space:pre-wrap;overflow-wrap:anywhere}
@@ -308,7 +320,7 @@ def _num(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _row_values(rec: Mapping[str, Any]) -> dict[str, Any]:
+def _row_values(rec: Mapping[str, Any], kind: Callable[[str], str] = lambda api: "") -> dict[str, Any]:
     outputs = rec.get("outputs") or ()
     metrics = [o.get("metrics") or {} for o in outputs]
     cos = [m["cosine"] for m in metrics if isinstance(m.get("cosine"), (int, float))]
@@ -316,24 +328,24 @@ def _row_values(rec: Mapping[str, Any]) -> dict[str, Any]:
     rel = [m["max_rel_err"] for m in metrics if isinstance(m.get("max_rel_err"), (int, float))]
     units: list[Any] = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
     units = [u for u in units if isinstance(u, (int, float))]
-    algorithms = ",".join(dict.fromkeys(str(o["algorithm"]) for o in outputs if o.get("algorithm")))
     message = str(rec.get("message") or "") or "; ".join(
         in_english(str(o.get("verdict_message") or o.get("message") or "")) for o in outputs
         if (o.get("verdict") or o.get("status")) not in ("pass", None)) or ""
     return {"item": f"{rec.get('api')}.{rec.get('direction')}", "status": rec.get("status", ""),
             "standard": rec.get("standard") or "",
-            "algorithm": algorithms or ("overflow" if rec.get("overflow") else ""),
+            "algorithm": judged_by(rec, kind(str(rec.get("api") or ""))),
             "cosine": min(cos) if cos else None, "max_abs_err": max(abs_err) if abs_err else None,
             "max_rel_err": max(rel) if rel else None, "strict_max_err": max(units) if units else None,
             "device": rec.get("device") or "",
             "message": shorten(message.strip().splitlines()[0], MESSAGE_CHARS) if message.strip() else ""}
 
 
-def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]) -> list[str]:
+def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]],
+                kind: Callable[[str], str] = lambda api: "") -> list[str]:
     rows = []
     entries = [(rec, None) for rec in records] + [(f.get("record") or {}, f) for f in fuzz]
     for order, (rec, fz) in enumerate(entries):
-        values = _row_values(rec)
+        values = _row_values(rec, kind)
         if fz is not None:
             values.update(item=f"{fz.get('api')} [fuzz]", status=fz.get("status", ""),
                           message=shorten(str(fz.get("shrunk") or "").replace("\n", "; "), MESSAGE_CHARS)
@@ -389,6 +401,21 @@ def _failure_sections(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mappi
     return sections
 
 
+def _op_kinds(specs_file: str | None) -> Callable[[str], str]:
+    """`Functional.softmax.1` -> its kind of op in strict's error model (reduction, ...)."""
+    from ..dump.reader import parse_entry_name
+    from ..specs.loader import error_kind, load_specs
+
+    specs = load_specs(user_file=specs_file)
+
+    def kind(api: str) -> str:
+        try:
+            return error_kind(parse_entry_name(f"{api}.forward").api_name, specs)
+        except ValueError:  # a name msprobe never writes: no kind to give
+            return ""
+    return kind
+
+
 def write_html(path: Path, records: Iterable[Mapping[str, Any]], fuzz: Iterable[Mapping[str, Any]],
                settings: Any) -> Path:
     records = sorted(records, key=lambda r: (str(r.get("dump", "")), r.get("order", 0), str(r.get("direction"))))
@@ -401,14 +428,16 @@ def write_html(path: Path, records: Iterable[Mapping[str, Any]], fuzz: Iterable[
     opts = settings.check_options
     head = " · ".join(f"{k}: {v}" for k, v in counts.items())
     options = "".join(f'<option value="{s}">{s}</option>' for s in ("", "error", "Warning", "pass", "SKIP"))
-    rows = _table_rows(records, fuzz)
+    rows = _table_rows(records, fuzz, _op_kinds(opts.specs_file))
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>pytest-msprobe report</title>
 <meta name="generator" content="pytest-msprobe"><style>{CSS}</style></head>
 <body>
 <h1>pytest-msprobe report</h1>
 <p>{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))} · standard <b>{html.escape(str(settings.standard))}</b> ·
-seed {opts.run_seed} · device {html.escape(str(opts.device))} · {html.escape(head)}</p>
+seed {opts.run_seed} · device {html.escape(devices_used(records, str(opts.device)))} · {html.escape(head)}</p>
+{summary_table(records)}
+<h2>Items</h2>
 <div class="controls">filter <input id="q" type="search" placeholder="text in any column">
 status <select id="status">{options}</select> · <span id="shown">{len(rows)}</span> shown ·
 click a column header to sort (also <code>#sort=col&amp;dir=desc&amp;q=text&amp;status=error</code>)</div>

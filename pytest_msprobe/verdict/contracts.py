@@ -32,6 +32,13 @@ def bound(specs: Mapping[str, Any], contract: str, api: str, dtype: str, gradien
     return float(entry[dtype]), float(table.get("bias", 0.0))
 
 
+def cancels(specs: Mapping[str, Any], contract: str, api: str, gradients: bool) -> bool:
+    """Whether the contract bounds `api`'s outputs (its gradients, for a backward item) relative to the terms of a
+    sum they cancel in (contracts.yaml `terms`; runs/terms.py), not to the result."""
+    table = specs.get("contracts", {}).get(contract) or {}
+    return ("backward" if gradients else "forward") in (table.get("terms", {}).get(api) or ())
+
+
 def raised(rules: Mapping[str, Any], allowance: tuple[float, float] | None) -> Mapping[str, Any]:
     """strict's flattened rules with the limits a contract's bound allows, each the larger of the two."""
     if allowance is None:

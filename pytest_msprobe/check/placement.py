@@ -1,0 +1,108 @@
+"""Where each side runs: the device under test and its kernels (--msprobe-device, --msprobe-kernels), the
+bench on the CPU, in the items' thread or beside it in the helper thread, and which inputs the sides share
+without a copy. Each side is made here (make_side), the bench's on first use.
+
+Apart from precision.py (what each side computes in) and execute.py (which runs there are, and running them):
+these choices depend on the device, the threads and the call's writes, not on the standard's error model.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+from ..runs import backends, capture, kernels
+from ..runs.backends import select as select_device
+from ..runs.execution import Device, Resolved, Shared, Side, make_side, resolve
+from ..runs.sharing import may_grow, written_inputs
+from ..settings import CheckOptions
+from ..specs.loader import in_list
+from ..verdict import contracts
+from .precision import Inputs
+
+
+class Placement(NamedTuple):
+    """The device under test, the API's callables on each side, and the device's accuracy contract."""
+
+    device: Device
+    resolved: Resolved
+    contract: str
+
+
+def place(name: Any, options: CheckOptions, specs: dict[str, Any], forward: dict[str, Any],
+          record: dict[str, Any]) -> Placement:
+    """The device (--msprobe-device) and the API's callables there, your kernels substituted; the record says
+    which."""
+    api = name.api_name
+    device = select_device(options.device, options.device_index)
+    resolved = resolve(name.api_type, api, device, specs, forward)
+    resolved = kernels.substitute(options.kernels, name.api_type, api, resolved)  # --msprobe-kernels
+    record["device"] = device.name
+    record["backend"] = device.label
+    contract = record["contract"] = contracts.resolve(options.contract, device.kind)
+    record["impl"] = resolved.label
+    if resolved.kernel:
+        record["kernel"] = resolved.kernel
+    if resolved.reference_vs_reference:
+        record["reference_only"] = True  # counted apart: such a pass says nothing about a vendor kernel
+        record["notes"].append("reference-vs-reference: the device side runs the bench function in the recorded "
+                               "dtype, not a vendor kernel")
+    return Placement(device, resolved, contract)
+
+
+def may_draw(api: str, kwargs: dict[str, Any], specs: dict[str, Any]) -> bool:
+    """Whether a call may draw from torch's CPU generator: a random or dropout API, or a dropout-like argument."""
+    return api in specs.get("dropout_apis", []) or in_list(specs, api, "random_apis") or \
+        any("dropout" in key or key in ("p", "keep_prob", "generator", "training") for key in kwargs)
+
+
+def bench_beside(name: Any, kwargs: dict[str, Any], options: CheckOptions, specs: dict[str, Any]) -> bool:
+    """Whether the bench (forward and backward) runs in the helper thread beside the device and the third run:
+    with a spare core, unless the call may draw random numbers (device and third run draw the same ones from the
+    one CPU generator) or is an NPU op (its outputs are post-processed before its backward)."""
+    return options.work_threads > 1 and name.api_type != "NPU" and not may_draw(name.api_name, kwargs, specs)
+
+
+def share(shared: Shared | None, name: Any, resolved: Resolved, inputs: Inputs, beside: bool,
+          forward: dict[str, Any], specs: dict[str, Any]) -> None:
+    """Which inputs the sides on the CPU take without a copy: those the call cannot write."""
+    if shared is None:
+        return
+    api = name.api_name
+    shared.written = written_inputs(name.api_type, api, resolved.bench_fn, inputs.args, inputs.kwargs, specs)
+    # the inputs are read after the runs; a drawn tensor's storage cannot grow; a bench beside the device
+    # makes its side in the helper thread, and reads there every input as it was drawn
+    shared.give = not beside and not capture.active() and name.api_type != "NPU" and \
+        not may_grow(api, inputs.args, inputs.kwargs, shared.written, forward.get("output"))
+
+
+def device_side(inputs: Inputs, where: Placement, want_grad: bool, shared: Shared | None) -> Side:
+    """The device's side: the inputs in their own dtypes on the device (moved by its backend, if it has its own)."""
+    device = where.device
+    plain = device.backend is None or type(device.backend).to_device is backends.Backend.to_device
+    return make_side(inputs.args, inputs.kwargs, device=device.name, dtype_for=lambda t: t.dtype,
+                     requires_grad=inputs.requires_grad, want_grad=want_grad, bench=False,
+                     move=None if plain else device.to_device,
+                     shared=None if where.resolved.kernel else shared)  # a kernel may write behind torch's back
+
+
+class BenchSide:
+    """The bench's side on the CPU, made on first use: in the helper thread when the bench runs there, which
+    takes its casts to fp32 and fp64 (an item's largest copies) off the items' thread. No side holds a written
+    input as drawn then (`shared.give`), so that the helper may read every input while the device runs."""
+
+    def __init__(self, args: list[Any], kwargs: dict[str, Any], dtype_for: Any, requires_grad: set[int],
+                 want_grad: bool, shared: Shared | None, beside: bool, timings: dict[str, float]) -> None:
+        self.args, self.kwargs, self.dtype_for = args, kwargs, dtype_for
+        self.requires_grad, self.want_grad, self.shared = requires_grad, want_grad, shared
+        self.beside, self.timings = beside, timings
+        self.made: list[Side] = []
+
+    def __call__(self) -> Side:
+        if not self.made:
+            began = time.perf_counter()
+            self.made.append(make_side(self.args, self.kwargs, device="cpu", dtype_for=self.dtype_for,
+                                       requires_grad=self.requires_grad, want_grad=self.want_grad, bench=True,
+                                       shared=self.shared))
+            if self.beside:
+                self.timings["inputs_beside_s"] = time.perf_counter() - began
+        return self.made[0]

@@ -1,0 +1,139 @@
+"""A run cut short never looks complete: the summary counts the items that never ran and gives the command that
+resumes them, the exit status is not 0, with and without xdist (the controller interrupted, a worker interrupted,
+a worker crashing with restarts off); the resumed run's progress is monotonic and over every item."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import make_dump, tensor
+
+pytest.importorskip("xdist")
+
+LEAN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark")
+XDIST = ("-n", "2", "-p", "xdist", "--msprobe-min-work-per-worker", "0", *LEAN)
+TOTAL = 12
+
+# After STOP_AFTER items of this process (of worker gw0 under xdist), stop the way STOP_MODE says.
+STOPPER = """
+    import os, signal, time
+    done = []
+    def pytest_runtest_call(item):
+        time.sleep(0.05)  # both workers get items before the stop
+        done.append(item.nodeid)
+        after, mode = int(os.environ.get("STOP_AFTER", "0")), os.environ.get("STOP_MODE", "")
+        if not after or len(done) != after or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+            return
+        if mode == "raise":  # Ctrl-C in this process
+            raise KeyboardInterrupt
+        if mode == "controller":  # Ctrl-C of the xdist controller only
+            os.kill(os.getppid(), signal.SIGINT)
+            time.sleep(5)
+        if mode == "crash":
+            os._exit(1)
+"""
+
+
+def relu_dump(pytester: pytest.Pytester) -> Path:
+    entry = {"input_args": [tensor(shape=[4, 8])], "input_kwargs": {}, "output": [tensor(shape=[4, 8])]}
+    return make_dump(pytester, {f"Functional.relu.{i}.forward": entry for i in range(TOTAL)})
+
+
+def never_ran(result: pytest.RunResult) -> tuple[int, list[str]]:
+    """(items the summary says never ran, the resume command's arguments after `pytest`)."""
+    text = result.stdout.str()
+    match = re.search(rf"NOT COMPLETE \([^)]*\): (\d+) of {TOTAL} items never ran", text)
+    assert match, text
+    command = re.search(rf"to run only those and report all {TOTAL}: (.*)", text)
+    assert command, text
+    args = shlex.split(command.group(1))
+    assert args[0] == "pytest" and args[-1] == "--msprobe-resume", args
+    return int(match.group(1)), args[1:]
+
+
+def with_result(result: pytest.RunResult) -> int:
+    outcomes = result.parseoutcomes()
+    return sum(outcomes.get(k, 0) for k in ("passed", "failed", "skipped", "warned", "error"))
+
+
+def progress(result: pytest.RunResult) -> list[int]:
+    return [int(p) for p in re.findall(r"\[\s*(\d+)%\]", result.stdout.str())]
+
+
+def resume(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str]) -> pytest.RunResult:
+    """The printed command, verbose (a progress figure per item): every item reported, the progress monotonic."""
+    monkeypatch.delenv("STOP_AFTER")
+    result = pytester.runpytest_subprocess(*args, "-v")
+    result.assert_outcomes(passed=TOTAL)
+    assert result.ret == pytest.ExitCode.OK
+    assert "NOT COMPLETE" not in result.stdout.str()
+    steps = progress(result)
+    assert steps == sorted(steps) and steps[-1] == 100 and len(steps) == TOTAL, steps
+    return result
+
+
+def test_an_interrupted_run_counts_what_never_ran_and_resumes_it(pytester: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeconftest(STOPPER)
+    dump = relu_dump(pytester)
+    monkeypatch.setenv("STOP_AFTER", "4")
+    monkeypatch.setenv("STOP_MODE", "raise")
+    first = pytester.runpytest_subprocess(str(dump), "--msprobe-seed", "random", *LEAN)
+    assert first.ret == pytest.ExitCode.INTERRUPTED
+    missing, args = never_ran(first)
+    assert missing == TOTAL - 3 == TOTAL - with_result(first)  # the fourth was interrupted in its call
+    first.stdout.fnmatch_lines([f"items: *3 pass; {missing} never ran"])
+    seed = re.search(r"msprobe: seed (\d+)", first.stdout.str())
+    assert seed and args[args.index("--msprobe-seed") + 1] == seed.group(1)  # random pinned: resume matches
+    second = resume(pytester, monkeypatch, args)
+    second.stdout.fnmatch_lines(["*3 taken from the journal (--msprobe-resume)*"])
+
+
+@pytest.mark.parametrize("mode", ["controller", "raise"])
+def test_an_interrupted_xdist_run_is_not_green_and_says_what_never_ran(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       mode: str) -> None:
+    """Ctrl-C of the controller, and of one worker (xdist turns that into a crashed item and stops)."""
+    pytester.makeconftest(STOPPER)
+    dump = relu_dump(pytester)
+    monkeypatch.setenv("STOP_AFTER", "2")
+    monkeypatch.setenv("STOP_MODE", mode)
+    first = pytester.runpytest_subprocess(str(dump), *XDIST)
+    assert first.ret == pytest.ExitCode.INTERRUPTED, first.stdout.str()
+    missing, args = never_ran(first)
+    assert 0 < missing == TOTAL - with_result(first)
+    taken = TOTAL - missing - (mode == "raise")  # the worker's interrupted item is reported as a crash, and reruns
+    second = resume(pytester, monkeypatch, args)
+    second.stdout.fnmatch_lines([f"*{taken} taken from the journal (--msprobe-resume)*"])
+
+
+def test_a_crashed_worker_without_restarts_leaves_the_run_incomplete(pytester: pytest.Pytester,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeconftest(STOPPER)
+    dump = relu_dump(pytester)
+    monkeypatch.setenv("STOP_AFTER", "2")
+    monkeypatch.setenv("STOP_MODE", "crash")
+    first = pytester.runpytest_subprocess(str(dump), *XDIST, "--max-worker-restart", "0")
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    missing, _ = never_ran(first)
+    assert 0 < missing == TOTAL - with_result(first)
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_collect_only_is_not_an_incomplete_run(pytester: pytest.Pytester, xdist: bool) -> None:
+    dump = relu_dump(pytester)
+    result = pytester.runpytest_subprocess(str(dump), "--collect-only", "-q", *(XDIST if xdist else LEAN))
+    assert result.ret == pytest.ExitCode.OK
+    assert "NOT COMPLETE" not in result.stdout.str() and f"{TOTAL} tests collected" in result.stdout.str()
+
+
+def test_another_suites_items_stopped_by_x_are_pytests_business(pytester: pytest.Pytester) -> None:
+    """Plain tests beside the plugin: -x stops them as pytest does, with no msprobe line about items that never
+    ran; the dump's items keep their count in a run that has both."""
+    pytester.makepyfile(test_plain="def test_a():\n    assert False\n\ndef test_b():\n    pass\n")
+    result = pytester.runpytest("-x", "test_plain.py")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "NOT COMPLETE" not in result.stdout.str()
