@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,10 +26,17 @@ from ..metrics import storage
 from ..metrics import vectorised as M
 from ..metrics.streamed import Streamed as StreamedMetrics
 from ..runs import chunks
-from ..runs.execution import NotCheckable, tensors_of
+from ..runs.execution import (
+    NotCheckable,
+    first_output_dtype,
+    first_output_shape,
+    seed_random_apis,
+    tensors_of,
+)
+from ..runs.terms import FORMS
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, thresholds_for
-from ..verdict import judge, standards
+from ..verdict import contracts, judge, standards
 from ..verdict import strict_streamed as S
 from .compare import dress, stored
 
@@ -87,13 +95,19 @@ class Plan:
 
 
 def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    """A size in bytes as people read it: 1.50 GiB, 384.0 KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}" if unit != "GiB" else f"{n / (1 << shift):.2f} {unit}"
+    return f"{int(n)} bytes"
 
 
 def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     """(rows, columns) per piece: the most rows whose pieces, all runs' outputs and the checks' copies fit in
-    `limit` bytes; a contraction's columns cut too where even ROW_MULTIPLE rows of the whole width do not fit."""
+    `limit` bytes beside the passes' own plans (StreamedMetrics.plan_bytes); a contraction's columns cut too where
+    even ROW_MULTIPLE rows of the whole width do not fit."""
     first = runs[0].chunking
+    limit -= StreamedMetrics.plan_bytes(first.rows * first.width, chunks.output_itemsize(runs[0]))
 
     def cost(rows: int, columns: int) -> int:
         outputs = sum(chunks.output_itemsize(s) for s in runs) * rows * first.width
@@ -154,14 +168,9 @@ def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], 
         host = {_KEY[name]: _host(name, t) for name, t in piece.items()}
         del piece
         pending.add(start, host)
-        m0 = metrics.done()
-        if m0 < start:  # the end of a chunk the last piece began: joined with the start of this one
-            metrics.feed(m0, pending.window(m0, ("b",), start + _JOIN)["b"])
-        m1 = metrics.done()
-        metrics.feed(m1, host["b"][m1 - start:])
+        _feed(lambda lo, arrays: metrics.feed(lo, arrays["b"]), metrics.done, start, host, pending, ("b",), _JOIN)
         if strict_pass is not None:
-            s0 = strict_pass.done()
-            strict_pass.feed(s0, pending.window(s0, tuple(host)))
+            _feed(strict_pass.feed, strict_pass.done, start, host, pending, tuple(host), strict_pass.block)
         pending.drop(min(metrics.done(), strict_pass.done() if strict_pass is not None else metrics.done()))
     stats, bench_worst = metrics.finish()
     if stats.n_nonfinite or not M.dots_unscaled(max(stats.device_max, -stats.device_min), stats.bench_absmax):
@@ -178,6 +187,18 @@ def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], 
     judge.decide(row, options.standard, api_name=api, specs=specs, ref_row=None, arrays=arrays,
                  reference_results=options.reference_results, strict_result=result)
     record["outputs"].append(row.to_dict())
+
+
+def _feed(feed: Callable[[int, dict[str, np.ndarray]], int], done: Callable[[], int], start: int,
+          host: dict[str, np.ndarray], pending: _Pending, keys: tuple[str, ...], join: int) -> None:
+    """A pass fed the piece at `start`: first the rest of the last piece joined to the next `join` elements (the
+    chunk or block they share: a copy of that much only), then the piece itself, as views."""
+    lo = done()
+    if lo < start:
+        feed(lo, pending.window(lo, keys, start + join))
+        lo = done()
+    if lo >= start:
+        feed(lo, {k: host[k][lo - start:] for k in keys})
 
 
 _KEY = {"b": "b", "t": "t", "mag": "mag", "sum": "mag", "prod": "prod"}  # runs -> the strict pass's arrays
@@ -250,7 +271,8 @@ def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     if options.standard == "strict":
         if error_kind(api, specs) == "contraction":
             runs.append(chunks.RunSpec("mag", resolved.bench_fn, own, wide, True, scalars, device=bench_device))
-            role, label = "magnitude", "magnitude: the API on |inputs| in fp32"
+            role, label = "magnitude", "magnitude: the API on |inputs| in fp32" + (
+                "" if bench_device == "cpu" else f" on {bench_device}")
         else:
             runs.append(chunks.RunSpec("t", resolved.bench_fn, own, lambda t: t.dtype, autocast=plan.autocast,
                                        device=bench_device))
@@ -272,4 +294,88 @@ def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     return Plan(runs, 0, 0, role, label, sums, bias)
 
 
-__all__ = ["Plan", "budget", "check", "gib", "math", "memory_need", "piece_plan", "plan_runs"]
+def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> bool:
+    """The memory stage of a re-run item: False where its whole check fits its budget (the other stages go on);
+    else the item checked a block of rows at a time (True), or NotCheckable with the reason."""
+    from . import precision
+
+    name, options, specs, record = item.name, item.options, item.specs, item.record
+    api = name.api_name
+    out_shape = first_output_shape(item.forward.get("output"))
+    out_dtype = first_output_dtype(item.forward.get("output"))
+    if out_shape is None or out_dtype is None:
+        return False
+    bench_dtype = precision.bench_dtype(plan)
+    wide = bench_dtype(torch.empty(0, dtype=out_dtype))
+    runs = [(inputs.args, inputs.kwargs, bench_dtype, False)]  # the bench's arguments: the inputs' sizes
+    if options.standard == "strict":  # the third run: the magnitude run's |inputs| for a contraction, else torch's
+        magnitude = error_kind(api, specs) == "contraction"
+        runs.append((inputs.args, inputs.kwargs, _wide if magnitude else _own, magnitude))
+    numel = math.prod(out_shape)
+    need = memory_need(runs, numel, wide.itemsize) * (2 if item.want_grad else 1)
+    limit = budget(options)
+    if need <= limit:
+        return False
+    why = f"{api}: its check needs about {gib(need)} beside the device side, over the memory budget of " \
+          f"{gib(limit)} (--msprobe-max-memory)"
+    if item.want_grad:
+        raise NotCheckable(f"{why}; a backward item is not checked in pieces")
+    notes: list[str] = []
+    bench_args, bench_kwargs = precision.bench_arguments(api, inputs, plan, options, specs, notes)
+    pieces = plan_runs(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs, bench_args,
+                       bench_kwargs, bench_dtype, out_shape, where.bench)
+    if api in FORMS and contracts.cancels(specs, where.contract, api, False):
+        pieces = None  # the terms run of a composite the contract bounds by its terms: not cut
+    if pieces is None:
+        raise NotCheckable(f"{why}, and its output's rows are not independent: not checked in pieces")
+    pieces.rows, pieces.columns = piece_plan(pieces.specs, limit)
+    record["notes"] += notes
+    record["pieces"] = {"rows": pieces.rows, "columns": pieces.columns,
+                        "blocks": len(chunks.blocks(pieces.specs[0].chunking.rows, pieces.rows)),
+                        "budget": limit, "need": need}
+    record["notes"].append(f"checked in pieces of {pieces.rows} rows: the whole check needs about {gib(need)}, "
+                           f"over the memory budget of {gib(limit)}")
+    _check_pieces(item, where, plan, inputs, pieces, shared)
+    return True
+
+
+def _own(t: torch.Tensor) -> torch.dtype:
+    return t.dtype
+
+
+def _wide(t: torch.Tensor) -> torch.dtype:
+    return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
+
+
+def _check_pieces(item: Any, where: Any, plan: Any, inputs: Any, pieces: Plan, shared: Any) -> None:
+    """The device's run, whole, on the inputs themselves where it cannot write them (`shared`; no bench side is
+    made), then the pieces' runs and checks (`check`)."""
+    from .calls import finish_record, has_scalar_operand
+    from .execute import Runs, Sides
+    from .placement import BenchSide, device_side, share
+
+    record, name, specs, options = item.record, item.name, item.specs, item.options
+    api = name.api_name
+    unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, record["timings"])
+    share(shared, name, where.resolved, inputs, False, item.forward, specs)
+    runs = Runs(item, where, plan, inputs, Sides(device_side(inputs, where, False, shared), unmade, False), None,
+                None)
+    with runs.guarded():
+        seed_random_apis(record["seed"], where.device)
+        out = runs._device_forward()
+        leaves = out.leaves_d
+        if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
+            raise NotCheckable(f"{api}: the device returned {len(leaves)} outputs, not one float tensor: not "
+                               "checked in pieces, and the whole check does not fit the memory budget")
+        started = time.perf_counter()
+        narrow = plan.autocast if plan.autocast is not None and in_list(specs, api, "error_model",
+                                                                        "autocast_lower_precision") else None
+        check(record, f"{name.full_name}.forward.output", api, specs, options, pieces, leaves[0].detach(),
+              where.contract, has_scalar_operand(inputs.args, inputs.kwargs), narrow)
+        if pieces.label is not None:
+            record["reference"] = pieces.label
+        record["timings"]["pieces_s"] = time.perf_counter() - started
+        finish_record(record)
+
+
+__all__ = ["Plan", "budget", "check", "gib", "in_pieces", "memory_need", "piece_plan", "plan_runs"]
