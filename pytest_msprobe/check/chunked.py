@@ -107,7 +107,8 @@ def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     `limit` bytes beside the passes' own plans (StreamedMetrics.plan_bytes); a contraction's columns cut too where
     even ROW_MULTIPLE rows of the whole width do not fit."""
     first = runs[0].chunking
-    limit -= StreamedMetrics.plan_bytes(first.rows * first.width, chunks.output_itemsize(runs[0]))
+    plans = StreamedMetrics.plan_bytes(first.rows * first.width, chunks.output_itemsize(runs[0]))
+    given, limit = limit, limit - plans
 
     def cost(rows: int, columns: int) -> int:
         outputs = sum(chunks.output_itemsize(s) for s in runs) * rows * first.width
@@ -122,8 +123,8 @@ def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
         rows *= 2
     if cost(rows, columns) > limit:
         raise NotCheckable(f"{first.api}: even one piece of {rows} rows x {columns} columns needs "
-                           f"{gib(cost(rows, columns))}, over the memory budget of {gib(limit)} "
-                           "(--msprobe-max-memory)")
+                           f"{gib(cost(rows, columns))} and the checks' plans {gib(plans)}, over the memory budget "
+                           f"of {gib(given)} (--msprobe-max-memory)")
     return rows, columns
 
 
