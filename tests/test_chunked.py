@@ -38,6 +38,10 @@ def _entries(dt: str) -> dict[str, Any]:
         "Functional.silu.0.forward": call([t([512, 96], 6.0, -6.0)], [512, 96]),
         "Torch.add.0.forward": call([t([512, 96]), t([512, 96])], [512, 96], {"alpha": {"type": "float", "value": 0.5}}),
         "Tensor.__mul__.0.forward": call([t([512, 96]), t([96])], [512, 96]),
+        # an optimizer's in-place updates, on a matrix and on a vector
+        "Tensor.addcmul_.0.forward": call([t([1024, 48]), t([1024, 48]), t([1024, 48])], [1024, 48],
+                                          {"value": {"type": "float", "value": -0.01}}),
+        "Tensor.lerp_.0.forward": call([t([65536]), t([65536]), {"type": "float", "value": 0.1}], [65536]),
     }
 
 

@@ -46,6 +46,9 @@ CASES = [
     ("silu", F.silu, lambda g: (torch.randn(4, 90, 33, generator=g),), {}),
     ("add", torch.add, lambda g: (torch.randn(300, 65, generator=g), torch.randn(300, 65, generator=g)), {"alpha": 0.3}),
     ("mul", torch.mul, lambda g: (torch.randn(300, 65, generator=g), torch.randn(65, generator=g)), {}),
+    ("addcmul_", torch.Tensor.addcmul_, lambda g: tuple(torch.randn(300, 65, generator=g) for _ in range(3)),
+     {"value": -0.01}),
+    ("lerp_", torch.Tensor.lerp_, lambda g: (torch.randn(4099, generator=g), torch.randn(4099, generator=g), 0.1), {}),
 ]
 
 

@@ -359,6 +359,8 @@ def _check_pieces(item: Any, where: Any, plan: Any, inputs: Any, pieces: Plan, s
     api = name.api_name
     unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, record["timings"])
     share(shared, name, where.resolved, inputs, False, item.forward, specs)
+    if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
+        shared.give = False
     runs = Runs(item, where, plan, inputs, Sides(device_side(inputs, where, False, shared), unmade, False), None,
                 None)
     with runs.guarded():

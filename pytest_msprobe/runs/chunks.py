@@ -29,6 +29,8 @@ POINTWISE = frozenset({
     "silu", "gelu", "relu", "pow", "square", "reciprocal", "sin", "cos", "erf", "maximum", "minimum", "addcmul",
     "addcdiv", "lerp", "clamp", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
     "__rtruediv__", "__neg__", "__pow__",
+    # in place (an optimizer's step): each side writes into its own copy of the inputs, a piece into its piece's
+    "add_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "lerp_", "__iadd__", "__isub__", "__imul__",
 })
 ROWWISE = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})  # normalised over trailing dimensions
 CONTRACTIONS = frozenset({"linear", "matmul", "mm"})  # along the first operand's rows; linear's weight rows too
