@@ -41,6 +41,7 @@ def _entries(dt: str) -> dict[str, Any]:
         # an optimizer's in-place updates, on a matrix and on a vector
         "Tensor.addcmul_.0.forward": call([t([1024, 48]), t([1024, 48]), t([1024, 48])], [1024, 48],
                                           {"value": {"type": "float", "value": -0.01}}),
+        "Tensor.mul_.0.forward": call([t([512, 96], 0.0, 0.0), {"type": "float", "value": 0.9}], [512, 96]),  # zeros
         "Tensor.lerp_.0.forward": call([t([65536]), t([65536]), {"type": "float", "value": 0.1}], [65536]),
     }
 
