@@ -315,7 +315,8 @@ def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> boo
         magnitude = error_kind(api, specs) == "contraction"
         runs.append((inputs.args, inputs.kwargs, _wide if magnitude else _own, magnitude))
     numel = math.prod(out_shape)
-    need = memory_need(runs, numel, wide.itemsize) * (2 if item.want_grad else 1)
+    # a backward item holds each side's graph and gradients too: 4x its forward's (a linear's, measured: 3.2x)
+    need = memory_need(runs, numel, wide.itemsize) * (4 if item.want_grad else 1)
     limit = budget(options)
     if need <= limit:
         return False
