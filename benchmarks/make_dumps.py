@@ -5,6 +5,7 @@ Runs in a separate venv that holds mindstudio-probe (not this project's venv):
     python3 -m venv /work/venv-msprobe
     /work/venv-msprobe/bin/pip install "mindstudio-probe==26.2.0" "torch==2.13.0"
     /work/venv-msprobe/bin/python benchmarks/make_dumps.py --out /work/dumps [--only 'llama_tiny_*'] [--list]
+    /work/venv-msprobe/bin/python benchmarks/make_dumps.py --out /work/dumps --only 'llama_7b_*' [--small]
 
 Why: the verdict and speed work (planted bugs, false alarms, side-by-side timings) needs dumps that
 msprobe itself wrote, at tiny and realistic sizes, in every dtype, so that every quirk of its
@@ -18,6 +19,16 @@ fp16 (model and inputs cast to it) or `autocastbf16` (fp32 model under
 `torch.autocast("cpu", dtype=torch.bfloat16)`). msprobe's debugger is a process-wide singleton,
 so every dump is written by a child process of this script (`--child NAME`). A summary of every
 dump made (entries, bytes, seconds, versions) is merged into `OUT/manifest.json`.
+
+`llama_7b_bf16_statistics` has a 7B-class model's shapes (hidden 4096, 32 query heads with 8 key/value heads,
+FFN 14336, vocabulary 128256, 4096 tokens) with two decoder layers: embedding, the layers, the final norm, the
+lm_head, cross-entropy, backward and AdamW, in bf16. Its weights are made in bf16 (no fp32 copy), and AdamW steps
+one parameter at a time, smallest first, freeing its moments and gradient after its update (the same calls).
+`--small` makes it with SMALL_SEQ tokens (`llama_7b-small_bf16_statistics`), for CI. Peak resident memory and wall
+time on a 2-core AMD EPYC (avx512_bf16: yes) shared with other work, 2026-11-28, `/usr/bin/time -v
+/work/venv-msprobe/bin/python benchmarks/make_dumps.py --out OUT --only 'llama_7b_*' [--small]`: 11.5 GiB, 7 min
+51 s; with --small 11.7 GiB, 1 min 3 s. The 1.3B parameters and their gradients (5 GiB), the largest parameter's
+two moments and its update's temporaries, and msprobe's statistics of them set the peak, not the tokens.
 
 fp16 note: AdamW uses eps=1e-4 in fp16 (1e-8 underflows to 0 in fp16 and a zero gradient then
 gives 0/0 = NaN in the update); every other setting is the same across dtypes.
@@ -38,6 +49,7 @@ from typing import Any
 
 MODELS = ("llama", "conv", "mlp")
 SIZES = ("tiny", "realistic")
+SMALL_SEQ = 128  # --small: the 7b dump's tokens (every weight keeps its full shape), for CI
 DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -61,13 +73,18 @@ def all_specs() -> list[Spec]:
     specs += [Spec("conv", s, "autocastbf16", "statistics") for s in SIZES]
     specs += [Spec(m, "tiny", d, "tensor") for m in MODELS for d in DTYPES]
     specs += [Spec("conv", "tiny", "autocastbf16", "tensor"), Spec("llama", "realistic", "bf16", "tensor")]
+    specs += [Spec("llama", "7b", "bf16", "statistics"), Spec("llama", "7b-small", "bf16", "statistics")]
     return specs
 
 
 # --------------------------------------------------------------------------- models (child only)
 
 LLAMA = {"tiny": {"vocab": 128, "hidden": 64, "heads": 4, "inner": 176, "layers": 2, "seq": 16, "batch": 1},
-         "realistic": {"vocab": 2048, "hidden": 1024, "heads": 8, "inner": 2816, "layers": 4, "seq": 512, "batch": 1}}
+         "realistic": {"vocab": 2048, "hidden": 1024, "heads": 8, "inner": 2816, "layers": 4, "seq": 512, "batch": 1},
+         # a 7B-class model's shapes (Llama 3 8B's): grouped-query attention, two decoder layers
+         "7b": {"vocab": 128256, "hidden": 4096, "heads": 32, "kv_heads": 8, "inner": 14336, "layers": 2,
+                "seq": 4096, "batch": 1}}
+LLAMA["7b-small"] = {**LLAMA["7b"], "seq": SMALL_SEQ}
 CONV = {"tiny": {"channels": (8, 16, 16), "image": 8, "batch": 2, "classes": 10, "groups": 4},
         "realistic": {"channels": (64, 128, 256), "image": 56, "batch": 8, "classes": 100, "groups": 32}}
 MLP = {"tiny": {"features": 16, "hidden": 32, "classes": 10, "batch": 4},
@@ -96,6 +113,31 @@ def build_llama(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
         x1, x2 = x.chunk(2, -1)
         return x * cos + torch.cat((-x2, x1), -1) * sin
 
+    class GQABlock(nn.Module):
+        """Llama 3's layer: separate q, k, v projections, fewer key/value heads than query heads."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            kv = c["kv_heads"] * hd
+            self.n1, self.n2 = RMSNorm(), RMSNorm()
+            self.q, self.k = nn.Linear(hidden, hidden, bias=False), nn.Linear(hidden, kv, bias=False)
+            self.v, self.o = nn.Linear(hidden, kv, bias=False), nn.Linear(hidden, hidden, bias=False)
+            self.gate = nn.Linear(hidden, c["inner"], bias=False)
+            self.up = nn.Linear(hidden, c["inner"], bias=False)
+            self.down = nn.Linear(c["inner"], hidden, bias=False)
+
+        def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            h = self.n1(x)
+            q = self.q(h).view(b, s, heads, hd).transpose(1, 2)
+            k = self.k(h).view(b, s, c["kv_heads"], hd).transpose(1, 2)
+            v = self.v(h).view(b, s, c["kv_heads"], hd).transpose(1, 2)
+            q, k = rope(q, cos, sin), rope(k, cos, sin)
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + self.o(att.transpose(1, 2).reshape(b, s, hidden))
+            h = self.n2(x)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -118,7 +160,7 @@ def build_llama(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
         def __init__(self) -> None:
             super().__init__()
             self.emb = nn.Embedding(c["vocab"], hidden)
-            self.blocks = nn.ModuleList(Block() for _ in range(c["layers"]))
+            self.blocks = nn.ModuleList((GQABlock if "kv_heads" in c else Block)() for _ in range(c["layers"]))
             self.norm = RMSNorm()
             self.head = nn.Linear(hidden, c["vocab"], bias=False)
 
@@ -133,7 +175,10 @@ def build_llama(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
                 x = blk(x, cos, sin)
             return self.head(self.norm(x))
 
+    if "kv_heads" in c:  # made in bf16 from the start: no fp32 copy of 1.3B parameters on the way
+        torch.set_default_dtype(dt)
     model = Llama().to(dt)
+    torch.set_default_dtype(torch.float32)
     ids = torch.randint(c["vocab"], (c["batch"], c["seq"] + 1))
 
     def loss() -> Any:
@@ -231,8 +276,19 @@ def child(spec: Spec, out: Path) -> None:
     debugger.start(model=model, rank_id=0)
     loss = loss_fn()
     loss.backward()
-    opt.step()
-    opt.zero_grad()
+    if spec.size.startswith("7b"):
+        # one parameter at a time, its moments and gradient freed after its update: the same AdamW calls
+        # without 5 GiB of optimizer state alive at once (the step's peak stays near the forward's)
+        del opt
+        # the largest last (the embedding and the lm_head): the smaller ones' gradients are freed by then
+        for p in sorted(model.parameters(), key=lambda q: q.numel()):
+            one = torch.optim.AdamW([p], lr=1e-3, eps=1e-8, foreach=False)
+            one.step()
+            p.grad = None
+            del one
+    else:
+        opt.step()
+        opt.zero_grad()
     debugger.stop()
     debugger.step()
     cfg_path.unlink()
@@ -261,13 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("/work/dumps"), help="where the dump folders go")
     ap.add_argument("--only", default="*", help="glob on dump names, e.g. '*_tiny_*' or 'llama_*_bf16_*'")
     ap.add_argument("--list", action="store_true", help="print the dump names and exit")
+    ap.add_argument("--small", action="store_true",
+                    help=f"the 7b dump with {SMALL_SEQ} tokens (every shape but the tokens' kept), for CI: "
+                         "llama_7b-small_bf16_statistics")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     specs = {s.name: s for s in all_specs()}
     if args.child:
         child(specs[args.child], args.out)
         return 0
-    chosen = [n for n in specs if fnmatch.fnmatch(n, args.only)]
+    chosen = [n for n in specs if fnmatch.fnmatch(n, args.only) and "7b-small" not in n]
+    if args.small:
+        chosen = [n.replace("_7b_", "_7b-small_") for n in chosen if "_7b_" in n]
     if args.list or not chosen:
         print("\n".join(chosen) if chosen else f"no dump name matches {args.only!r}")
         return 0 if chosen else 2

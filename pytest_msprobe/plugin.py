@@ -48,6 +48,7 @@ from .settings import (
     STANDARDS,
     CheckOptions,
     Settings,
+    parse_bytes,
 )
 
 DUMP_BASENAME = "dump.json"
@@ -96,6 +97,17 @@ def _settings(config: pytest.Config) -> Settings:
     contract = opt.msprobe_contract or config.getini("msprobe_contract")
     if contract not in CONTRACTS:
         raise pytest.UsageError(f"ini msprobe_contract: {contract!r} is not one of {', '.join(CONTRACTS)}")
+    bench_device = device_hooks.bench_device_of(opt.msprobe_bench_device or config.getini("msprobe_bench_device"),
+                                                "--msprobe-bench-device" if opt.msprobe_bench_device
+                                                else "ini msprobe_bench_device")
+    max_memory = None
+    memory = opt.msprobe_max_memory or config.getini("msprobe_max_memory")
+    if memory:
+        try:
+            max_memory = parse_bytes(str(memory))
+        except ValueError as exc:
+            where = "--msprobe-max-memory" if opt.msprobe_max_memory else "ini msprobe_max_memory"
+            raise pytest.UsageError(f"{where}: {exc}") from None
     here = config.invocation_params.dir
     specs_file = opt.msprobe_specs or config.getini("msprobe_specs") or None
     if specs_file:
@@ -121,7 +133,8 @@ def _settings(config: pytest.Config) -> Settings:
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
                            specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,
                            bench_precision=opt.msprobe_bench_precision, recorded_on=recorded_on,
-                           checks_on=checks_on, contract=contract)
+                           checks_on=checks_on, contract=contract, bench_device=bench_device,
+                           max_memory=max_memory)
     if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
         raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "
                                 "inputs: it cannot use --msprobe-data-mode random")

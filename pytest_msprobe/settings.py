@@ -23,6 +23,21 @@ CHECKS_ON = ("auto", "device", "host")
 # whose accuracy contract a correct kernel keeps (api_specs/contracts.yaml); auto: the device's vendor
 CONTRACTS = ("auto", "torch", "cuda", "npu")
 HELPER_THREAD = ("auto", "off")  # --msprobe-helper-thread: off keeps each item's work in one thread
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """A size such as "8GiB", "512 MiB", "2g" or "1000000" (bytes) as bytes; ValueError with the reason."""
+    number = text.strip()
+    digits = len(number) - len(number.lstrip("0123456789.")) if number else 0
+    value, unit = number[:digits], number[digits:].strip().lower()
+    if not value or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (e.g. 8GiB, 512MiB, 2000000000)")
+    size = int(float(value) * _UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"{text!r}: a size above zero is needed")
+    return size
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,8 @@ class CheckOptions:
     recorded_on: str = "auto"  # RECORDED_ON: the device that recorded a replayed dump's outputs
     checks_on: str = "auto"  # CHECKS_ON: where the strict checks run (the same verdicts either way)
     contract: str = "auto"  # CONTRACTS: what the device's vendor says a correct kernel may lose
+    bench_device: str = "cpu"  # where the bench, the third run and the magnitude run compute (raised precision)
+    max_memory: int | None = None  # bytes an item's runs beside the device output may hold; None: what is free
 
 
 @dataclass

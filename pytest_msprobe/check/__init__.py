@@ -6,7 +6,8 @@ result is the output recorded in the dump, or MindSpore's run; recorded.py suppl
 
 A re-run item's stages, each one call (rerun._run): entries -> placement.place (where the device side runs) ->
 prepare.prepared_inputs -> precision.plan and precision.round_inputs (what each side computes in, the inputs'
-rounding) -> rerun.make_sides (placement: bench beside or here, shared inputs; precision: the bench's arguments)
+rounding) -> placement.place_bench (where the bench computes) -> chunked.in_pieces (a check too large for its
+memory budget: in pieces, or skipped) -> rerun.make_sides (placement: bench beside or here, shared inputs; precision: the bench's arguments)
 -> execute.third_runs and execute.Runs.run (which runs exist: device, bench, third run, magnitude run; their
 backward) -> rerun.compare_item -> compare.compare_outputs (how outputs are compared). calls.py holds the steps
 every flow shares.

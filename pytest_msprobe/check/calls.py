@@ -93,12 +93,13 @@ def backward_seconds(timings: dict[str, float]) -> float:
 
 
 def bench_backward(name: Any, leaves_b: list[Any], cotangents: list[Any], grad_index: int | None,
-                   timings: dict[str, float]) -> int:
-    """The bench's backward from the recorded gradients paired with its outputs; how many were paired."""
+                   timings: dict[str, float], on: str = "cpu") -> int:
+    """The bench's backward (on `on`, --msprobe-bench-device) from the recorded gradients paired with its outputs;
+    how many were paired."""
     pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
     if not pairs_b:
         raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
-    timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"), None)
+    timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, on), None)
     return len(pairs_b)
 
 

@@ -169,18 +169,9 @@ def strict_arrays(bench: list[Any], device: list[Any], torch_run: list[Any] | No
         arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i) if sums is None or _nth(sums, i) is None
                                else _nth(sums, i), kind, product if i == 0 else None, narrow, _nth(estimated, i),
                                convert, on)
-        if arrays is not None and gradients and in_list(specs, api, "error_model", "gradient_rounding"):
-            arrays.rules = "gradient_rounding"
-        elif arrays is not None and kind == "exact" and scalar_operand:
-            arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
-        elif arrays is not None and in_list(specs, api, "error_model", "row_statistic"):
-            arrays.rules = "row_statistic"  # a row's statistic (rstd) in low precision shifts the whole row
-        if arrays is not None and _nth(sums, i) is not None and arrays.magnitude is not None:
-            arrays.rules = sums_rules  # a sum in any order, or a fused multiply-add: relative to its terms
-            if arrays.kind == "exact":
-                arrays.kind = "elementwise"  # x + alpha * y is two IEEE operations, which an FMA rounds once
         if arrays is not None:
-            arrays.allowance = contracts.bound(specs, contract, api, arrays.dtype or str(d.dtype), gradients)
+            dress(arrays, api, specs, gradients, scalar_operand, sums_rules if _nth(sums, i) is not None else None,
+                  contract, str(d.dtype))
         pairs.append(arrays)
     return pairs
 
@@ -226,6 +217,23 @@ def decide_rows(record: dict[str, Any], prefix: str, rows: list[standards.Output
         if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
             row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
         record["outputs"].append(row.to_dict())
+
+
+def dress(arrays: judge.StrictArrays, api: str, specs: dict[str, Any], gradients: bool, scalar_operand: bool,
+          sums_rules: str | None, contract: str, device_dtype: str) -> None:
+    """The strict thresholds' further section and the contract's allowance of one output's arrays; `sums_rules`:
+    the section of a magnitude run that bounds this output as a sum (None where there is none)."""
+    if gradients and in_list(specs, api, "error_model", "gradient_rounding"):
+        arrays.rules = "gradient_rounding"
+    elif arrays.kind == "exact" and scalar_operand:
+        arrays.rules = "exact_scalar"  # a sound kernel may round a Python scalar otherwise than torch
+    elif in_list(specs, api, "error_model", "row_statistic"):
+        arrays.rules = "row_statistic"  # a row's statistic (rstd) in low precision shifts the whole row
+    if sums_rules is not None and arrays.magnitude is not None:
+        arrays.rules = sums_rules  # a sum in any order, or a fused multiply-add: relative to its terms
+        if arrays.kind == "exact":
+            arrays.kind = "elementwise"  # x + alpha * y is two IEEE operations, which an FMA rounds once
+    arrays.allowance = contracts.bound(specs, contract, api, arrays.dtype or device_dtype, gradients)
 
 
 ACCELERATORS = ("cuda", "npu")

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..helper import helper
-from ..runs import backends, capture
+from ..runs import backends, bench_device, capture
 from ..runs.execution import (
     NotCheckable,
     Plan,
@@ -96,10 +96,10 @@ def third_runs(item: Item, where: Placement, plan: Plan, inputs: Inputs,
     None where the standard uses none."""
     name, options, specs = item.name, item.options, item.specs
     reference = third_run(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs,
-                          inputs.requires_grad, item.want_grad, shared=shared)
+                          inputs.requires_grad, item.want_grad, shared=shared, on=where.bench)
     summed = summed_run(options, where.resolved, name.api_name, specs, inputs.args, inputs.kwargs,
                         inputs.requires_grad, item.want_grad, first_output_shape(item.forward.get("output")),
-                        shared=shared)
+                        shared=shared, on=where.bench)
     summed = summed or contract_terms(options, where.contract, name.api_name, specs, inputs.args, inputs.kwargs,
                                       inputs.requires_grad, item.want_grad, shared)
     return reference, summed
@@ -161,8 +161,10 @@ class Runs:
     # ------------------------------------------------------------------------- the runs, each one call
 
     def run_bench(self) -> Any:
-        return run_side(self.where.resolved.bench_fn, self.sides.bench(), autocast=None, device_type="cpu",
-                        grad=self.item.want_grad)
+        on = self.where.bench
+        with bench_device.ieee_fp32(on):  # TF32/HF32 off while a bench runs on an accelerator
+            return run_side(self.where.resolved.bench_fn, self.sides.bench(), autocast=None,
+                            device_type=on.split(":")[0], grad=self.item.want_grad)
 
     def bench_runs(self, with_backward: bool) -> tuple[Any, list[Any], int]:
         """The bench's forward and, `with_backward`, its backward (beside the device: in the helper thread);
@@ -172,8 +174,7 @@ class Runs:
         self.sides.bench()  # not timed as the bench's run
         out = calls.timed(self.timings, "bench_s", "bench", self.run_bench, None)
         leaves = selected(output_leaves(out), item.name.api_name, item.specs)
-        paired = bench_backward(item.name, leaves, self.inputs.cotangents, item.grad_index, self.timings) \
-            if with_backward else 0
+        paired = self._bench_backward(leaves) if with_backward else 0
         return out, leaves, paired
 
     def reference_runs(self, run: ReferenceRun | None, key: str) -> list[Any] | None:
@@ -192,6 +193,13 @@ class Runs:
             calls.timed(self.timings, f"{key}_backward_s", f"{key} backward",
                         lambda: backward(leaves_r, pairs_r, run.device.name), run.device)
         return leaves_r
+
+    def _bench_backward(self, leaves: list[Any]) -> int:
+        """The bench's backward where it ran, TF32/HF32 off; how many outputs were paired."""
+        item = self.item
+        with bench_device.ieee_fp32(self.where.bench):
+            return bench_backward(item.name, leaves, self.inputs.cotangents, item.grad_index, self.timings,
+                                  self.where.bench)
 
     def _submit(self) -> None:
         """A CPU third run is queued behind the bench: the items' thread takes it back if the helper has not
@@ -241,7 +249,7 @@ class Runs:
             if not self.sides.device.grad_leaves:
                 raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
             if self.bench_future is None:
-                out.pairs_b = bench_backward(name, out.leaves_b, self.inputs.cotangents, item.grad_index, timings)
+                out.pairs_b = self._bench_backward(out.leaves_b)
             out.pairs_d = device_backward(name, out.leaves_d, self.inputs.cotangents, item.grad_index, timings,
                                           self.where.device, self.where.resolved.label)
         if self.bench_future is not None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from ..runs import backends, capture, kernels
+from ..runs import backends, bench_device, capture, kernels
 from ..runs.backends import select as select_device
-from ..runs.execution import Device, Resolved, Shared, Side, make_side, resolve
+from ..runs.execution import Device, Resolved, Shared, Side, make_side, resolve, tensors_of
 from ..runs.sharing import may_grow, written_inputs
 from ..settings import CheckOptions
 from ..specs.loader import in_list
@@ -21,11 +21,25 @@ from .precision import Inputs
 
 
 class Placement(NamedTuple):
-    """The device under test, the API's callables on each side, and the device's accuracy contract."""
+    """The device under test, the API's callables on each side, the device's accuracy contract, and where the
+    bench, the third run and the magnitude run compute (`bench`: a torch device, --msprobe-bench-device)."""
 
     device: Device
     resolved: Resolved
     contract: str
+    bench: str = "cpu"
+
+
+def place_bench(where: Placement, options: CheckOptions, plan: Any, inputs: Inputs,
+                record: dict[str, Any]) -> Placement:
+    """The bench's device for this call (runs/bench_device.py: an fp64 bench where the device has fp64, else on
+    the CPU); the record's `bench_device` says where and in what."""
+    on = bench_device.placement(options.bench_device, plan.raise_to, [t.dtype for t in tensors_of(inputs.args)])
+    record["bench_device"] = bench_device.describe(on, plan.raise_to)
+    if on != options.bench_device and options.bench_device != "cpu":
+        record["notes"].append(f"the bench computes in fp64, which {options.bench_device} does not have: it ran on "
+                               "the cpu")
+    return where._replace(bench=on)
 
 
 def place(name: Any, options: CheckOptions, specs: dict[str, Any], forward: dict[str, Any],
@@ -91,8 +105,9 @@ class BenchSide:
     input as drawn then (`shared.give`), so that the helper may read every input while the device runs."""
 
     def __init__(self, args: list[Any], kwargs: dict[str, Any], dtype_for: Any, requires_grad: set[int],
-                 want_grad: bool, shared: Shared | None, beside: bool, timings: dict[str, float]) -> None:
-        self.args, self.kwargs, self.dtype_for = args, kwargs, dtype_for
+                 want_grad: bool, shared: Shared | None, beside: bool, timings: dict[str, float],
+                 on: str = "cpu") -> None:
+        self.args, self.kwargs, self.dtype_for, self.on = args, kwargs, dtype_for, on
         self.requires_grad, self.want_grad, self.shared = requires_grad, want_grad, shared
         self.beside, self.timings = beside, timings
         self.made: list[Side] = []
@@ -100,9 +115,10 @@ class BenchSide:
     def __call__(self) -> Side:
         if not self.made:
             began = time.perf_counter()
-            self.made.append(make_side(self.args, self.kwargs, device="cpu", dtype_for=self.dtype_for,
-                                       requires_grad=self.requires_grad, want_grad=self.want_grad, bench=True,
-                                       shared=self.shared))
+            on_cpu = self.on == "cpu"
+            self.made.append(make_side(self.args, self.kwargs, device=self.on, dtype_for=self.dtype_for,
+                                       requires_grad=self.requires_grad, want_grad=self.want_grad, bench=on_cpu,
+                                       shared=self.shared if on_cpu else None))
             if self.beside:
                 self.timings["inputs_beside_s"] = time.perf_counter() - began
         return self.made[0]

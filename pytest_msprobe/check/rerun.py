@@ -25,7 +25,7 @@ from ..runs.execution import NotCheckable, Shared
 from ..runs.third_run import ReferenceRun, bench_product
 from ..settings import CheckOptions
 from ..specs.loader import in_list
-from . import execute, placement, precision
+from . import chunked, execute, placement, precision
 from .calls import ApiFailure, finish_record, has_scalar_operand
 from .compare import compare_outputs, start_metrics
 from .execute import Item, Outputs, Sides
@@ -97,6 +97,9 @@ def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], re
     inputs = Inputs(args, kwargs, cotangents, ctx.requires_grad)
     plan = precision.plan(name.api_name, inputs, item.forward, specs, options)
     inputs = precision.round_inputs(name.api_name, inputs, plan.hf32, where.device, specs, record["notes"])
+    where = placement.place_bench(where, options, plan, inputs, record)
+    if chunked.in_pieces(item, where, plan, inputs, shared):  # too large to check whole: a block of rows at a time
+        return
     capture.stash(args=inputs.args, kwargs=inputs.kwargs, requires_grad=inputs.requires_grad,
                   cotangents=inputs.cotangents, plan=plan, device=where.device, name=name, want_grad=item.want_grad,
                   resolved=where.resolved)  # --msprobe-save-error-data/-repro/-fuzz
@@ -136,7 +139,7 @@ def make_sides(item: Item, where: Placement, plan: Any, inputs: Inputs, shared: 
     bench_args, bench_kwargs = precision.bench_arguments(name.api_name, inputs, plan, options, specs,
                                                          item.record["notes"])
     bench_side = placement.BenchSide(bench_args, bench_kwargs, precision.bench_dtype(plan), inputs.requires_grad,
-                                     item.want_grad, shared, beside, item.record["timings"])
+                                     item.want_grad, shared, beside, item.record["timings"], where.bench)
     if not beside:
         bench_side()
     return Sides(device_side, bench_side, beside)

@@ -95,45 +95,69 @@ def compute(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limi
             work: np.dtype[Any] | None = None) -> MetricStats:
     """The statistics of a supported pair (flat, contiguous), from the compiled pass; `work` as for
     `supported`."""
-    from . import kernel as K  # numba: imported on the first check, not at collection
-
     b = np.ascontiguousarray(b)
-    w = np.dtype(b.dtype if work is None else work)
-    # float32 beside float64: widened; bf16 or fp16 storage beside float32: read as it is (storage.kernel_view)
-    d = storage.kernel_view(np.ascontiguousarray(d, dtype=d.dtype if d.itemsize == 2 else w))
-    # msprobe's bench_dev: the bench itself, rounded to float32 or to fp16 in the pass (no copy)
-    dev = K.DEV_SAME if dev_dtype == w else K.DEV_FP32 if dev_dtype == np.float32 else K.DEV_FP16
-    mb, emin, thr = limits.ulp if limits.ulp is not None else (0, 0, 0.0)
-    fix, top = _log2_fix(w.char)
-    exp2, odd, kmin = _exp2(w.char, mb, emin)
-    params = np.array([limits.eps, limits.small_value, limits.atol, limits.rtol, *limits.dual, thr, LEAF_START])
-    out, iout = np.empty(K.F_PW_REL + 1), np.empty(K.I_ULP_OVER + 1, dtype=np.int64)
-    ints, wd = np.empty(0, dtype=np.int32 if w == np.float32 else np.int64), np.empty(0, dtype=w)
-    los, lens, bounds = K.metrics_plan(d.size)
-    chunks = len(bounds) - 1
-    sums = np.empty((3, len(los)), dtype=w)
-    ckeys, cfacc, ccnt = np.empty((chunks, 6), ints.dtype), np.zeros((chunks, len(out))), np.empty((chunks, len(iout)), np.int64)
+    p = Pass(d, dev_dtype, limits, np.dtype(b.dtype if work is None else work))
 
     def pass_over(k0: int, k1: int) -> None:
-        K.metrics_chunks(b, d, wd, ints, dev, limits.ulp is not None, limits.binary, params, fix, top, exp2, odd, kmin,
-                         mb, emin, los, lens, bounds, k0, k1, sums, ckeys, cfacc, ccnt)
+        p.chunks(b, p.d, p.los, k0, k1)
 
-    share(chunks, GRAIN, pass_over)  # in the helper thread, the item's thread may take chunks while it waits
-    K.metrics_finish(d.size, wd, ints, params, sums, ckeys, cfacc, ccnt, out, iout)
-    ulp = limits.ulp is not None
-    return MetricStats(
-        n=int(d.size), max_abs_err=float(out[K.F_MAX_AE]), worst=int(iout[K.I_WORST]),
-        bench_absmax=float(out[K.F_BENCH_ABSMAX]), device_max=float(out[K.F_DEV_MAX]),
-        device_min=float(out[K.F_DEV_MIN]), dot_db=float(out[K.F_DOT_DB]), dot_dd=float(out[K.F_DOT_DD]),
-        dot_bb=float(out[K.F_DOT_BB]),
-        rel_below=dict(zip(limits.dual, (int(iout[k]) for k in (K.I_LT100, K.I_LT1000, K.I_LT10000)))),
-        n_small=int(iout[K.I_SMALL]), n_small_over=int(iout[K.I_SMALL_OVER]), n_normal=int(iout[K.I_NORMAL]),
-        n_normal_over=int(iout[K.I_NORMAL_OVER]), max_rel_normal=float(out[K.F_MAX_REL]),
-        sum_rel_normal=float(out[K.F_SUM_REL]), pairwise_rel_normal=float(out[K.F_PW_REL]), sum_sq_normal=float(out[K.F_SUM_SQ]), n_up=int(iout[K.I_UP]),
-        n_down=int(iout[K.I_DOWN]), n_nonfinite=int(iout[K.I_NONFINITE]),
-        n_differ=int(iout[K.I_DIFFER]) if limits.binary else None,
-        max_ulp=float(out[K.F_MAX_ULP]) if ulp else None, sum_ulp=float(out[K.F_SUM_ULP]) if ulp else None,
-        n_ulp_over=int(iout[K.I_ULP_OVER]) if ulp else None)
+    share(p.count, GRAIN, pass_over)  # in the helper thread, the item's thread may take chunks while it waits
+    return p.finish()
+
+
+class Pass:
+    """One output's compiled metric pass: its plan (numpy's pairwise tree, in chunks of whole leaves), the
+    chunks' results, and `finish`, which combines them in the chunks' order. The chunks may be computed in any
+    calls and threads (`chunks`), each reading arrays that start at any element (metrics/streamed.py)."""
+
+    def __init__(self, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limits, w: np.dtype[Any]) -> None:
+        from . import kernel as K  # numba: imported on the first check, not at collection
+
+        self.K, self.limits, self.w = K, limits, w
+        # float32 beside float64: widened; bf16 or fp16 storage beside float32: read as it is (storage.kernel_view)
+        self.d = storage.kernel_view(np.ascontiguousarray(d, dtype=d.dtype if d.itemsize == 2 else w))
+        self.n = int(self.d.size)
+        # msprobe's bench_dev: the bench itself, rounded to float32 or to fp16 in the pass (no copy)
+        self.dev = K.DEV_SAME if dev_dtype == w else K.DEV_FP32 if dev_dtype == np.float32 else K.DEV_FP16
+        self.mb, self.emin, thr = limits.ulp if limits.ulp is not None else (0, 0, 0.0)
+        self.fix, self.top = _log2_fix(w.char)
+        self.exp2, self.odd, self.kmin = _exp2(w.char, self.mb, self.emin)
+        self.params = np.array([limits.eps, limits.small_value, limits.atol, limits.rtol, *limits.dual, thr,
+                                LEAF_START])
+        self.out, self.iout = np.empty(K.F_PW_REL + 1), np.empty(K.I_ULP_OVER + 1, dtype=np.int64)
+        self.ints, self.wd = np.empty(0, dtype=np.int32 if w == np.float32 else np.int64), np.empty(0, dtype=w)
+        self.los, self.lens, self.bounds = K.metrics_plan(self.n)
+        self.count = len(self.bounds) - 1
+        self.sums = np.empty((3, len(self.los)), dtype=w)
+        self.ckeys = np.empty((self.count, 6), self.ints.dtype)
+        self.cfacc = np.zeros((self.count, len(self.out)))
+        self.ccnt = np.empty((self.count, len(self.iout)), np.int64)
+
+    def chunks(self, b: np.ndarray, d: np.ndarray, los: np.ndarray, k0: int, k1: int) -> None:
+        """Chunks k0..k1 of arrays b and d whose element 0 is the output's element at los[leaf] - `los`[leaf]."""
+        self.K.metrics_chunks(b, d, self.wd, self.ints, self.dev, self.limits.ulp is not None, self.limits.binary,
+                              self.params, self.fix, self.top, self.exp2, self.odd, self.kmin, self.mb, self.emin,
+                              los, self.lens, self.bounds, k0, k1, self.sums, self.ckeys, self.cfacc, self.ccnt)
+
+    def finish(self) -> MetricStats:
+        K, out, iout, limits = self.K, self.out, self.iout, self.limits
+        K.metrics_finish(self.n, self.wd, self.ints, self.params, self.sums, self.ckeys, self.cfacc, self.ccnt, out,
+                         iout)
+        ulp = limits.ulp is not None
+        return MetricStats(
+            n=self.n, max_abs_err=float(out[K.F_MAX_AE]), worst=int(iout[K.I_WORST]),
+            bench_absmax=float(out[K.F_BENCH_ABSMAX]), device_max=float(out[K.F_DEV_MAX]),
+            device_min=float(out[K.F_DEV_MIN]), dot_db=float(out[K.F_DOT_DB]), dot_dd=float(out[K.F_DOT_DD]),
+            dot_bb=float(out[K.F_DOT_BB]),
+            rel_below=dict(zip(limits.dual, (int(iout[k]) for k in (K.I_LT100, K.I_LT1000, K.I_LT10000)))),
+            n_small=int(iout[K.I_SMALL]), n_small_over=int(iout[K.I_SMALL_OVER]), n_normal=int(iout[K.I_NORMAL]),
+            n_normal_over=int(iout[K.I_NORMAL_OVER]), max_rel_normal=float(out[K.F_MAX_REL]),
+            sum_rel_normal=float(out[K.F_SUM_REL]), pairwise_rel_normal=float(out[K.F_PW_REL]),
+            sum_sq_normal=float(out[K.F_SUM_SQ]), n_up=int(iout[K.I_UP]),
+            n_down=int(iout[K.I_DOWN]), n_nonfinite=int(iout[K.I_NONFINITE]),
+            n_differ=int(iout[K.I_DIFFER]) if limits.binary else None,
+            max_ulp=float(out[K.F_MAX_ULP]) if ulp else None, sum_ulp=float(out[K.F_SUM_ULP]) if ulp else None,
+            n_ulp_over=int(iout[K.I_ULP_OVER]) if ulp else None)
 
 
 GRAIN = 64  # chunks (of up to 2,048 elements) per call of the pass: about 0.3 ms of work against ~10 us to call it

@@ -58,13 +58,14 @@ Sampled = dict[int, tuple[torch.Tensor, int]]  # tensor argument's position -> (
 
 def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
                     args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-                    want_grad: bool, *, shared: Shared | None = None) -> ReferenceRun | None:
+                    want_grad: bool, *, shared: Shared | None = None, on: str = "cpu") -> ReferenceRun | None:
     """The third run the chosen standard compares against, or None.
 
     With --msprobe-reference the API runs on that device in the recorded dtype (three-way check).
     Otherwise `strict` learns what a correct kernel may lose: from torch's own kernel on CPU in the
     recorded dtype, or, for contractions (whose 16-bit CPU kernels are too slow to run), from the
-    size of their terms: the API on CPU on the absolute values of its inputs, in fp32 (fp64 for fp64).
+    size of their terms: the API on CPU on the absolute values of its inputs, in fp32 (fp64 for fp64). `on`: the
+    device of these runs (--msprobe-bench-device; the torch run's sampled kernels stay on the CPU).
     """
     if options.reference_device:
         ref_device = select_device(options.reference_device)
@@ -88,7 +89,11 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
                             Device("cpu"), "torch's conv backward kernel on cpu, device dtype"
                             + (", on sampled rows" if sample < 1 else ""), sampled=sampled)
     if error_kind(name.api_name, specs) == "contraction":
-        return _magnitude(resolved, specs, args, kwargs, requires_grad, want_grad, shared)
+        return _magnitude(resolved, specs, args, kwargs, requires_grad, want_grad, shared, on)
+    if on != "cpu" and sample == 1 and name.api_type != "NPU":
+        side = make_side(args, kwargs, device=on, dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
+                         want_grad=want_grad, bench=False)
+        return ReferenceRun(side, resolved.bench_fn, plan.autocast, _device(on), f"torch's kernel on {on}, device dtype")
     side = make_side(args, kwargs, device="cpu", dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
                      want_grad=want_grad, bench=True, shared=shared)
     if sample < 1 and name.api_name == "scaled_dot_product_attention":
@@ -115,7 +120,7 @@ class Summed:
 
 def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, Any], args: list[Any],
                kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool, out_shape: tuple[int, ...] | None, *,
-               shared: Shared | None = None) -> Summed | None:
+               shared: Shared | None = None, on: str = "cpu") -> Summed | None:
     """The magnitude run of a call that sums (strict only; contractions have theirs as the third run): a forward
     item of an API listed under `sums` or `fused_multiply_add` (or an add with alpha); a backward item some of whose
     gradients sum over a broadcast (the input broadcast to the output, as a mul's bias or a norm's weight) or over
@@ -130,11 +135,11 @@ def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, 
                 in_list(specs, api, "error_model", "alpha_multiply_add") and kwargs.get("alpha", 1) != 1) else None
         if rules is None:
             return None
-        return Summed(_magnitude(resolved, specs, args, kwargs, set(requires_grad), False, shared), rules)
+        return Summed(_magnitude(resolved, specs, args, kwargs, set(requires_grad), False, shared, on), rules)
     positions = summed_gradients(api, args, kwargs, requires_grad, out_shape, specs)
     if not positions:
         return None
-    return Summed(_magnitude(resolved, specs, args, kwargs, requires_grad, True, shared), "sums", positions)
+    return Summed(_magnitude(resolved, specs, args, kwargs, requires_grad, True, shared, on), "sums", positions)
 
 
 def summed_gradients(api: str, args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
@@ -168,7 +173,7 @@ def summed_outputs(summed: Summed | None, leaves: list[Any] | None, gradients: b
 
 
 def _magnitude(resolved: Any, specs: dict[str, Any], args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-               want_grad: bool, shared: Shared | None) -> ReferenceRun:
+               want_grad: bool, shared: Shared | None, on: str = "cpu") -> ReferenceRun:
     """The API on the absolute values of its inputs (and of its scalar factors), in fp32 (fp64 for fp64): each
     result is the sum of its terms' sizes, which bounds what any order of summing them loses."""
     scalars = set(specs["error_model"].get("contraction_scalars", ()))
@@ -191,10 +196,18 @@ def _magnitude(resolved: Any, specs: dict[str, Any], args: list[Any], kwargs: di
     abs_args = [map_structure(absolute, a) for a in args]
     abs_kwargs = {k: (abs(v) if k in scalars and isinstance(v, (int, float)) else map_structure(absolute, v))
                   for k, v in kwargs.items()}
-    side = make_side(abs_args, abs_kwargs, device="cpu", requires_grad=requires_grad, want_grad=want_grad, bench=True,
-                     dtype_for=wide, owned=owned, shared=shared)
-    return ReferenceRun(side, resolved.bench_fn, None, Device("cpu"), "magnitude: the API on |inputs| in fp32",
+    side = make_side(abs_args, abs_kwargs, device=on, requires_grad=requires_grad, want_grad=want_grad,
+                     bench=on == "cpu", dtype_for=wide, owned=owned if on == "cpu" else (),
+                     shared=shared if on == "cpu" else None)
+    where = "" if on == "cpu" else f" on {on}"
+    return ReferenceRun(side, resolved.bench_fn, None, _device(on), f"magnitude: the API on |inputs| in fp32{where}",
                         "magnitude")
+
+
+def _device(on: str) -> Device:
+    """A plain torch device from its name (`cpu`, `cuda:0`)."""
+    kind, _, index = on.partition(":")
+    return Device(kind, int(index) if index else None)
 
 
 def _npu_reference(api: str, bench_fn: Any) -> tuple[Any, str]:

@@ -106,4 +106,24 @@ def check_name(config: pytest.Config, name: str, where: str, *, allow_auto: bool
         f"with the hook pytest_msprobe_device, a package with an entry point in the group {ENTRY_POINT_GROUP!r})")
 
 
-__all__ = ["BuiltinDevices", "activate", "check_name", "known_names"]
+BENCH_DEVICES = ("cpu", "cuda", "npu")
+
+
+def bench_device_of(name: str, where: str) -> str:
+    """--msprobe-bench-device as a torch device (`cpu`, `cuda:N`, `npu:N`), usable on this machine: a bad or
+    unusable one is one usage error line. torch is imported only to ask an accelerator."""
+    kind, _, index = name.strip().partition(":")
+    if kind not in BENCH_DEVICES or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise pytest.UsageError(f"{where}: {name!r} is not a bench device (cpu, cuda, cuda:N, npu, npu:N)")
+    if kind == "cpu":
+        return kind
+    from ..runs.backends import builtin_backend
+
+    backend = builtin_backend(kind)
+    reason = "no backend" if backend is None else backend.unavailable()
+    if reason:
+        raise pytest.UsageError(f"{where} {name}: {reason}")
+    return f"{kind}:{index or 0}"
+
+
+__all__ = ["BENCH_DEVICES", "BuiltinDevices", "activate", "bench_device_of", "check_name", "known_names"]

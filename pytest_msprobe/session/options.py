@@ -75,6 +75,15 @@ def addoption(parser: pytest.Parser) -> None:
                     help="strict checks (and msprobe's metric columns) in torch ops where the outputs live (device, "
                          "even cpu), or on the host; auto (default): device on cuda/npu outputs (or reference run), "
                          "else host. Same verdicts")
+    group.addoption("--msprobe-bench-device", default=None, metavar="DEVICE",
+                    help="where the bench, the third run and the magnitude run compute: cpu (default), cuda, npu. "
+                         "16-bit outputs: fp32 there with TF32/HF32 off; fp32 outputs: fp64 there where the device "
+                         "has it (cuda), else fp64 on the cpu (npu). See docs/explanation/execution.md")
+    group.addoption("--msprobe-max-memory", default=None, metavar="SIZE",
+                    help="memory an item's bench, third and magnitude runs and their checks may hold beside the "
+                         "device output, e.g. 8GiB: a larger call whose rows are independent is checked a block of "
+                         "rows at a time (the same statistics and verdict), another one is skipped with the "
+                         "reason; default: what the host has free, less a margin, shared by the workers")
     group.addoption("--msprobe-contract", choices=CONTRACTS, default=None,
                     help="strict: whose accuracy contract a correct kernel keeps (api_specs/contracts.yaml): cuda "
                          "(the CUDA Math API's ULP bounds), npu, torch (torch's own CPU kernels); auto (default): "
@@ -155,6 +164,9 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_recorded_on", "default for --msprobe-recorded-on", default=RECORDED_ON[0])
     parser.addini("msprobe_checks_on", "default for --msprobe-checks-on", default=CHECKS_ON[0])
     parser.addini("msprobe_contract", "default for --msprobe-contract", default=CONTRACTS[0])
+    parser.addini("msprobe_bench_device", "default for --msprobe-bench-device", default="cpu")
+    parser.addini("msprobe_max_memory", "default for --msprobe-max-memory (empty: what the host has free)",
+                  default="")
     parser.addini("msprobe_dtype_markers", "auto (when -m/-k is given), always or never: dtype markers on items",
                   default="auto")
     parser.addini("msprobe_specs", "default for --msprobe-specs", default="")

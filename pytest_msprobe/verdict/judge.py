@@ -88,12 +88,17 @@ def _reference_metrics(row: OutputComparison, algorithm: str, ref_row: OutputCom
 def strict_verdict(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any]) -> strict.StrictResult:
     """strict.strict_compare of one float output, by the API's thresholds `th` (pure numpy: another
     thread may run it)."""
+    dtype, rules = strict_rules(arrays, device_dtype, th)
+    return strict.strict_compare(arrays.bench, arrays.device, dtype, rules, kind=arrays.kind,
+                                 torch_run=arrays.torch_run, magnitude=arrays.magnitude, product=arrays.product,
+                                 row=arrays.row, estimated=arrays.estimated)
+
+
+def strict_rules(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The dtype an output is judged in and its strict rules (the kind's, the further section's, the dtype's, the
+    contract's allowance)."""
     dtype = arrays.dtype or device_dtype
-    return strict.strict_compare(arrays.bench, arrays.device, dtype,
-                                 contracts.raised(_rules(th["strict"], dtype, arrays.kind, arrays.rules),
-                                                  arrays.allowance),
-                                 kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
-                                 product=arrays.product, row=arrays.row, estimated=arrays.estimated)
+    return dtype, contracts.raised(_rules(th["strict"], dtype, arrays.kind, arrays.rules), arrays.allowance)
 
 
 def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str, Any],

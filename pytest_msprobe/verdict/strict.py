@@ -217,10 +217,17 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
                 if not flat["d"].size:
                     return StrictResult("pass", "no finite elements; non-finite positions match", stats)
                 acc = _judge_blocks(flat, 1, device_dtype, rules, kind)  # rows lose their meaning here
-    m = size_of(flat["d"])
-    reference = "torch run" if "t" in flat else "correctly rounded"  # what the device is held against
-    stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     index = acc.worst if finite is None else int(np.flatnonzero(finite)[acc.worst])
+    return judged(acc, size_of(flat["d"]), rules, stats, "t" in flat, device_dtype, index,
+                  lambda key, i: _at(flat[key], i))
+
+
+def judged(acc: _Totals, m: int, rules: Mapping[str, Any], stats: dict[str, float], has_t: bool, device_dtype: str,
+           index: int, value_at: Any) -> StrictResult:
+    """The verdict from a pass's totals over m elements; `index`: the worst element's flat index in the output;
+    `value_at(key, i)`: element i of the judged arrays' "d" (device) or "b" (bench) as a float."""
+    reference = "torch run" if has_t else "correctly rounded"  # what the device is held against
+    stats.update(max_err=acc.max_w, mean_err=acc.sum_w / m, ref_max_err=acc.max_t, ref_mean_err=acc.sum_t / m)
     problems = []
     # A few wrongly rounded elements may be a sound kernel's other rounding of a scalar operand: at a tie
     # (the exact value within the scalar's fp32 rounding of a midpoint). Many, ones off a tie, or ones that
@@ -229,14 +236,14 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     stats["wrong_lean_z"], stats["wrong_off_tie"] = float(lean), float(acc.wrong_off_tie)
     if acc.wrong > max(rules["exact_min_count"], rules["exact_max_fraction"] * m) or lean > rules["bias_t"] or \
             acc.wrong_off_tie > 0:
-        d0, b0 = _at(flat["d"], acc.first_wrong), _at(flat["b"], acc.first_wrong)
+        d0, b0 = value_at("d", acc.first_wrong), value_at("b", acc.first_wrong)
         problems.append(f"not correctly rounded: {acc.wrong} of {m} elements differ from the correctly rounded "
                         f"result and from torch's, {acc.wrong_off_tie} away from a rounding tie, {acc.wrong_zero} toward "
                         f"zero and {acc.wrong_up} upward "
                         f"(sign test {lean:.3g}, limit {float(rules['bias_t']):.3g}; first: device {d0!r}, correctly "
                         f"rounded {float(round_to(np.array([b0]), device_dtype)[0])!r})")
     if acc.gross:
-        d0, b0 = _at(flat["d"], acc.worst), _at(flat["b"], acc.worst)
+        d0, b0 = value_at("d", acc.worst), value_at("b", acc.worst)
         unit = float(ulp(round_to(np.array([b0]), device_dtype), device_dtype)[0])
         problems.append(f"gross error: {acc.gross} of {m} elements exceed {float(rules['gross']):.3g} scale units "
                         f"(worst {acc.max_w:.3g} scale units = {abs(d0 - b0) / unit:.3g} ULP, at flat index {index}: "
@@ -256,24 +263,34 @@ def plan(flat: Mapping[str, Any], row: int, rules: Mapping[str, Any], kind: str)
     """(elements per group, per block, every how many blocks the bias test samples, scale floor); numpy
     arrays or torch tensors."""
     m = size_of(flat["d"])
-    # groups of whole rows; a small output is cut into bias_min_groups blocks so the bias test can run
-    size = min(_groups(m, row, int(rules["row_min"])), max(1, m // int(rules["bias_min_groups"])))
     floor = 0.0
     if kind in ("reduction", "contraction"):  # below the bench's own resolution nothing is judged
-        bench_roundoff = 2.0 ** -24 if flat["b"].dtype.itemsize <= 4 else 2.0 ** -53
         if isinstance(flat["b"], np.ndarray):
-            mean_square = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64)) / m
+            squares = float(np.einsum("i,i->", flat["b"], flat["b"], dtype=np.float64))
         else:
             from .strict_torch import sum_of_squares
+            squares = sum_of_squares(flat["b"])
+        floor = floor_of(squares, m, flat["b"].dtype.itemsize, rules)
+    return (*sizes(m, row, rules), floor)
 
-            mean_square = sum_of_squares(flat["b"]) / m
-        floor = rules["bench_factor"] * bench_roundoff * float(np.sqrt(mean_square))
+
+def floor_of(squares: float, m: int, bench_itemsize: int, rules: Mapping[str, Any]) -> float:
+    """A reduction's or contraction's scale floor: the bench's own resolution at its root mean square, from the sum
+    of its m squares (`squares`, float64)."""
+    bench_roundoff = 2.0 ** -24 if bench_itemsize <= 4 else 2.0 ** -53
+    return float(rules["bench_factor"] * bench_roundoff * float(np.sqrt(squares / m)))
+
+
+def sizes(m: int, row: int, rules: Mapping[str, Any]) -> tuple[int, int, int]:
+    """plan's (elements per group, per block, every how many blocks the bias test samples) of m elements."""
+    # groups of whole rows; a small output is cut into bias_min_groups blocks so the bias test can run
+    size = min(_groups(m, row, int(rules["row_min"])), max(1, m // int(rules["bias_min_groups"])))
     block = size * max(1, BLOCK // size)
     # the bias test samples every `every`-th block: about bias_max_samples elements, and at least
     # bias_min_groups blocks (each holds one group or more)
     blocks = -(-m // block)
     every = max(1, min(m // int(rules["bias_max_samples"]), blocks // int(rules["bias_min_groups"])))
-    return size, block, every, floor
+    return size, block, every
 
 
 def kernel_params(floor: float, rules: Mapping[str, Any], device_dtype: str, leaf_start: float) -> np.ndarray:
@@ -311,17 +328,9 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
     m = flat["d"].size
     blocks = -(-m // block)
     groups = (-(-blocks // every)) * -(-block // size)
-    bias, counts, out = np.empty((4, groups)), np.empty(groups, dtype=np.int64), np.empty(K.O_GROUPS + 1)
+    bias, counts = np.empty((4, groups)), np.empty(groups, dtype=np.int64)
     rows, irows = np.empty((blocks, K.R_MAX_T + 1)), np.empty((blocks, K.I_GROUPS + 1), dtype=np.int64)
-    side = _side_dtype(flat, work)
-    extra = np.dtype(np.float32) if side.itemsize == 2 else side  # the magnitude run and the product
-    # the bench as it is where it is float32 or float64 (the pass rounds it to the work dtype a chunk at a time,
-    # as numpy did a block at a time): no copy of a float64 bench of a 16-bit output before the call
-    bench_dtype = flat["b"].dtype if flat["b"].dtype in (np.float32, np.float64) else np.dtype(work)
-    arrays = (_kernel_array(flat["b"], bench_dtype), kernel_view(_kernel_array(flat["d"], side)),
-              kernel_view(_kernel_array(flat.get("t"), side)), _kernel_array(flat.get("mag"), extra),
-              _kernel_array(flat.get("prod"), extra),
-              np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_))
+    arrays = kernel_arrays(flat, work)
     ints = np.empty(0, dtype=np.int32 if work == np.float32 else np.int64)
 
     buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # each thread's, made once per pass
@@ -330,15 +339,38 @@ def _judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapp
         mine = buffers.get(threading.get_ident()) or buffers.setdefault(threading.get_ident(),
                                                                          _scratch(work, min(block, m)))
         K.strict_blocks(*arrays, *mine, ints, K.FORMATS[device_dtype], K.KINDS[kind], size, block, every, params,
-                        b0, b1, bias, counts, rows, irows)
+                        b0, b1, 0, bias, counts, rows, irows)
 
     share(blocks, max(1, GRAIN // block), blocks_of)
-    K.strict_finish(rows, irows, "t" in flat, out)
+    return finished(rows, irows, "t" in flat, bias, counts)
+
+
+def finished(rows: np.ndarray, irows: np.ndarray, has_t: bool, bias: np.ndarray, counts: np.ndarray) -> _Totals:
+    """The totals of every block's results (strict_blocks'), added in the blocks' order (strict_finish)."""
+    from . import strict_kernel as K
+    out = np.empty(K.O_GROUPS + 1)
+    K.strict_finish(rows, irows, has_t, out)
     n = int(out[K.O_GROUPS])
     slots = {"sum_w": K.O_SUM_W, "sum_t": K.O_SUM_T, "max_t": K.O_MAX_T, "max_w": K.O_MAX_W, "worst": K.O_WORST,
              "gross": K.O_GROSS, "wrong": K.O_WRONG, "first_wrong": K.O_FIRST_WRONG, "wrong_zero": K.O_WRONG_ZERO,
              "wrong_up": K.O_WRONG_UP, "off_tie": K.O_OFF_TIE}
     return _totals_of({k: float(out[slot]) for k, slot in slots.items()}, bias[:, :n], counts[:n])
+
+
+Arrays6 = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def kernel_arrays(flat: Mapping[str, np.ndarray], work: type[np.floating[Any]]) -> Arrays6:
+    """strict_blocks' arrays (b, d, t, mag, prod, est) of numpy arrays `flat` (absent ones empty)."""
+    side = _side_dtype(flat, work)
+    extra = np.dtype(np.float32) if side.itemsize == 2 else side  # the magnitude run and the product
+    # the bench as it is where it is float32 or float64 (the pass rounds it to the work dtype a chunk at a time,
+    # as numpy did a block at a time): no copy of a float64 bench of a 16-bit output before the call
+    bench_dtype = flat["b"].dtype if flat["b"].dtype in (np.float32, np.float64) else np.dtype(work)
+    return (_kernel_array(flat["b"], bench_dtype), kernel_view(_kernel_array(flat["d"], side)),
+            kernel_view(_kernel_array(flat.get("t"), side)), _kernel_array(flat.get("mag"), extra),
+            _kernel_array(flat.get("prod"), extra),
+            np.ascontiguousarray(flat["est"]) if "est" in flat else np.empty(0, dtype=np.bool_))
 
 
 def _totals_of(got: Mapping[str, float], sums: np.ndarray, counts: np.ndarray) -> _Totals:

@@ -343,8 +343,8 @@ I_WORST, I_GROSS, I_WRONG, I_WRONG_ZERO, I_WRONG_UP, I_OFF_TIE, I_FIRST_WRONG, I
 
 @compiled
 def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch: Any, wide: Any, ints: Any,
-                  fmt: int, kind: int, size: int, block: int, every: int, params: Any, b0: int, b1: int, bias: Any,
-                  counts: Any, rows: Any, irows: Any) -> None:
+                  fmt: int, kind: int, size: int, block: int, every: int, params: Any, b0: int, b1: int,
+                  origin: int, bias: Any, counts: Any, rows: Any, irows: Any) -> None:
     """Blocks b0..b1 of `block` elements (groups of `size`) of the strict pass, each into its own row of `rows`
     and `irows` (R_*, I_*) and, every `every`-th block, the bias test's group sums into bias[0..3] and their sizes
     into `counts` at the block's own groups: either thread may take any blocks (helper.share), and strict_finish
@@ -352,8 +352,9 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
     the work dtype here); `scratch` holds SCRATCH rows of at least `block` elements of the work dtype, `wide` WIDE
     rows of float64 (the calling thread's), `ints` is an empty array of the integers of the work width. Each
     block is read in chunks of whole leaves of numpy's pairwise tree of its sums (the 8192-element buffers of a
-    float32 sum into float64, or the whole block), each chunk once, in one loop."""
-    m = d.size
+    float32 sum into float64, or the whole block), each chunk once, in one loop. The arrays hold the output's
+    elements from `origin` on (0: the whole output; strict_streamed: a piece of it); every index is the output's."""
+    m = d.size + origin
     has_t = t.size > 0
     rowk = has_t and (kind == 2 or kind == 3)
     wd = scratch.dtype
@@ -379,10 +380,11 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
     per_block = -(-block // size)  # groups of a whole block
     for bi in range(b0, b1):
         start = bi * block
+        at = start - origin  # the block's first element in the arrays
         nb = min(block, m - start)
         sampled = bi % every == 0
         if has_x:
-            _extras(b, t, mag, prod, est, start, nb, size, fmt, rowk, sx, scratch[12], scratch[13], scratch[14],
+            _extras(b, t, mag, prod, est, at, nb, size, fmt, rowk, sx, scratch[12], scratch[13], scratch[14],
                     scratch[15], wide[0], c, params, seg)
         block_w = block_t = 0.0
         nan_w = nan_t = False
@@ -397,7 +399,7 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
                 last, c0 = chunk_last(los, lens, first, count, CHUNK), los[first]
                 cn = los[last] + lens[last] - c0
                 off = p0 + c0
-                lo = start + off
+                lo = at + off
                 scale = sx[off:off + cn] if has_x else uw
                 bad = 0
                 quick = settle and not sampled and fmt <= 1 and cast  # (the bias terms need the rows)
@@ -443,7 +445,7 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
                 if kind == 1 and bad:
                     j = _exact(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, cn, c, wrong)
                     if j >= 0 and first_wrong < 0:
-                        first_wrong = lo + j
+                        first_wrong = start + off + j
                 if sampled:
                     _bias_terms(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, cn, sd[off:off + cn], st[off:off + cn],
                                 sdz[off:off + cn], stz[off:off + cn], c)

@@ -1,0 +1,244 @@
+"""A 7B-class call's check, per phase: wall, CPU and peak RSS, whole or in pieces, at -n 0 and -n 2, with the bench
+on the CPU and, where torch sees CUDA, on it (--msprobe-bench-device cuda).
+
+    python benchmarks/bench_scale.py DUMP_JSON [--only Functional.linear.14.forward] [--workers 0 2]
+           [--max-memory 512MiB] [--bench-devices cpu cuda] [--same-as SMALL_DUMP_JSON]
+
+Each setting runs pytest-msprobe on the dump's chosen items (`--msprobe-device cpu`) with this module as a pytest
+plugin in every process: it wraps each phase of an item (the inputs, the device run, the bench, the third and
+magnitude runs, the comparison, and, for an item checked in pieces, the pieces' runs and checks together) and takes
+its wall and CPU time (the process's, both threads) and its peak RSS (Linux's VmHWM, reset at the phase's start
+through /proc/self/clear_refs). Printed per setting: the run's wall, CPU and peak RSS (of the largest process), each
+phase's, and each item's outputs (their tensors' bytes: the call's inputs and its device output, "own tensors")
+against the peak: the ratio the memory budget holds.
+
+`--same-as SMALL_DUMP_JSON` checks the chosen items of a smaller dump twice, whole and forced into pieces
+(`--max-memory`), and prints whether every record is the same (rows, statistics, verdicts; not the timings).
+
+Figures: 2026-11-28, a 2-core AMD EPYC (avx512_bf16: yes) shared with other work (so wall times vary), the
+dumps of `benchmarks/make_dumps.py --only 'llama_7b_*'` (4,096 tokens) and `... --small` (128 tokens); the item is
+the lm_head, `Functional.linear.14.forward`: input [1, 4096, 4096] and weight [128256, 4096], bf16, strict.
+
+    python benchmarks/bench_scale.py DUMPS/llama_7b_bf16_statistics/step0/rank0/dump.json --workers 0 \
+        --max-memory 384MiB
+      -n 0, 384 MiB: in pieces of 64 rows x 1,984 columns (64 row blocks); own tensors (input, weight, device
+      output) 1.99 GiB; peak RSS 2.88 GiB = 1.45x; wall 180 s, CPU 173 s (inputs 2.6 s, device 10 s, pieces
+      165 s: the bench twice, for strict's scale floor, and the magnitude run, each a block at a time)
+    ... --workers 0 2 --max-memory 512MiB --same-as DUMPS/llama_7b-small_bf16_statistics/step0/rank0/dump.json
+      -n 0, 512 MiB: 64 rows x 8,000 columns; peak RSS 3.06 GiB = 1.54x; wall 435 s, CPU 275 s (a busier machine)
+      -n 2, 512 MiB: peak RSS 3.15 GiB (the worker) = 1.58x; wall 271 s, CPU 261 s
+      128 tokens (own tensors 1.01 GiB), whole: peak RSS 5.47 GiB = 5.41x, wall 30.2 s, CPU 18.9 s;
+      in pieces (512 MiB): 1.94 GiB = 1.93x, wall 30.4 s, CPU 14.3 s; records whole vs in pieces: the same
+
+The whole check of the 4,096-token lm_head needs about 11 GiB beside its own tensors (the bench's fp32 weight and
+output, the magnitude run's |weight| and output); at 2,048 tokens it peaked at 7.9 GiB for 1.5 GiB of own tensors.
+Peak RSS in pieces is the process (0.36 GiB: Python, torch), the call's own tensors, the passes' plans (0.2 GiB
+for 525M elements) and the budget's pieces. The bench on an accelerator (`--bench-devices cuda`) has no figures:
+this machine has none.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT_ENV = "BENCH_SCALE_OUT"  # the probe's folder: one JSON file per process
+PHASES = ("inputs", "device", "bench", "reference", "magnitude", "compare", "pieces")
+
+# --------------------------------------------------------------------------- the probe plugin (in every process)
+
+_phases: dict[str, dict[str, float]] = {}
+
+
+def _hwm_reset() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")  # the peak resident set size back to the current one
+    except OSError:
+        pass
+
+
+def _hwm() -> float:
+    """This process's peak resident set size since the last reset, in MiB."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _measured(phase: Callable[[Any], str], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with its wall, CPU and peak RSS added to the phase `phase(args)` names."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        name = phase(args)
+        _hwm_reset()
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sums = _phases.setdefault(name, {"wall": 0.0, "cpu": 0.0, "rss": 0.0, "calls": 0})
+            sums["wall"] += time.perf_counter() - wall
+            sums["cpu"] += time.process_time() - cpu
+            sums["rss"] = max(sums["rss"], _hwm())
+            sums["calls"] += 1
+    return wrapper
+
+
+def _timed_phase(args: Any) -> str:
+    """calls.timed's key ("bench_s", "reference_backward_s") as a phase."""
+    key = str(args[1]).removesuffix("_s").removesuffix("_backward")
+    return key if key in PHASES else "other"
+
+
+def pytest_configure(config: Any) -> None:
+    if not os.environ.get(OUT_ENV) or getattr(pytest_configure, "done", False):
+        return
+    pytest_configure.done = True  # type: ignore[attr-defined]
+    from pytest_msprobe.check import calls, chunked, rerun
+
+    calls.timed = _measured(_timed_phase, calls.timed)
+    rerun.compare_outputs = _measured(lambda a: "compare", rerun.compare_outputs)  # type: ignore[attr-defined]
+    rerun.prepared_inputs = _measured(lambda a: "inputs", rerun.prepared_inputs)  # type: ignore[attr-defined]
+    chunked.check = _measured(lambda a: "pieces", chunked.check)
+
+
+def pytest_unconfigure(config: Any) -> None:
+    out = os.environ.get(OUT_ENV)
+    if out and _phases:
+        Path(out, f"{os.getpid()}.json").write_text(json.dumps({"phases": _phases, "peak": _peak()}))
+
+
+def _peak() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def _own_bytes(dump: Path, only: list[str]) -> dict[str, int]:
+    """Per chosen item, the bytes of its recorded input tensors and its output (the call's own tensors)."""
+    data = json.loads(dump.read_text())["data"]
+    sizes = {"torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4, "torch.float64": 8, "torch.int64": 8,
+             "torch.int32": 4, "torch.bool": 1, "torch.uint8": 1, "torch.int8": 1}
+
+    def walk(node: Any) -> int:
+        if isinstance(node, dict):
+            if isinstance(node.get("shape"), list) and "dtype" in node:
+                return math.prod(node["shape"]) * sizes.get(node["dtype"], 4)
+            return sum(walk(v) for v in node.values())
+        if isinstance(node, list):
+            return sum(walk(v) for v in node)
+        return 0
+
+    return {k: walk([v.get("input_args"), v.get("input_kwargs"), v.get("output")]) for k, v in data.items()
+            if k.endswith(".forward") and (not only or k in only)}
+
+
+def run(dump: Path, only: list[str], workers: int, extra: list[str], work: Path) -> dict[str, Any]:
+    """One pytest-msprobe run of the chosen items: wall, CPU, peak RSS, the probe's phases and the records."""
+    from benchmarks.bench_vs_msprobe import wait
+
+    out, probe = work / f"out-{time.monotonic_ns()}", work / f"probe-{time.monotonic_ns()}"
+    probe.mkdir()
+    env = {**os.environ, OUT_ENV: str(probe), "PYTHONPATH": str(ROOT)}
+    targets = [f"{dump.resolve()}::{name}" for name in only] or [str(dump.resolve())]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "benchmarks.bench_scale", *targets,
+           "--msprobe-device", "cpu", "--msprobe-out", str(out), "-n", str(workers),
+           "--msprobe-min-work-per-worker", "0", *extra]
+    wall, cpu, rss, code = wait(cmd, work, env)
+    if code not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} exited with {code}")
+    phases: dict[str, dict[str, float]] = {}
+    for path in probe.glob("*.json"):
+        for name, sums in json.loads(path.read_text())["phases"].items():
+            into = phases.setdefault(name, {"wall": 0.0, "cpu": 0.0, "rss": 0.0, "calls": 0})
+            for key in ("wall", "cpu", "calls"):
+                into[key] += sums[key]
+            into["rss"] = max(into["rss"], sums["rss"])
+    (records,) = out.glob("msprobe_records_*.jsonl")
+    recs = {f"{r['api']}.{r['direction']}": r for r in map(json.loads, records.read_text().splitlines())}
+    return {"wall": wall, "cpu": cpu, "rss": rss, "phases": phases, "records": recs}
+
+
+def show(title: str, result: dict[str, Any], own: dict[str, int]) -> None:
+    print(f"\n{title}: wall {result['wall']:.1f} s, CPU {result['cpu']:.1f} s, peak RSS {result['rss'] / 1024:.2f} GiB")
+    for name in (*PHASES, "other"):
+        p = result["phases"].get(name)
+        if p:
+            print(f"  {name:10s} wall {p['wall']:8.1f} s  CPU {p['cpu']:8.1f} s  peak RSS {p['rss'] / 1024:6.2f} GiB"
+                  f"  ({int(p['calls'])} calls)")
+    for key, record in result["records"].items():
+        mine = own.get(key, 0)
+        pieces = record.get("pieces")
+        how = f"in pieces of {pieces['rows']} rows x {pieces['columns']} columns ({pieces['blocks']} row blocks)" \
+            if pieces else "whole"
+        print(f"  {key}: {record['status']} {how}; own tensors {mine / 2**30:.2f} GiB, peak RSS / own "
+              f"{result['rss'] * 2**20 / mine:.2f}x" if mine else f"  {key}: {record['status']} {how}")
+        if record.get("message"):
+            print(f"    {record['message'][:300]}")
+
+
+def same_records(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The items whose records differ in more than timings, the settings' hash and the pieces' own keys."""
+    def kept(record: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in record.items() if k not in ("timings", "pieces", "entry_key", "notes")}
+        out["notes"] = [n for n in record.get("notes", []) if not n.startswith("checked in pieces of ")]
+        return out
+
+    return [key for key in a.keys() | b.keys() if key not in a or key not in b or kept(a[key]) != kept(b[key])]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dump", type=Path)
+    parser.add_argument("--only", nargs="*", default=["Functional.linear.14.forward"],
+                        help="items to check (none: every item of the dump); default: the lm_head of the 7b dump")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--max-memory", default="384MiB", help="--msprobe-max-memory of the runs")
+    parser.add_argument("--bench-devices", nargs="+", default=None,
+                        help="default: cpu, and cuda where torch.cuda.is_available()")
+    parser.add_argument("--same-as", type=Path, default=None,
+                        help="a smaller dump whose chosen items are checked whole and in pieces, records compared")
+    parser.add_argument("--pytest-arg", dest="pytest_args", action="append", default=[])
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.verify_strict_kernel import _cpu
+
+    devices = args.bench_devices
+    if devices is None:
+        import torch
+
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    print(f"{time.strftime('%Y-%m-%d')}, {_cpu()}, {os.cpu_count()} cores; {args.dump}")
+    own = _own_bytes(args.dump, args.only)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if args.same_as is not None:
+            base = ["--msprobe-helper-thread", "off", *args.pytest_args]
+            whole = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", "1TiB"], work)
+            cut = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", args.max_memory], work)
+            small = _own_bytes(args.same_as, args.only)
+            show(f"{args.same_as.parent.parent.parent.name}, whole", whole, small)
+            show(f"{args.same_as.parent.parent.parent.name}, --msprobe-max-memory {args.max_memory}", cut, small)
+            differ = same_records(whole["records"], cut["records"])
+            print(f"records whole vs in pieces: {'the same' if not differ else 'DIFFER: ' + ', '.join(differ)}")
+        for device in devices:
+            for workers in args.workers:
+                extra = ["--msprobe-max-memory", args.max_memory, "--msprobe-bench-device", device, *args.pytest_args]
+                show(f"-n {workers}, bench on {device}, --msprobe-max-memory {args.max_memory}",
+                     run(args.dump, args.only, workers, extra, work), own)
+
+
+if __name__ == "__main__":
+    main()

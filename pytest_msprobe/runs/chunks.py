@@ -1,0 +1,263 @@
+"""Runs of a large call in pieces: the bench, the third run and the magnitude run, a block of the output's rows at
+a time (and, for a contraction with a large weight, a block of its columns within that).
+
+Where each row of an API's output depends only on the same row of its inputs (a linear's or matmul's tokens, a
+pointwise op's elements, a softmax's or norm's leading dimensions), the runs that the check computes beside the
+device output need not exist whole: the host's passes (check/chunked.py) read each piece once, in the output's
+flat order, and keep only their statistics. Each piece is computed by the very kernel the whole run would use, on
+the same values: rows come in multiples of ROW_MULTIPLE (a short tail joins the block before it), so torch's CPU
+GEMM tiles a block's rows as it tiles the whole's (a block of 1 to 3 rows takes its GEMV path, whose sums differ,
+and an fp64 GEMM's rows are tiled by 4) and a vectorised pointwise loop's tail falls where the whole's does:
+the pieces are bitwise the whole run's (tests/test_chunks.py).
+
+Nothing here runs at plugin load: the module is imported by the check when an item does not fit its budget.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .execution import Side, make_side, map_structure, run_side
+
+ROW_MULTIPLE = 64  # rows per block are a multiple of this, and no block is shorter (but a whole output)
+POINTWISE = frozenset({
+    "add", "sub", "mul", "div", "true_divide", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh",
+    "silu", "gelu", "relu", "pow", "square", "reciprocal", "sin", "cos", "erf", "maximum", "minimum", "addcmul",
+    "addcdiv", "lerp", "clamp", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__neg__", "__pow__",
+    # in place (an optimizer's step): each side writes into its own copy of the inputs, a piece into its piece's
+    "add_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "lerp_", "__iadd__", "__isub__", "__imul__",
+})
+ROWWISE = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})  # normalised over trailing dimensions
+CONTRACTIONS = frozenset({"linear", "matmul", "mm"})  # along the first operand's rows; linear's weight rows too
+COVERED = POINTWISE | ROWWISE | CONTRACTIONS
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """How one call's output splits: `rows` rows of `width` elements (the output's flat order), and `pieces(r0, r1,
+    c0, c1)` the call's arguments for rows r0..r1 and columns c0..c1 (columns split only where `columns` is true)."""
+
+    api: str
+    rows: int
+    width: int
+    columns: bool
+    pieces: Callable[[int, int, int, int], tuple[list[Any], dict[str, Any]]]
+
+
+def _arg(args: list[Any], kwargs: dict[str, Any], position: int, *names: str) -> Any:
+    if len(args) > position:
+        return args[position]
+    return next((kwargs[n] for n in names if n in kwargs), None)
+
+
+def _put(args: list[Any], kwargs: dict[str, Any], position: int, name: str, value: Any) -> None:
+    if len(args) > position:
+        args[position] = value
+    else:
+        kwargs[name] = value
+
+
+def plan(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tuple[int, ...] | None) -> Chunking | None:
+    """How this forward call's output splits into independent rows, or None where it does not (an API outside
+    COVERED, arguments whose rows are not the output's, an output of one row)."""
+    if api not in COVERED or out_shape is None or len(out_shape) == 0 or "out" in kwargs:
+        return None
+    x = _arg(args, kwargs, 0, "input", "self")
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return None
+    width = int(out_shape[-1]) if len(out_shape) > 1 else 1
+    rows = math.prod(out_shape) // max(width, 1)
+    if rows < 2 * ROW_MULTIPLE or width == 0:
+        return None
+    if api in CONTRACTIONS:
+        return _contraction(api, args, kwargs, x, rows, width)
+    if api in ROWWISE:
+        return _rowwise(api, args, kwargs, x, out_shape, rows, width)
+    return _pointwise(api, args, kwargs, tuple(out_shape), rows, width)
+
+
+def _contraction(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Tensor, rows: int,
+                 width: int) -> Chunking | None:
+    other = _arg(args, kwargs, 1, "weight", "other", "mat2")
+    if not isinstance(other, torch.Tensor) or other.dim() != 2 or x.dim() < 2:
+        return None
+    inner = x.shape[-1]
+    if api == "linear":
+        bias = _arg(args, kwargs, 2, "bias")
+        if other.shape != (width, inner) or (bias is not None and (not isinstance(bias, torch.Tensor) or
+                                                                    bias.shape != (width,))):
+            return None
+    elif other.shape != (inner, width):
+        return None
+
+    def pieces(r0: int, r1: int, c0: int, c1: int) -> tuple[list[Any], dict[str, Any]]:
+        a, k = list(args), dict(kwargs)
+        _put(a, k, 0, "input", x.reshape(-1, inner)[r0:r1])
+        if api == "linear":
+            _put(a, k, 1, "weight", other[c0:c1])
+            bias = _arg(args, kwargs, 2, "bias")
+            if bias is not None:
+                _put(a, k, 2, "bias", bias[c0:c1])
+        else:
+            _put(a, k, 1, "other" if "other" in kwargs else "mat2", other[:, c0:c1])
+        return a, k
+
+    return Chunking(api, rows, width, True, pieces)
+
+
+def _rowwise(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Tensor, out_shape: tuple[int, ...],
+             rows: int, width: int) -> Chunking | None:
+    if tuple(x.shape) != tuple(out_shape):
+        return None
+    if api in ("softmax", "log_softmax"):
+        dim = _arg(args, kwargs, 1, "dim")
+        if not isinstance(dim, int) or dim not in (-1, x.dim() - 1):
+            return None
+        trailing: tuple[int, ...] = (width,)
+    else:
+        normalized = _arg(args, kwargs, 1, "normalized_shape")
+        trailing = tuple(int(n) for n in normalized) if isinstance(normalized, (list, tuple)) else ()
+        if trailing != (width,):  # over several trailing dimensions: a block would have to be whole slices
+            return None
+
+    def pieces(r0: int, r1: int, c0: int, c1: int) -> tuple[list[Any], dict[str, Any]]:
+        a, k = list(args), dict(kwargs)
+        _put(a, k, 0, "input", x.reshape(-1, width)[r0:r1])
+        return a, k
+
+    return Chunking(api, rows, width, False, pieces)
+
+
+def _pointwise(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tuple[int, ...], rows: int,
+               width: int) -> Chunking | None:
+    """Tensors of the output's shape are split; 0-d ones and 1-d ones along the last dimension broadcast whole."""
+    split: list[tuple[str, Any]] = []
+    ok = [True]
+
+    def classify(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if tuple(v.shape) == out_shape:
+                split.append(("", v))
+            elif not (v.dim() == 0 or (v.dim() == 1 and v.shape[0] in (1, width) and len(out_shape) > 1)):
+                ok[0] = False
+        return v
+
+    map_structure(classify, [args, kwargs])
+    if not ok[0] or not split:
+        return None
+    ids = {id(v) for _, v in split}
+
+    def pieces(r0: int, r1: int, c0: int, c1: int) -> tuple[list[Any], dict[str, Any]]:
+        def cut(v: Any) -> Any:
+            return v.reshape(-1, width)[r0:r1] if isinstance(v, torch.Tensor) and id(v) in ids else v
+
+        return [map_structure(cut, a) for a in args], {k: map_structure(cut, v) for k, v in kwargs.items()}
+
+    return Chunking(api, rows, width, False, pieces)
+
+
+def blocks(total: int, per_block: int) -> list[tuple[int, int]]:
+    """[0, total) in blocks of `per_block` (rounded down to a multiple of ROW_MULTIPLE, at least one multiple), a
+    tail shorter than ROW_MULTIPLE joined to the block before it."""
+    size = max(ROW_MULTIPLE, per_block // ROW_MULTIPLE * ROW_MULTIPLE)
+    edges = list(range(0, total, size)) + [total]
+    if len(edges) > 2 and edges[-1] - edges[-2] < ROW_MULTIPLE:
+        del edges[-2]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One of the runs computed in pieces: its name, function and the arguments it splits (`chunking`), the dtype
+    each tensor is cast to, whether its inputs are taken as absolute values (the magnitude run; with the scalar
+    arguments named in `scalars`), its autocast dtype and the torch device it runs on."""
+
+    name: str
+    fn: Any
+    chunking: Chunking
+    dtype_for: Callable[[torch.Tensor], torch.dtype]
+    absolute: bool = False
+    scalars: frozenset[str] = frozenset()
+    autocast: torch.dtype | None = None
+    device: str = "cpu"
+
+
+def piece_bytes(spec: RunSpec, rows: int, columns: int) -> int:
+    """Bytes one piece of `rows` rows and `columns` columns holds while it runs: its inputs' cast copies (and their
+    absolute values, for the magnitude run) and its output."""
+    args, kwargs = spec.chunking.pieces(0, min(rows, spec.chunking.rows), 0, min(columns, spec.chunking.width))
+    total = [0]
+
+    def count(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            wide = spec.dtype_for(v) if v.is_floating_point() else v.dtype
+            total[0] += v.numel() * (wide.itemsize + (v.dtype.itemsize if spec.absolute else 0))
+        return v
+
+    map_structure(count, [args, kwargs])
+    return total[0] + rows * columns * output_itemsize(spec)
+
+
+def output_dtype(spec: RunSpec) -> torch.dtype:
+    """The dtype of the run's output: its first tensor argument's, as the run casts it."""
+    x = next((v for v in spec.chunking.pieces(0, 1, 0, 1)[0] if isinstance(v, torch.Tensor)), None)
+    return spec.dtype_for(x) if x is not None and x.is_floating_point() else torch.float32
+
+
+def output_itemsize(spec: RunSpec) -> int:
+    """Bytes per element of the run's output."""
+    return output_dtype(spec).itemsize
+
+
+def columns_exact(spec: RunSpec) -> bool:
+    """Whether a contraction's blocks of columns are bitwise its whole result's in this run's dtype: MKL's fp32 GEMM
+    gives each column the same sums whatever the columns beside it, its fp64 GEMM does not (blocks of 64 columns
+    differ in the last bits; tests/test_chunks.py), so an fp64 run splits rows only."""
+    return spec.dtype_for(torch.empty(0, dtype=torch.float32)) != torch.float64
+
+
+def run_piece(spec: RunSpec, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
+    """Rows r0..r1, columns c0..c1 of `spec`'s output, as a 2-D tensor where the run computed it."""
+    args, kwargs = spec.chunking.pieces(r0, r1, c0, c1)
+    if spec.absolute:
+        def absolute(v: Any) -> Any:
+            return v.abs() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+        args = [map_structure(absolute, a) for a in args]
+        kwargs = {k: abs(v) if k in spec.scalars and isinstance(v, (int, float)) else map_structure(absolute, v)
+                  for k, v in kwargs.items()}
+    side: Side = make_side(args, kwargs, device=spec.device, dtype_for=spec.dtype_for, requires_grad=set(),
+                           want_grad=False, bench=spec.device == "cpu")
+    out = run_side(spec.fn, side, autocast=spec.autocast, device_type=spec.device.split(":")[0], grad=False)
+    leaf = out[0] if isinstance(out, (list, tuple)) else out
+    if not isinstance(leaf, torch.Tensor):
+        raise TypeError(f"the {spec.name} run of {spec.chunking.api} returned {type(leaf).__name__}, not a tensor")
+    return leaf.detach().reshape(r1 - r0, c1 - c0)
+
+
+def run_rows(spec: RunSpec, r0: int, r1: int, columns: int) -> torch.Tensor:
+    """Rows r0..r1 of `spec`'s output on the host (`columns` per piece: the whole width, or blocks of it)."""
+    chunking = spec.chunking
+    if columns >= chunking.width or not chunking.columns or not columns_exact(spec):
+        return run_piece(spec, r0, r1, 0, chunking.width).cpu()
+    out = None
+    for c0, c1 in blocks(chunking.width, columns):
+        part = run_piece(spec, r0, r1, c0, c1).cpu()
+        if out is None:
+            out = torch.empty((r1 - r0, chunking.width), dtype=part.dtype)
+        out[:, c0:c1] = part
+        del part
+    assert out is not None
+    return out
+
+
+def pieces_of(specs: list[RunSpec], rows: int, columns: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+    """Each block of `rows` rows: its first element's flat index and every run's output there (flat, on the host)."""
+    first = specs[0].chunking
+    for r0, r1 in blocks(first.rows, rows):
+        yield r0 * first.width, {s.name: run_rows(s, r0, r1, columns).reshape(-1) for s in specs}

@@ -1,0 +1,206 @@
+"""Items too large for the memory budget (--msprobe-max-memory) are checked in pieces with the whole check's rows,
+statistics and verdicts; what cannot be cut is skipped with the reason; the bench device option (cpu here)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import api_records, device_side_conftest, make_dump, strict_warm_up, tensor
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _warm() -> None:
+    strict_warm_up()
+
+
+def _int(v: int) -> dict[str, Any]:
+    return {"type": "int", "value": v}
+
+
+def _entries(dt: str) -> dict[str, Any]:
+    """Forward calls of every class cut in pieces: a contraction with and without bias, a batched matmul, a
+    softmax and norms along the leading dimensions, pointwise ops with a broadcast operand and with alpha."""
+    def t(shape: list[int], mx: float = 2.0, mn: float = -2.0) -> dict[str, Any]:
+        return tensor(dt, shape, mx=mx, mn=mn)
+
+    def call(args: list[Any], out: list[int], kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"input_args": args, "input_kwargs": kwargs or {}, "output": [t(out)]}
+
+    return {
+        "Functional.linear.0.forward": call([t([1, 512, 64]), t([96, 64], 0.2, -0.2)], [1, 512, 96]),
+        "Functional.linear.1.forward": call([t([512, 64]), t([96, 64], 0.2, -0.2), t([96])], [512, 96]),
+        "Torch.matmul.0.forward": call([t([2, 256, 48]), t([48, 80])], [2, 256, 80]),
+        "Functional.softmax.0.forward": call([t([4, 128, 96], 8.0, -8.0), _int(-1)], [4, 128, 96]),
+        "Functional.log_softmax.0.forward": call([t([512, 96], 8.0, -8.0)], [512, 96], {"dim": _int(-1)}),
+        "Functional.rms_norm.0.forward": call([t([512, 96]), [_int(96)], t([96])], [512, 96]),
+        "Functional.layer_norm.0.forward": call([t([512, 96]), [_int(96)], t([96]), t([96])], [512, 96]),
+        "Functional.silu.0.forward": call([t([512, 96], 6.0, -6.0)], [512, 96]),
+        "Torch.add.0.forward": call([t([512, 96]), t([512, 96])], [512, 96], {"alpha": {"type": "float", "value": 0.5}}),
+        "Tensor.__mul__.0.forward": call([t([512, 96]), t([96])], [512, 96]),
+        # an optimizer's in-place updates, on a matrix and on a vector
+        "Tensor.addcmul_.0.forward": call([t([1024, 48]), t([1024, 48]), t([1024, 48])], [1024, 48],
+                                          {"value": {"type": "float", "value": -0.01}}),
+        "Tensor.mul_.0.forward": call([t([512, 96], 0.0, 0.0), {"type": "float", "value": 0.9}], [512, 96]),  # zeros
+        "Tensor.lerp_.0.forward": call([t([65536]), t([65536]), {"type": "float", "value": 0.1}], [65536]),
+    }
+
+
+# the device's silu 1 % off where x > 3, its softmax rows renormalised in bf16: failing rows, judged in pieces too
+PLANTED = device_side_conftest("""
+import torch
+import torch.nn.functional as F
+def silu(orig, x, *a, **k):
+    y = orig(x, *a, **k)
+    return torch.where(x > 3, y * 1.01, y)
+def softmax(orig, x, *a, **k):
+    y = orig(x, *a, **k)
+    return (y / y.sum(-1, keepdim=True)).to(y.dtype)
+IMPLS = {F.silu: silu, F.softmax: softmax}
+""")
+
+_VOLATILE = ("timings", "pieces", "notes", "entry_key")  # entry_key: a hash of the settings (the budget too)
+
+
+def _same(whole: dict[str, Any], pieces: dict[str, Any]) -> None:
+    """Every key but the timings and the settings' hash equal; the notes but the one that says how it was cut."""
+    assert {k: v for k, v in whole.items() if k not in _VOLATILE} == \
+        {k: v for k, v in pieces.items() if k not in _VOLATILE}
+    assert [n for n in whole["notes"] if not n.startswith("checked in pieces of ")] == \
+        [n for n in pieces["notes"] if not n.startswith("checked in pieces of ")]
+
+
+@pytest.mark.parametrize("dt", ["torch.bfloat16", "torch.float32"])
+@pytest.mark.parametrize("standard", ["strict", "msprobe"])
+def test_items_checked_in_pieces_have_the_whole_checks_records(pytester: pytest.Pytester, dt: str,
+                                                               standard: str) -> None:
+    pytester.makeconftest(PLANTED)
+    dump = make_dump(pytester, _entries(dt))
+    common = ["-p", "no:cacheprovider", "--msprobe-standard", standard, "--msprobe-helper-thread", "off"]
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "64GiB", "--msprobe-out", "whole")
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "384KiB", "--msprobe-out", "cut")
+    whole, cut = api_records(pytester, "whole"), api_records(pytester, "cut")
+    assert whole.keys() == cut.keys() == {f"{k.rsplit('.', 1)[0]}.forward" for k in _entries(dt)}
+    for key, record in whole.items():
+        assert "pieces" not in record, key
+        assert cut[key]["pieces"]["blocks"] > 1, key  # each one really cut, in several blocks
+        assert cut[key]["pieces"]["need"] > cut[key]["pieces"]["budget"] == 384 * 1024
+        assert record["outputs"] and record["status"] != "SKIP", (key, record["message"])
+        _same(record, cut[key])
+    if standard == "strict":  # the planted errors fail, whole and in pieces alike
+        assert cut["Functional.silu.0.forward"]["status"] == "error"
+        assert cut["Functional.linear.0.forward"]["status"] == "pass"
+
+
+def test_a_wide_contraction_is_cut_along_its_weight_too(pytester: pytest.Pytester) -> None:
+    t = "torch.bfloat16"
+    dump = make_dump(pytester, {"Functional.linear.0.forward": {
+        "input_args": [tensor(t, [1, 256, 1024], mx=1.0, mn=-1.0), tensor(t, [1024, 1024], mx=0.1, mn=-0.1)],
+        "input_kwargs": {}, "output": [tensor(t, [1, 256, 1024])]}})
+    common = ["-p", "no:cacheprovider", "--msprobe-helper-thread", "off"]
+    pytester.runpytest(str(dump), *common, "--msprobe-out", "whole")
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "2MiB", "--msprobe-out", "cut")
+    whole, cut = api_records(pytester, "whole"), api_records(pytester, "cut")
+    key = "Functional.linear.0.forward"
+    assert cut[key]["pieces"]["columns"] < 1024 and cut[key]["pieces"]["rows"] == 64
+    _same(whole[key], cut[key])
+
+
+def test_in_pieces_under_xdist_as_in_one_process(pytester: pytest.Pytester) -> None:
+    dump = make_dump(pytester, _entries("torch.bfloat16"))
+    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-max-memory", "384KiB", "--msprobe-out", "one")
+    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "-n", "2", "--msprobe-min-work-per-worker", "0",
+                       "--msprobe-max-memory", "384KiB", "--msprobe-out", "two")
+    one, two = api_records(pytester, "one"), api_records(pytester, "two")
+    assert one.keys() == two.keys() and all("pieces" in r for r in two.values())
+    for key in one:
+        _same(one[key], two[key])
+
+
+def test_what_cannot_be_cut_and_does_not_fit_is_skipped_with_the_reason(pytester: pytest.Pytester) -> None:
+    t = "torch.float32"
+    dump = make_dump(pytester, {
+        "Torch.cumsum.0.forward": {"input_args": [tensor(t, [512, 96]), _int(0)], "input_kwargs": {},
+                                   "output": [tensor(t, [512, 96])]},
+        "Functional.silu.0.forward": {"input_args": [tensor(t, [512, 96], requires_grad=True)], "input_kwargs": {},
+                                      "output": [tensor(t, [512, 96])]},
+        "Functional.silu.0.backward": {"input": [tensor(t, [512, 96])], "output": [tensor(t, [512, 96])]},
+    })
+    result = pytester.runpytest(str(dump), "-p", "no:cacheprovider", "-rs", "--msprobe-max-memory", "64KiB")
+    records = api_records(pytester)
+    cumsum, backward = records["Torch.cumsum.0.forward"], records["Functional.silu.0.backward"]
+    assert cumsum["status"] == backward["status"] == "SKIP"
+    assert "over the memory budget of 64 KiB (--msprobe-max-memory)" in cumsum["message"]
+    assert "rows are not independent" in cumsum["message"]
+    assert "a backward item is not checked in pieces" in backward["message"]
+    assert "even one piece" in records["Functional.silu.0.forward"]["message"]  # 64 rows do not fit either
+    result.assert_outcomes(skipped=3)
+
+
+def test_bench_device_cpu_is_todays_bench_and_a_bad_device_is_one_usage_line(pytester: pytest.Pytester) -> None:
+    dump = make_dump(pytester, _entries("torch.bfloat16"))
+    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-out", "default")
+    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-bench-device", "cpu", "--msprobe-out", "cpu")
+    default, cpu = api_records(pytester, "default"), api_records(pytester, "cpu")
+    for key, record in default.items():
+        assert record["bench_device"] in ("cpu (fp32)", "cpu (fp64)")  # fp64: raise_map_by_api
+        _same(record, cpu[key])
+    result = pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-bench-device", "gpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --msprobe-bench-device: 'gpu' is not a bench device (cpu, cuda, cuda:N, "
+                                 "npu, npu:N)"])
+    result = pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-max-memory", "lots")
+    result.stderr.fnmatch_lines(["ERROR: --msprobe-max-memory: 'lots' is not a size (e.g. 8GiB, 512MiB, 2000000000)"])
+
+
+def test_an_unusable_bench_device_is_one_usage_line(pytester: pytest.Pytester) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the unusable-device line needs a machine without it")
+    dump = make_dump(pytester, _entries("torch.bfloat16"))
+    pytester.makeini("[pytest]\nmsprobe_bench_device = cuda\n")
+    result = pytester.runpytest(str(dump), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: ini msprobe_bench_device cuda: torch.cuda.is_available() is False on this "
+                                 "machine"])
+
+
+def test_the_failure_text_says_where_a_bench_off_the_cpu_ran() -> None:
+    from pytest_msprobe.reports.results import format_failure
+
+    record = {"api": "Functional.linear.0", "direction": "forward", "status": "error", "device": "cpu",
+              "standard": "strict", "outputs": [], "bench_device": "cuda:0 (fp32, TF32 off)",
+              "reference": "magnitude: the API on |inputs| in fp32 on cuda:0", "seed": 1}
+    assert "bench: cuda:0 (fp32, TF32 off); third run: magnitude: the API on |inputs| in fp32 on cuda:0" in \
+        format_failure(record, "pytest ...").splitlines()
+    assert not any(line.startswith("bench:") for line in format_failure({**record, "bench_device": "cpu (fp32)"},
+                                                                          "pytest ...").splitlines())
+
+
+def test_an_fp32_outputs_bench_stays_on_a_device_without_fp64() -> None:
+    import torch
+
+    from pytest_msprobe.runs import bench_device
+
+    assert bench_device.placement("npu:0", torch.float64, [torch.float32]) == "cpu"
+    assert bench_device.placement("npu:0", torch.float32, [torch.bfloat16]) == "npu:0"
+    assert bench_device.placement("cuda:1", torch.float64, [torch.float32]) == "cuda:1"
+    assert bench_device.placement("npu:0", None, [torch.float64]) == "cpu"
+    assert bench_device.describe("npu:0", torch.float32) == "npu:0 (fp32, HF32 off)"
+    assert bench_device.describe("cpu", torch.float64) == "cpu (fp64)"
+
+
+def test_tf32_is_off_inside_a_cuda_bench_and_back_after() -> None:
+    import torch
+
+    from pytest_msprobe.runs import bench_device
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        with bench_device.ieee_fp32("cuda:0"):  # the flags alone: no GPU is touched
+            assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -1,0 +1,152 @@
+"""Outputs checked in pieces: each piece of a run is bitwise the whole run's, and the metric and strict passes fed
+in pieces give the whole passes' statistics and verdicts, bit for bit."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pytest_msprobe.metrics import fused, storage
+from pytest_msprobe.metrics.streamed import Streamed as StreamedMetrics
+from pytest_msprobe.runs import chunks as C
+from pytest_msprobe.specs.loader import load_specs, thresholds_for
+from pytest_msprobe.verdict import judge, strict
+from pytest_msprobe.verdict import strict_streamed as S
+
+
+def _whole_and_pieces(api: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dtype: torch.dtype,
+                      rows: int, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+    out = fn(*args, **kwargs)
+    chunking = C.plan(api, list(args), dict(kwargs), tuple(out.shape))
+    assert chunking is not None, api
+    spec = C.RunSpec("bench", fn, chunking, lambda t: dtype if t.is_floating_point() else t.dtype)
+    whole = fn(*[a.to(dtype) if isinstance(a, torch.Tensor) else a for a in args], **kwargs).reshape(-1)
+    starts, parts = [], []
+    for start, piece in C.pieces_of([spec], rows, columns):
+        starts.append(start)
+        parts.append(piece["bench"])
+    assert starts == sorted(starts) and starts[0] == 0 and len(parts) > 1
+    return whole, torch.cat(parts)
+
+
+CASES = [
+    ("linear", F.linear, lambda g: (torch.randn(1, 300, 512, generator=g), torch.randn(700, 512, generator=g) / 20,
+                                    torch.randn(700, generator=g)), {}),
+    ("matmul", torch.matmul, lambda g: (torch.randn(3, 100, 96, generator=g), torch.randn(96, 200, generator=g)), {}),
+    ("softmax", F.softmax, lambda g: (torch.randn(4, 70, 257, generator=g) * 4, -1), {}),
+    ("log_softmax", F.log_softmax, lambda g: (torch.randn(300, 129, generator=g), -1), {}),
+    ("rms_norm", F.rms_norm, lambda g: (torch.randn(2, 150, 257, generator=g), (257,), torch.randn(257, generator=g)),
+     {}),
+    ("layer_norm", F.layer_norm, lambda g: (torch.randn(300, 96, generator=g), (96,), torch.randn(96, generator=g),
+                                            torch.randn(96, generator=g)), {}),
+    ("silu", F.silu, lambda g: (torch.randn(4, 90, 33, generator=g),), {}),
+    ("add", torch.add, lambda g: (torch.randn(300, 65, generator=g), torch.randn(300, 65, generator=g)), {"alpha": 0.3}),
+    ("mul", torch.mul, lambda g: (torch.randn(300, 65, generator=g), torch.randn(65, generator=g)), {}),
+    ("addcmul_", torch.Tensor.addcmul_, lambda g: tuple(torch.randn(300, 65, generator=g) for _ in range(3)),
+     {"value": -0.01}),
+    ("lerp_", torch.Tensor.lerp_, lambda g: (torch.randn(4099, generator=g), torch.randn(4099, generator=g), 0.1), {}),
+]
+
+
+@pytest.mark.parametrize("api,fn,make,kwargs", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("recorded", [torch.bfloat16, torch.float32])
+def test_pieces_are_the_whole_run_bitwise(api: str, fn: Any, make: Any, kwargs: dict[str, Any],
+                                          recorded: torch.dtype) -> None:
+    torch.set_num_threads(1)
+    args = tuple(a.to(recorded) if isinstance(a, torch.Tensor) else a for a in make(torch.Generator().manual_seed(3)))
+    raised = torch.float32 if recorded == torch.bfloat16 else torch.float64
+    for rows, columns in ((64, 64), (128, 10**9), (100, 192)):
+        whole, pieces = _whole_and_pieces(api, fn, args, kwargs, raised, rows, columns)
+        assert torch.equal(whole, pieces), (api, rows, columns)
+
+
+def test_blocks_are_multiples_of_the_row_multiple_and_no_tail_is_short() -> None:
+    m = C.ROW_MULTIPLE
+    assert C.blocks(4 * m + 3, 2 * m) == [(0, 2 * m), (2 * m, 4 * m + 3)]  # the 3-row tail joins the last block
+    assert C.blocks(5 * m, 10) == [(i * m, (i + 1) * m) for i in range(5)]  # never under one multiple
+    assert C.blocks(3 * m, 10**9) == [(0, 3 * m)]
+
+
+def test_calls_whose_rows_are_not_independent_do_not_split() -> None:
+    x = torch.randn(300, 64)
+    assert C.plan("softmax", [x, 0], {}, (300, 64)) is None  # normalised along the split dimension
+    assert C.plan("sum", [x], {}, ()) is None  # not a covered API
+    assert C.plan("add", [x, torch.randn(300, 1)], {}, (300, 64)) is None  # broadcast along the rows' other axis
+    assert C.plan("matmul", [x, torch.randn(2, 64, 8)], {}, (2, 300, 8)) is None  # batched second operand
+    assert C.plan("linear", [torch.randn(10, 64), torch.randn(8, 64)], {}, (10, 8)) is None  # too few rows
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(x).bfloat16().view(torch.int16).numpy().view(storage.BITS)
+
+
+def _outputs(dtype: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    b = rng.standard_normal(n) * np.exp(rng.uniform(-3, 3, n))
+    if dtype == "torch.bfloat16":
+        b = b.astype(np.float32)
+        noise = rng.standard_normal((2, n)).astype(np.float32) * 3e-3
+        return b, _bits(b * (1 + noise[0])), _bits(b * (1 + noise[1]))
+    noise = rng.standard_normal((2, n)) * 1e-7
+    return b, (b * (1 + noise[0])).astype(np.float32), (b * (1 + noise[1])).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float32"])
+def test_metric_pass_in_pieces_is_the_whole_pass(dtype: str) -> None:
+    rng = np.random.default_rng(1)
+    n = 100_003
+    b, d, _ = _outputs(dtype, n, rng)
+    work = np.dtype(np.float32 if dtype == "torch.bfloat16" else np.float64)
+    mantissa = 7 if dtype == "torch.bfloat16" else 23
+    limits = fused.Limits(1e-6, 1e-3, 1e-5, 1e-3, (0.01, 0.001, 0.0001), (mantissa, -126, 1.0))
+    whole = fused.compute(b, d, np.dtype(np.float32), limits, work)
+    streamed = StreamedMetrics(d, np.dtype(np.float32), limits, work)
+    while streamed.done() < n:
+        start = streamed.done()
+        streamed.feed(start, b[start:min(n, start + int(rng.integers(1, 20_000)))])
+    stats, bench_worst = streamed.finish()
+    assert dataclasses.asdict(stats) == dataclasses.asdict(whole)
+    assert bench_worst == b[whole.worst]
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float32"])
+@pytest.mark.parametrize("kind", ["contraction", "reduction", "elementwise", "exact"])
+def test_strict_pass_in_pieces_is_the_whole_pass(dtype: str, kind: str) -> None:
+    rng = np.random.default_rng(2)
+    rows, width = 300, 257
+    n = rows * width
+    b, d, t = _outputs(dtype, n, rng)
+    magnitude = np.abs(b).astype(np.float32) * 3 if kind == "contraction" else None
+    torch_run = None if kind == "contraction" else t
+    rules = judge._rules(thresholds_for(load_specs(), "linear")["strict"], dtype, kind)
+    whole = strict.strict_compare(b, d, dtype, rules, kind=kind, torch_run=torch_run, magnitude=magnitude, row=width)
+    squares = S.Squares()
+    for start in range(0, n, 7_001):
+        squares.feed(b[start:start + 7_001])
+    streamed = S.Streamed(d, dtype, rules, kind, width, S.floor(squares.finish(), n, b.dtype.itemsize, rules, kind),
+                          torch_run is not None)
+    while streamed.done() < n:
+        start = streamed.done()
+        end = min(n, start + int(rng.integers(1, 60_000)))
+        pieces = {"b": b[start:end]}
+        if torch_run is not None:
+            pieces["t"] = torch_run[start:end]
+        if magnitude is not None:
+            pieces["mag"] = magnitude[start:end]
+        streamed.feed(start, pieces)
+    got = streamed.finish()
+    assert got is not None
+    assert (got.status, got.message, got.stats) == (whole.status, whole.message, whole.stats)
+
+
+def test_sum_of_squares_in_pieces_is_einsums() -> None:
+    rng = np.random.default_rng(4)
+    for dtype in (np.float32, np.float64):
+        b = (rng.standard_normal(1_000_003) * 1e3).astype(dtype)
+        squares = S.Squares()
+        for start in range(0, b.size, 12_345):
+            squares.feed(b[start:start + 12_345])
+        assert squares.finish() == float(np.einsum("i,i->", b, b, dtype=np.float64))
