@@ -352,8 +352,8 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
     the work dtype here); `scratch` holds SCRATCH rows of at least `block` elements of the work dtype, `wide` WIDE
     rows of float64 (the calling thread's), `ints` is an empty array of the integers of the work width. Each
     block is read in chunks of whole leaves of numpy's pairwise tree of its sums (the 8192-element buffers of a
-    float32 sum into float64, or the whole block), each chunk once, in one loop. The arrays hold the output's
-    elements from `origin` on (0: the whole output; strict_streamed: a piece of it); every index is the output's."""
+    float32 sum into float64, or the whole block), each chunk once, in one loop: a compiled kernel, kept whole. The
+    arrays hold the output's elements from `origin` on (0: the whole output; strict_streamed: a piece of it)."""
     m = d.size + origin
     has_t = t.size > 0
     rowk = has_t and (kind == 2 or kind == 3)
