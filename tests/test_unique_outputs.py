@@ -217,6 +217,24 @@ def test_index_put_and_index_copy_keep_one_of_their_writers() -> None:
                                  torch.ones(2, 2), reduce="add")["outputs"][0]
 
 
+
+def test_max_unpool_with_a_repeated_index_keeps_one_of_its_writers() -> None:
+    """Two pooled values unpooled to the same place (the H200 kept the other one): either is valid, zeros stay zeros."""
+    x = torch.tensor([[[[8.625, -1.0], [3.25, 2.0]]]])
+    indices = torch.tensor([[[[15, 15], [4, 0]]]])  # the first two go to the same element of the 4x4 plane
+    bench = [torch.nn.functional.max_unpool2d(x, indices, 2, output_size=(4, 4))]
+    other = 8.625 if float(bench[0][0, 0, 3, 3]) == -1.0 else -1.0  # the writer the bench did not keep
+    device = bench[0].clone()
+    device[0, 0, 3, 3] = other
+    row = _judge("max_unpool2d", bench, [device], x, indices)["outputs"][0]
+    assert (row["verdict"], row["check"]) == ("pass", "duplicate_writers")
+    device = bench[0].clone()
+    device[0, 0, 3, 3], device[0, 0, 2, 2] = 3.25, 1.0  # another element's writer, and a zero written over
+    row = _judge("max_unpool2d", bench, [device], x, indices)["outputs"][0]
+    assert row["verdict"] == "error" and "1 of 3 written" in row["verdict_message"] and \
+        "1 elements no index" in row["verdict_message"]
+
+
 DECOMPOSITIONS = """
 import torch
 

@@ -9,6 +9,7 @@ what the bench returned keeps its record as it was; a row judged here says so in
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -123,12 +124,15 @@ def _writers(api: str, args: list[Any], kwargs: dict[str, Any], bench: Any, devi
     it, each other one the bench's value (the input's). None where it cannot be told, or with a reduction (sums
     of every writer, which the usual checks judge)."""
     x = _arg(args, kwargs, 0, "input", kwargs.get("self"))
-    if not all(isinstance(t, torch.Tensor) for t in (x, bench, device)) or device.shape != x.shape or \
-            bench.shape != device.shape:
+    if not all(isinstance(t, torch.Tensor) for t in (x, bench, device)) or bench.shape != device.shape:
         return None
-    ids = torch.arange(x.numel()).reshape(x.shape)
     try:
-        written = _written(api, args, kwargs, ids, device.dtype)
+        if api.startswith("max_unpool"):
+            written = _unpooled(int(api[-2]), x, _arg(args, kwargs, 1, "indices"), device.shape)
+        elif device.shape == x.shape:
+            written = _written(api, args, kwargs, torch.arange(x.numel()).reshape(x.shape), device.dtype)
+        else:
+            return None
     except (RuntimeError, IndexError, TypeError, ValueError):
         return None
     if written is None:
@@ -144,6 +148,16 @@ def _writers(api: str, args: list[Any], kwargs: dict[str, Any], bench: Any, devi
         return False, (f"judged by validity: {stray} of {int(target.sum())} written elements hold a value none of "
                        f"their writers has; {changed} elements no index writes differ from the bench's")
     return True, WRITERS
+
+
+def _unpooled(k: int, x: torch.Tensor, indices: Any, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """max_unpool{k}d: each input value goes to its index within its (batch, channel) plane of the output; the
+    rest of the output is zero (the bench's). None where the shapes do not say so."""
+    if not isinstance(indices, torch.Tensor) or indices.shape != x.shape or tuple(shape[:-k]) != tuple(x.shape[:-k]):
+        return None
+    lead = tuple(x.shape[:-k])
+    planes = torch.arange(math.prod(lead)).reshape(lead + (1,) * k) * math.prod(shape[-k:])
+    return (planes + indices.detach().cpu()).reshape(-1), x.detach().cpu().reshape(-1)
 
 
 def _written(api: str, args: list[Any], kwargs: dict[str, Any], ids: torch.Tensor,
