@@ -119,7 +119,7 @@ class Dump:
         if k is None:
             return None
         try:
-            entry = json.loads(self._read(k))
+            entry = _entry_loads(self._read(k))
         except (ValueError, OSError):
             raise DumpError(f"{self.path}: entry {name} cannot be read: the file changed during the run") from None
         self._recent[name] = entry
@@ -187,6 +187,18 @@ def _framework(header: dict[str, Any]) -> str:
 
 _CACHE: dict[tuple[str, int, int], Dump] = {}
 _RECENT = 64  # parsed entries kept per dump
+_ENTRY_LIMIT = 3000  # the recursion limit an entry's parse runs under (Python's default: 1000)
+
+
+def _entry_loads(raw: str | bytes) -> Any:
+    """json.loads of an entry the collector has parsed already: an item calls it from a deeper stack (pytest,
+    xdist, the item's stages), so an entry nested close to the parser's limit gets more room than it had there
+    (its nesting is then judged as an argument, in one line)."""
+    if sys.getrecursionlimit() < _ENTRY_LIMIT:
+        sys.setrecursionlimit(_ENTRY_LIMIT)  # only ever raised: other threads may be parsing
+    return json.loads(raw)
+
+
 _OPEN: OrderedDict[int, Dump] = OrderedDict()  # dumps holding an open descriptor, least recent first
 _OPEN_FILES = 16
 
