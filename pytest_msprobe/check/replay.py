@@ -136,7 +136,7 @@ def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict
     leaves_d = case.source.outputs(case, pairs_b)
     capture.stash(out_d=leaves_d, out_b=out_b)
     ref_leaves = reference_run(case, reference)
-    case.summed_leaves = magnitude_run(case)
+    case.summed_leaves = forward_run(case, case.summed.run if case.summed is not None else None, "magnitude")
     started, waited = time.perf_counter(), calls.backward_seconds(record["timings"])
     compare_case(case, reference, leaves_b, leaves_d, ref_leaves, pairs_b)
     record["timings"]["compare_s"] = time.perf_counter() - started - (calls.backward_seconds(record["timings"]) - waited)
@@ -247,14 +247,20 @@ def bench_run(case: Case) -> tuple[Any, list[Any], list[Any]]:
 
 def reference_run(case: Case, reference: ReferenceRun | None) -> list[Any] | None:
     """The third run's forward outputs (None without one); the record names it."""
-    if reference is None or reference.side is None:
+    if reference is not None and reference.side is not None:
+        case.record["reference"] = reference.label
+    return forward_run(case, reference, "reference")
+
+
+def forward_run(case: Case, run: ReferenceRun | None, key: str) -> list[Any] | None:
+    """A run beside the bench (the third run, the magnitude run): its forward outputs, timed under `key`; None
+    without one."""
+    if run is None or run.side is None:
         return None
-    case.record["reference"] = reference.label
-    ref_side = reference.side
-    out_r = calls.timed(case.record["timings"], "reference_s", "reference", lambda: run_side(
-        reference.fn, ref_side, autocast=reference.autocast, device_type=reference.device.kind,
-        grad=case.want_grad), reference.device)
-    return calls.selected(output_leaves(out_r), case.bare, case.specs)
+    side = run.side
+    out = calls.timed(case.record["timings"], f"{key}_s", key, lambda: run_side(
+        run.fn, side, autocast=run.autocast, device_type=run.device.kind, grad=case.want_grad), run.device)
+    return calls.selected(output_leaves(out), case.bare, case.specs)
 
 
 def replay_summed(case: Case) -> Summed | None:
@@ -267,26 +273,14 @@ def replay_summed(case: Case) -> Summed | None:
                                case.kwargs, case.requires_grad, case.want_grad)
 
 
-def magnitude_run(case: Case) -> list[Any] | None:
-    """The summed run's forward outputs (None without one)."""
-    run = case.summed.run if case.summed is not None else None
-    if run is None or run.side is None:
-        return None
-    side = run.side
-    out = calls.timed(case.record["timings"], "magnitude_s", "magnitude", lambda: run_side(
-        run.fn, side, autocast=None, device_type="cpu", grad=case.want_grad), None)
-    return calls.selected(output_leaves(out), case.bare, case.specs)
-
-
 def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[list[Any], str] | None:
     """Per compared slot, the summed run's gradient where that slot's argument's gradient is a sum (None
     elsewhere, and where the summed run's node lays its slots out otherwise), with the thresholds' section."""
-    summed, leaves = case.summed, case.summed_leaves
-    if summed is None or leaves is None or summed.run.side is None:
+    summed, pairs = _summed_pairs(case)
+    if summed is None or summed.run.side is None or case.summed_leaves is None:
         return None
-    pairs = pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
     try:
-        grads, _, _, positions = gradients.node_grads(leaves, pairs, summed.run.side, "cpu")
+        grads, _, _, positions = gradients.node_grads(case.summed_leaves, pairs, summed.run.side, "cpu")
     except (NotCheckable, RuntimeError) as exc:
         case.record["notes"].append(f"magnitude gradients not used: {exc}")
         return None
@@ -296,17 +290,24 @@ def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[li
 
 def summed_by_position(case: Case, positions: list[int]) -> tuple[list[Any], str] | None:
     """MindSpore's gradients by argument position: the summed run's gradient of each summed argument."""
-    summed, leaves = case.summed, case.summed_leaves
-    if summed is None or leaves is None or summed.run.side is None:
+    summed, pairs = _summed_pairs(case)
+    if summed is None or summed.run.side is None or case.summed_leaves is None:
         return None
-    pairs = pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
     try:
-        backward(leaves, pairs, "cpu")
+        backward(case.summed_leaves, pairs, "cpu")
     except RuntimeError as exc:
         case.record["notes"].append(f"magnitude gradients not used: {exc}")
         return None
     by_pos = {p: leaf.grad for p, leaf in summed.run.side.grad_leaves if p in summed.positions}
     return [by_pos.get(p) for p in positions], summed.rules
+
+
+def _summed_pairs(case: Case) -> tuple[Summed | None, list[Any]]:
+    """The summed run and its outputs paired with the recorded gradients as it backpropagates them (|g|)."""
+    summed, leaves = case.summed, case.summed_leaves
+    if summed is None or leaves is None:
+        return None, []
+    return summed, pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
 
 
 def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any], leaves_d: list[Any],
