@@ -92,6 +92,21 @@ def test_items_checked_in_pieces_have_the_whole_checks_records(pytester: pytest.
         assert cut["Functional.linear.0.forward"]["status"] == "pass"
 
 
+def test_a_composite_bounded_by_its_terms_is_cut_with_its_terms_run(pytester: pytest.Pytester) -> None:
+    """Under the cuda contract gelu is judged against its terms (runs/terms.py): in pieces the terms run is cut
+    along with the bench, and the records are the whole check's."""
+    x = tensor("torch.float32", [1024, 96], mx=2.0, mn=-6.0)
+    dump = make_dump(pytester, {"Functional.gelu.0.forward": {
+        "input_args": [x], "input_kwargs": {}, "output": [tensor("torch.float32", [1024, 96])]}})
+    common = ["-p", "no:cacheprovider", "--msprobe-contract", "cuda", "--msprobe-helper-thread", "off"]
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "64GiB", "--msprobe-out", "whole")
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "384KiB", "--msprobe-out", "cut")
+    whole = api_records(pytester, "whole")["Functional.gelu.0.forward"]
+    cut = api_records(pytester, "cut")["Functional.gelu.0.forward"]
+    assert "magnitude_s" in whole["timings"] and cut["pieces"]["blocks"] > 1, cut["message"]
+    _same(whole, cut)
+
+
 def test_a_wide_contraction_is_cut_along_its_weight_too(pytester: pytest.Pytester) -> None:
     t = "torch.bfloat16"
     dump = make_dump(pytester, {"Functional.linear.0.forward": {

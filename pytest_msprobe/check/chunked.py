@@ -33,12 +33,14 @@ from ..runs.execution import (
     seed_random_apis,
     tensors_of,
 )
-from ..runs.terms import FORMS
+from ..runs.terms import terms_fn
+from ..runs.third_run import forward_sums
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, thresholds_for
-from ..verdict import contracts, judge, standards
+from ..verdict import judge, standards
 from ..verdict import strict_streamed as S
 from .compare import dress, stored
+from .prepare import terms_scale
 
 MARGIN = 0.15  # of the host's free memory, left to everything else
 MIN_MARGIN = 1 << 30  # bytes left at least
@@ -252,7 +254,7 @@ class _Pending:
 def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any, args: list[Any],
               kwargs: dict[str, Any], bench_args: list[Any], bench_kwargs: dict[str, Any],
               bench_dtype: Callable[[torch.Tensor], torch.dtype], out_shape: tuple[int, ...] | None,
-              bench_device: str) -> Plan | None:
+              bench_device: str, contract: str = "torch") -> Plan | None:
     """The runs of a forward call checked in pieces (bench "b", third run "t" or magnitude "mag", a sum's magnitude
     run "sum"), or None where its rows are not independent or a run cannot be cut (an NPU op, a reference device,
     random numbers, msprobe's standards' torch run)."""
@@ -280,11 +282,14 @@ def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
             runs.append(chunks.RunSpec("t", resolved.bench_fn, own, lambda t: t.dtype, autocast=plan.autocast,
                                        device=bench_device))
             label = f"torch's kernel on {bench_device}, device dtype"
-            sums = "sums" if in_list(specs, api, "error_model", "sums") else "fused_multiply_add" if \
-                in_list(specs, api, "error_model", "fused_multiply_add") or (
-                    in_list(specs, api, "error_model", "alpha_multiply_add") and kwargs.get("alpha", 1) != 1) else None
+            sums = forward_sums(api, specs, kwargs)
+            scale = None if sums is not None else terms_scale(options, contract, api, specs, args, False)
             if sums is not None:
                 runs.append(chunks.RunSpec("sum", resolved.bench_fn, own, wide, True, scalars, device=bench_device))
+            elif scale is not None:  # a composite the contract bounds by its terms (runs/terms.py), elementwise
+                sums = "contract_terms"
+                runs.append(chunks.RunSpec("sum", terms_fn(api, scale, str(kwargs.get("approximate", "none"))), own,
+                                           wide, device=bench_device))
     bias = None
     rule = specs["error_model"].get("contraction_bias", {}).get(api)
     if role == "magnitude" and rule:
@@ -327,9 +332,7 @@ def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> boo
     notes: list[str] = []
     bench_args, bench_kwargs = precision.bench_arguments(api, inputs, plan, options, specs, notes)
     pieces = plan_runs(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs, bench_args,
-                       bench_kwargs, bench_dtype, out_shape, where.bench)
-    if api in FORMS and contracts.cancels(specs, where.contract, api, False):
-        pieces = None  # the terms run of a composite the contract bounds by its terms: not cut
+                       bench_kwargs, bench_dtype, out_shape, where.bench, where.contract)
     if pieces is None:
         raise NotCheckable(f"{why}, and its output's rows are not independent: not checked in pieces")
     pieces.rows, pieces.columns = piece_plan(pieces.specs, limit)

@@ -33,14 +33,14 @@ from ..runs.execution import (
     run_side,
     seed_random_apis,
 )
-from ..runs.third_run import ReferenceRun, Summed, summed_outputs, summed_run, third_run
+from ..runs.third_run import ReferenceRun, Summed, summed_outputs, third_run
 from ..settings import CheckOptions
 from . import calls
 from .calls import ApiFailure, bench_backward, bench_raw, device_backward, same_threads, selected
 from .compare import EarlyMetrics, start_metrics
 from .placement import BenchSide, Placement
 from .precision import Inputs
-from .prepare import build_pending_here, contract_terms, start_prefetch
+from .prepare import bounding_run, build_pending_here, start_prefetch
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,9 @@ def third_runs(item: Item, where: Placement, plan: Plan, inputs: Inputs,
     name, options, specs = item.name, item.options, item.specs
     reference = third_run(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs,
                           inputs.requires_grad, item.want_grad, shared=shared, on=where.bench)
-    summed = summed_run(options, where.resolved, name.api_name, specs, inputs.args, inputs.kwargs,
-                        inputs.requires_grad, item.want_grad, first_output_shape(item.forward.get("output")),
-                        shared=shared, on=where.bench)
-    summed = summed or contract_terms(options, where.contract, name.api_name, specs, inputs.args, inputs.kwargs,
-                                      inputs.requires_grad, item.want_grad, shared)
+    summed = bounding_run(options, where.contract, where.resolved, name.api_name, specs, inputs.args, inputs.kwargs,
+                          inputs.requires_grad, item.want_grad, first_output_shape(item.forward.get("output")),
+                          shared, where.bench)
     return reference, summed
 
 

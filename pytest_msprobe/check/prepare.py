@@ -24,7 +24,7 @@ from ..inputs.build import BuildContext, build, parse_dtype
 from ..inputs.seeds import item_seed
 from ..runs.execution import NotCheckable, Shared, output_leaves
 from ..runs.terms import FORMS, terms_run
-from ..runs.third_run import Summed
+from ..runs.third_run import Summed, summed_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import contracts
@@ -229,16 +229,26 @@ def replay_contract(options: CheckOptions, mode: str, saved_on: set[str]) -> str
     return contracts.resolve(options.contract, "cpu" if mode == "rerun" or told.startswith("assumed") else recorded_on)
 
 
-def contract_terms(options: CheckOptions, contract: str, api: str, specs: dict[str, Any], args: list[Any],
-                   kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool,
-                   shared: Shared | None = None) -> Summed | None:
-    """The terms run of a call whose contract bounds it relative to the terms of a sum it cancels in (gelu, silu's
+def terms_scale(options: CheckOptions, contract: str, api: str, specs: dict[str, Any], args: list[Any],
+                want_grad: bool) -> float | None:
+    """The contract's ULP bound of a call it bounds relative to the terms of a sum the call cancels in (gelu, silu's
     gradient under `cuda`: runs/terms.py), or None."""
     x = args[0] if args else None
     if options.standard != "strict" or api not in FORMS or not isinstance(x, torch.Tensor) or \
             not contracts.cancels(specs, contract, api, want_grad):
         return None
     allowance = contracts.bound(specs, contract, api, str(x.dtype), want_grad)
-    if allowance is None:
-        return None
-    return terms_run(api, allowance[0], args, kwargs, requires_grad, want_grad, shared)
+    return None if allowance is None else allowance[0]
+
+
+def bounding_run(options: CheckOptions, contract: str, resolved: Any, api: str, specs: dict[str, Any],
+                 args: list[Any], kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool,
+                 out_shape: tuple[int, ...] | None, shared: Shared | None = None, on: str = "cpu") -> Summed | None:
+    """The run that bounds an item's outputs by the size of their terms, where any exists: the magnitude run of a
+    sum or fused multiply-add (third_run.summed_run), else the terms run of a composite the contract bounds so."""
+    summed = summed_run(options, resolved, api, specs, args, kwargs, requires_grad, want_grad, out_shape,
+                        shared=shared, on=on)
+    if summed is not None:
+        return summed
+    scale = terms_scale(options, contract, api, specs, args, want_grad)
+    return None if scale is None else terms_run(api, scale, args, kwargs, requires_grad, want_grad, shared, on)

@@ -48,7 +48,7 @@ from ..runs.execution import (
     seed_random_apis,
     tensors_of,
 )
-from ..runs.third_run import ReferenceRun, Summed, summed_outputs, summed_run, third_run
+from ..runs.third_run import ReferenceRun, Summed, summed_outputs, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
@@ -264,13 +264,11 @@ def forward_run(case: Case, run: ReferenceRun | None, key: str) -> list[Any] | N
 
 
 def replay_summed(case: Case) -> Summed | None:
-    """The run that bounds sums by their terms (summed_run), or a composite the contract bounds by its terms
-    (prepare.contract_terms), as a re-run item has them: a recorded kernel may have added in any order."""
-    options, specs = case.options, case.specs
-    return summed_run(options, SimpleNamespace(bench_fn=case.bench_fn), case.bare, specs, case.args, case.kwargs,
-                      case.requires_grad, case.want_grad, first_output_shape(case.forward.get("output"))) or \
-        prepare.contract_terms(options, case.record.get("contract", "torch"), case.bare, specs, case.args,
-                               case.kwargs, case.requires_grad, case.want_grad)
+    """The run that bounds outputs by their terms (prepare.bounding_run), as a re-run item has it: a recorded
+    kernel may have added in any order."""
+    return prepare.bounding_run(case.options, case.record.get("contract", "torch"), SimpleNamespace(
+        bench_fn=case.bench_fn), case.bare, case.specs, case.args, case.kwargs, case.requires_grad, case.want_grad,
+        first_output_shape(case.forward.get("output")))
 
 
 def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[list[Any], str] | None:

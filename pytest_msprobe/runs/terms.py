@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from .execution import Device, Shared, make_side
-from .third_run import ReferenceRun, Summed
+from .execution import Shared, make_side
+from .third_run import ReferenceRun, Summed, device_named
 
 _SQRT_HALF = math.sqrt(0.5)
 _TANH_K = math.sqrt(2.0 / math.pi)
@@ -63,17 +63,21 @@ class _Terms(torch.autograd.Function):
 FORMS = ("erfinv", "gelu", "silu")
 
 
-def terms_run(form: str, scale: float, args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-              want_grad: bool, shared: Shared | None = None) -> Summed:
-    """The terms run of a call to erfinv, gelu or silu (`form`) in fp32 (fp64 for fp64), scaled by the contract's bound,
-    on the CPU; the gradient belongs to the first tensor argument."""
-    approximate = str(kwargs.get("approximate", "none"))
-
+def terms_fn(form: str, scale: float, approximate: str = "none") -> Any:
+    """The terms function of `form` (erfinv, gelu, silu), called as the API is: its first argument is x."""
     def fn(x: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
         return _Terms.apply(x, form, scale, approximate)  # type: ignore[no-untyped-call,no-any-return]
+    return fn
 
-    side = make_side(list(args[:1]), {}, device="cpu", requires_grad=requires_grad, want_grad=want_grad,
-                     bench=True, dtype_for=lambda t: torch.float64 if t.dtype == torch.float64 else torch.float32,
-                     shared=shared)
-    run = ReferenceRun(side, fn, None, Device("cpu"), f"terms of {form}'s cancelling sum", "magnitude")
+
+def terms_run(form: str, scale: float, args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
+              want_grad: bool, shared: Shared | None = None, on: str = "cpu") -> Summed:
+    """The terms run of a call to erfinv, gelu or silu (`form`) in fp32 (fp64 for fp64), scaled by the contract's
+    bound, on the bench's device `on`; the gradient belongs to the first tensor argument."""
+    side = make_side(list(args[:1]), {}, device=on, requires_grad=requires_grad, want_grad=want_grad,
+                     bench=on == "cpu", dtype_for=lambda t: torch.float64 if t.dtype == torch.float64 else torch.float32,
+                     shared=shared if on == "cpu" else None)
+    where = "" if on == "cpu" else f" on {on}"
+    run = ReferenceRun(side, terms_fn(form, scale, str(kwargs.get("approximate", "none"))), None, device_named(on),
+                       f"terms of {form}'s cancelling sum{where}", "magnitude")
     return Summed(run, "contract_terms", frozenset({0}) if want_grad else frozenset())

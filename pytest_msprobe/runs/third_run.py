@@ -93,7 +93,7 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     if on != "cpu" and sample == 1 and name.api_type != "NPU":
         side = make_side(args, kwargs, device=on, dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
                          want_grad=want_grad, bench=False)
-        return ReferenceRun(side, resolved.bench_fn, plan.autocast, _device(on), f"torch's kernel on {on}, device dtype")
+        return ReferenceRun(side, resolved.bench_fn, plan.autocast, device_named(on), f"torch's kernel on {on}, device dtype")
     side = make_side(args, kwargs, device="cpu", dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
                      want_grad=want_grad, bench=True, shared=shared)
     if sample < 1 and name.api_name == "scaled_dot_product_attention":
@@ -130,9 +130,7 @@ def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, 
     if options.standard != "strict" or options.reference_device or error_kind(api, specs) == "contraction":
         return None
     if not want_grad:
-        rules = "sums" if in_list(specs, api, "error_model", "sums") else "fused_multiply_add" if \
-            in_list(specs, api, "error_model", "fused_multiply_add") or (
-                in_list(specs, api, "error_model", "alpha_multiply_add") and kwargs.get("alpha", 1) != 1) else None
+        rules = forward_sums(api, specs, kwargs)
         if rules is None:
             return None
         return Summed(_magnitude(resolved, specs, args, kwargs, set(requires_grad), False, shared, on), rules)
@@ -140,6 +138,17 @@ def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, 
     if not positions:
         return None
     return Summed(_magnitude(resolved, specs, args, kwargs, requires_grad, True, shared, on), "sums", positions)
+
+
+def forward_sums(api: str, specs: dict[str, Any], kwargs: dict[str, Any]) -> str | None:
+    """The strict thresholds' section that judges a forward item's outputs against the size of their terms: `sums`
+    (any order of adding), `fused_multiply_add` (one rounding fewer; an add with alpha too), or None."""
+    if in_list(specs, api, "error_model", "sums"):
+        return "sums"
+    if in_list(specs, api, "error_model", "fused_multiply_add") or (
+            in_list(specs, api, "error_model", "alpha_multiply_add") and kwargs.get("alpha", 1) != 1):
+        return "fused_multiply_add"
+    return None
 
 
 def summed_gradients(api: str, args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
@@ -200,11 +209,11 @@ def _magnitude(resolved: Any, specs: dict[str, Any], args: list[Any], kwargs: di
                      bench=on == "cpu", dtype_for=wide, owned=owned if on == "cpu" else (),
                      shared=shared if on == "cpu" else None)
     where = "" if on == "cpu" else f" on {on}"
-    return ReferenceRun(side, resolved.bench_fn, None, _device(on), f"magnitude: the API on |inputs| in fp32{where}",
+    return ReferenceRun(side, resolved.bench_fn, None, device_named(on), f"magnitude: the API on |inputs| in fp32{where}",
                         "magnitude")
 
 
-def _device(on: str) -> Device:
+def device_named(on: str) -> Device:
     """A plain torch device from its name (`cpu`, `cuda:0`)."""
     kind, _, index = on.partition(":")
     return Device(kind, int(index) if index else None)
