@@ -6,8 +6,10 @@ and wraps the progress line. On the receiver with raw sockets, and end to end th
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -21,8 +23,10 @@ from pytest_msprobe.online import protocol, safeload  # noqa: E402
 from pytest_msprobe.online.receiver import Receiver  # noqa: E402
 from pytest_msprobe.online.sender import encode  # noqa: E402
 from pytest_msprobe.session import online as online_session  # noqa: E402 - before any pytester run (see QUIET)
+from tests.doc_samples import missing_from  # noqa: E402
 from tests.online_helpers import free_port, wait_for_port  # noqa: E402
 
+ADDRESS = r"127\.0\.0\.1:\d+"  # a client's port, another each run
 SAFETY = ("--msprobe-online-idle", "90", "-p", "no:cacheprovider")  # a hang fails the test instead
 # QUIET: session/online.py is imported here, not first inside a pytester run: modules a run imports first are
 # dropped after it, and a later run would not see a monkeypatch of them
@@ -383,6 +387,7 @@ def test_a_client_that_disconnects_without_stop_fails_the_run(pytester: pytest.P
         "msprobe online: rank1 client 127.0.0.1:*: numbered 20 call(s), 20 arrived; ended without its STOP_*"])
     assert "without a call" not in result.stdout.str()
     assert result.ret == 1
+    assert missing_from(result.stdout.str(), "docs/how-to/online.md", 0, variable=(ADDRESS,)) is None
 
 
 def test_quiet_clients_are_named_once_with_the_idle_option(pytester: pytest.Pytester,
@@ -403,6 +408,26 @@ def test_quiet_clients_are_named_once_with_the_idle_option(pytester: pytest.Pyte
     progress = [line for line in out.splitlines() if re.fullmatch(r"(online )?\.+( \[\d+ calls\])?", line)]
     assert any(line.endswith(" calls]") for line in progress), out  # the progress line wraps with a count
     assert all(len(line) <= 80 for line in progress), out
+
+
+def test_quiet_clients_that_stop_later_are_named_once(pytester: pytest.Pytester,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --msprobe-online-idle the notice says how to end the session; the client's STOP_ still ends it."""
+    monkeypatch.setattr(online_session, "QUIET_S", 1.0)
+    port = free_port()
+    client = _client(port, 1, 120, pause=4)
+    watchdog = threading.Timer(150, os.kill, (os.getpid(), signal.SIGINT))  # a session that never ends fails
+    watchdog.start()
+    try:
+        result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider")
+    finally:
+        watchdog.cancel()
+    client.join(30)
+    out = result.stdout.str()
+    assert out.split(" msprobe online ==")[0].count("the clients are quiet") == 1, out
+    assert missing_from(out, "docs/how-to/online.md", 1, variable=(ADDRESS, r"no call for \d+ s")) is None, out
+    result.assert_outcomes(passed=120)
+    assert result.ret == 0
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command line makes the test certificates")

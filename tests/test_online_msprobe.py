@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.doc_samples import missing_from
 from tests.online_helpers import Client, free_port, make_certs
 
 # relative to where pytest starts (the repository root), as the docstring runs it; the client runs elsewhere
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.skipif(not PYTHON or not Path(PYTHON).is_file(),
 SCRIPT = Path(__file__).parent / "data" / "online" / "msprobe81_client.py"
 ROOT = Path(__file__).resolve().parent.parent
 SAFETY = ("--msprobe-online-idle", "150", "-p", "no:cacheprovider")
+EXAMPLE = ROOT / "examples" / "online_client"
 
 
 def _client(pytester: pytest.Pytester, *args: str, port: int | None = None,
@@ -169,3 +171,35 @@ def test_the_tcp_client_stall_is_a_shared_file_sender_race(pytester: pytest.Pyte
     script = Path(__file__).parent / "data" / "online" / "filesender_race.py"
     out = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.split() == ["SHARED", "False", "FRESH", "True"], out
+
+
+def _example(pytester: pytest.Pytester, port: int, launcher: list[str], clients: int) -> pytest.RunResult:
+    """examples/online_client/train.py with its config_tcp.json on `port`, started as `launcher` does, against
+    a session waiting for `clients`."""
+    folder = pytester.path / f"example_{clients}"
+    shutil.copytree(EXAMPLE, folder)
+    config = json.loads((folder / "config_tcp.json").read_text())
+    config["tensor"]["port"] = port
+    (folder / "config_tcp.json").write_text(json.dumps(config))
+    client = Client([PYTHON, *launcher, "train.py", "config_tcp.json"], port, folder, dict(os.environ), timeout=400)
+    client.start()
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-online-clients",
+                                          str(clients), "--msprobe-out", f"out_{clients}", *SAFETY)
+    client.join(450)
+    assert client.result is not None and client.result.returncode == 0, client.output()[-3000:]
+    return result
+
+
+def test_the_example_client_one_process_and_two_ranks(pytester: pytest.Pytester) -> None:
+    """The runnable client of docs/how-to/online.md, as the page runs it: its summary and counts are the page's."""
+    page = " ".join((ROOT / "docs/how-to/online.md").read_text(encoding="utf-8").split())
+    one = _example(pytester, free_port(), [], 1)
+    one.assert_outcomes(passed=18, skipped=72)
+    assert missing_from(one.stdout.str(), "docs/how-to/online.md", 2) is None, one.stdout.str()[-3000:]
+    assert one.ret == 0 and "`18 passed, 72 skipped`" in page
+    two = _example(pytester, free_port(), ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"], 2)
+    two.assert_outcomes(passed=36, skipped=144)
+    two.stdout.fnmatch_lines([f"msprobe online: rank{r} client 127.0.0.1:*: numbered 90 call(s), 90 arrived; stopped"
+                              for r in (0, 1)], consecutive=False)
+    assert two.ret == 0 and "`36 passed, 144 skipped`" in page and "`numbered 90 call(s), 90 arrived; stopped`" in page
+

@@ -1,11 +1,9 @@
 """Every sample of terminal output in README.md and docs/ (each ```text block) comes from a real run of the command
-beside it, and fails here when the output drifts.
+beside it, and fails here when the output drifts (how a sample is held against a run: tests/doc_samples.py).
 
 Each sample's command runs as a user runs it (a pytest process in a folder holding a copy of examples/, this
-checkout's package first on the path). Both texts are normalised the same way: the checkout's folder reads `...`,
-timings `<t>s`, result-file timestamps `<ts>`, pytest's `=== text ===` banners lose their padding. A sample is a
-list of segments separated by lines of `...`: each segment must appear in the output as consecutive lines (blank
-lines aside), the segments in order. A new ```text block without a command here fails too.
+checkout's package first on the path). The online session's samples need a client beside the session: the online
+tests hold them (HELD_ELSEWHERE). A new ```text block without a command here fails too.
 """
 from __future__ import annotations
 
@@ -20,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.doc_samples import code_blocks, missing_from, normalise
 from tests.helpers import ROOT
 
-# pages being rewritten elsewhere, whose samples are not held here
-NOT_HELD = {"docs/how-to/online.md", "docs/explanation/performance.md"}
 # Ctrl-C after the fifth item (a KeyboardInterrupt where SIGINT would raise it), for the interrupted run's sample
 CTRL_C = """
 import itertools
@@ -38,10 +35,6 @@ def pytest_runtest_call(item):
 class Sample:
     command: str  # as the page shows it
     files: tuple[tuple[str, str], ...] = ()  # (name, text) written beside examples/ first
-
-
-def code_blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", text, re.M | re.S)
 
 
 def tutorial_files() -> tuple[tuple[str, str], ...]:
@@ -66,6 +59,12 @@ SAMPLES: dict[tuple[str, int], Sample] = {
     ("docs/how-to/check-a-fused-kernel.md", 0): Sample(BUGGY_FLASH),
     ("docs/how-to/resume.md", 0): Sample("pytest examples/mlp_fp32_tensor/", (("conftest.py", CTRL_C),)),
 }
+# samples held by the test that runs a session with its clients: (page, block) -> (test module, test function)
+HELD_ELSEWHERE: dict[tuple[str, int], tuple[str, str]] = {
+    ("docs/how-to/online.md", 0): ("test_online_gate.py", "test_a_client_that_disconnects_without_stop_fails_the_run"),
+    ("docs/how-to/online.md", 1): ("test_online_gate.py", "test_quiet_clients_that_stop_later_are_named_once"),
+    ("docs/how-to/online.md", 2): ("test_online_msprobe.py", "test_the_example_client_one_process_and_two_ranks"),
+}
 
 
 # Outputs quoted in the text: (page, what it says, the command it says it of, what the output holds, exit status)
@@ -79,43 +78,17 @@ INLINE: list[tuple[str, str, str, str, int]] = [
     ("docs/how-to/check-a-fused-kernel.md", "The sound kernel passes its 4 items",
      "pytest examples/fused_attention/ --msprobe-kernels examples/fused_attention/kernels.py:SOUND",
      "== 4 passed in <t>s ==", 0),
+    ("docs/how-to/many-devices.md", "`msprobe: 18 items, about 0 s of estimated work: in this process instead of -n 2",
+     "pytest examples/mlp_fp32_tensor/step0/rank0/dump.json -n 2", "msprobe: 18 items, about 0 s of estimated work: "
+     "in this process instead of -n 2 (a worker costs more to start than it would save; --msprobe-min-work-per-worker "
+     "0 starts every worker)", 0),
 ]
 
 
 def pages() -> list[str]:
     found = ["README.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")
                                    if "_build" not in p.parts)
-    return [p for p in found if p not in NOT_HELD]
-
-
-def normalise(text: str, folder: str) -> list[str]:
-    text = text.replace(folder, "...")
-    text = re.sub(r"(?<!\d)\d{14}(?!\d)", "<ts>", text)  # the result files' timestamps
-    text = re.sub(r" in \d+(\.\d+)?s( \(\d+:\d\d:\d\d\))?", " in <t>s", text)
-    lines = [re.sub(r"^=+ (.*?) =+$", r"== \1 ==", re.sub(r"^_+ (.*?) _+$", r"__ \1 __", line.rstrip()))
-             for line in text.splitlines()]
-    return [line for line in lines if line]
-
-
-def segments(sample: list[str]) -> list[list[str]]:
-    parts: list[list[str]] = [[]]
-    for line in sample:
-        if line == "...":
-            parts.append([])
-        else:
-            parts[-1].append(line)
-    return [p for p in parts if p]
-
-
-def find_in_order(output: list[str], parts: list[list[str]]) -> str | None:
-    """None when every part appears in `output` as consecutive lines, in order; else the first part that does not."""
-    start = 0
-    for part in parts:
-        at = next((i for i in range(start, len(output) - len(part) + 1) if output[i:i + len(part)] == part), None)
-        if at is None:
-            return "\n".join(part)
-        start = at + len(part)
-    return None
+    return found
 
 
 _RUNS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, int]] = {}
@@ -142,7 +115,10 @@ def run(sample: Sample, tmp: Path) -> tuple[str, int]:
 def test_every_text_block_has_its_command_here() -> None:
     blocks = {(page, i) for page in pages()
               for i, _ in enumerate(code_blocks((ROOT / page).read_text(encoding="utf-8"), "text"))}
-    assert blocks == set(SAMPLES), "a ```text block without a command in SAMPLES, or one that is gone"
+    assert blocks == set(SAMPLES) | set(HELD_ELSEWHERE), "a ```text block without a command in SAMPLES, or one gone"
+    for (page, index), (module, test) in HELD_ELSEWHERE.items():
+        source = (ROOT / "tests" / module).read_text(encoding="utf-8")
+        assert f"def {test}(" in source and f'"{page}", {index}' in source, (page, index, module, test)
 
 
 @pytest.mark.parametrize("page, index", sorted(SAMPLES), ids=lambda v: str(v))
@@ -151,8 +127,7 @@ def test_the_sample_is_what_the_command_prints(page: str, index: int, tmp_path: 
     text = (ROOT / page).read_text(encoding="utf-8")
     assert sample.command in " ".join(text.replace("\\\n", " ").split()), f"{page} does not show {sample.command!r}"
     output, _ = run(sample, tmp_path)
-    shown = normalise(code_blocks(text, "text")[index], "<here>")
-    missing = find_in_order(normalise(output, "<here>"), segments(shown))
+    missing = missing_from(output, page, index)
     assert missing is None, f"{page} block {index}: not in the output, in this order:\n{missing}\n\n--- output:\n{output}"
 
 
