@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from pytest_msprobe.metrics import fused  # noqa: E402
 from pytest_msprobe.specs.loader import load_specs  # noqa: E402
-from pytest_msprobe.verdict import standards, strict  # noqa: E402
+from pytest_msprobe.verdict import grid, layer2, standards, strict  # noqa: E402
 
 CASES = [  # (device dtype, numpy storage, api whose 8.x category is used, bench dtype)
     ("torch.float32", np.float32, "gelu", np.float64),            # benchmark
@@ -75,7 +75,7 @@ def main() -> None:
     print(f"{args.numel:,} elements, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
     for dtype, storage, api, bench_dtype in CASES:
         bench = bench64.astype(bench_dtype)
-        device = as_run(strict.round_to(bench64 * (1 + 1e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
+        device = as_run(grid.round_to(bench64 * (1 + 1e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
                         dtype)
         call = functools.partial(standards.compare_tensor, "x", bench, device, bench_dtype=str(bench.dtype),
                                  device_dtype=dtype, api_name=api, specs=specs)
@@ -85,15 +85,15 @@ def main() -> None:
             t_numpy = best(call, args.repeat)
         finally:
             restore()
-        algo = standards.algorithm_for(api, dtype, specs["categories"])
+        algo = layer2.algorithm_for(api, dtype, specs["categories"])
         print(f"  msprobe metrics  {dtype:15} {np.dtype(bench_dtype).name:8} {algo:20} {t:6.3f} s = {t / args.numel * 1e9:5.2f} ns/element "
               f"(numpy {t_numpy / args.numel * 1e9:5.2f})")
     from pytest_msprobe.verdict.judge import _rules
 
     for dtype, storage in (("torch.float32", np.float32), ("torch.bfloat16", np.float32), ("torch.float16", np.float16)):
-        device = as_run(strict.round_to(bench64 * (1 + 2e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
+        device = as_run(grid.round_to(bench64 * (1 + 2e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
                         dtype)
-        torch_run = as_run(strict.round_to(bench64, dtype).astype(storage), dtype)
+        torch_run = as_run(grid.round_to(bench64, dtype).astype(storage), dtype)
         bench = bench64.astype(np.float64 if dtype == "torch.float32" else np.float32)
         for kind in ("elementwise", "reduction", "contraction"):
             rules = _rules(specs["thresholds"]["strict"], dtype, kind)

@@ -96,7 +96,7 @@ def attention_accuracy(seq: int) -> None:
     import torch
 
     from bench_functions.attention import npu_fusion_attention
-    from pytest_msprobe.verdict import strict
+    from pytest_msprobe.verdict import grid
 
     heads, dim = 8, 128
     gen = torch.Generator().manual_seed(0)
@@ -124,7 +124,7 @@ def attention_accuracy(seq: int) -> None:
             squares = [s + (m - e) ** 2 for s, m, e in zip(squares, moved, exact)]
         torch_dtype = f"torch.{'bfloat16' if dtype == 'bf16' else 'float16'}"
         for name, sq, e, f in zip(("out", "dq", "dk", "dv"), squares, exact, fast):
-            scale = np.maximum(strict.ulp(strict.round_to(e, torch_dtype), torch_dtype), 2 * np.sqrt(sq / 2))
+            scale = np.maximum(grid.ulp(grid.round_to(e, torch_dtype), torch_dtype), 2 * np.sqrt(sq / 2))
             ratio = np.abs(f - e) / scale
             print(f"  {dtype} {name}: max {ratio.max():.3g}, 99.99% {np.quantile(ratio, 0.9999):.3g}, "
                   f"median {np.median(ratio):.3g}")

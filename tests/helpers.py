@@ -131,14 +131,14 @@ def strict_warm_up() -> None:
     import numpy as np
 
     from pytest_msprobe.specs.loader import load_specs
-    from pytest_msprobe.verdict import standards, strict
+    from pytest_msprobe.verdict import grid, standards, strict
     from pytest_msprobe.verdict.judge import _rules
 
     bench = np.linspace(-1.0, 1.0, 64)
     for dtype, holder in (("torch.bfloat16", np.float32), ("torch.float32", np.float32),
                           ("torch.float64", np.float64)):
         rules = _rules(load_specs()["thresholds"]["strict"], dtype)
-        device = strict.round_to(bench, dtype).astype(holder)
+        device = grid.round_to(bench, dtype).astype(holder)
         strict.strict_compare(bench, device, dtype, rules)
         # and msprobe's metrics' pass (metrics/kernel.py), of each bench dtype it is compiled for
         b = bench.astype(np.float32 if dtype == "torch.bfloat16" else np.float64)

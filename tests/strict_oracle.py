@@ -13,7 +13,8 @@ import numpy as np
 
 from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.verdict import strict
-from pytest_msprobe.verdict.strict import _FORMATS, _filled, _Totals, accumulation_roundoff, round_to, ulp, work_dtype
+from pytest_msprobe.verdict.grid import FORMATS, _filled, accumulation_roundoff, round_to, ulp, work_dtype
+from pytest_msprobe.verdict.strict import _Totals
 
 
 def judge_blocks(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Mapping[str, Any],
@@ -40,7 +41,7 @@ def _unflushed(values: np.ndarray, bench: np.ndarray, rounded: np.ndarray, devic
     zero = values == 0
     if not zero.any():
         return values
-    flushed = zero & (np.abs(bench) < 2.0 ** _FORMATS[device_dtype][1])
+    flushed = zero & (np.abs(bench) < 2.0 ** FORMATS[device_dtype][1])
     return np.where(flushed, rounded, values) if flushed.any() else values
 
 
@@ -101,7 +102,7 @@ def _block(flat: dict[str, np.ndarray], s: slice, layout: tuple[np.ndarray, np.n
             acc.wrong += int(np.count_nonzero(wrong))
             acc.wrong_zero += int(np.count_nonzero(wrong & (np.abs(d) < np.abs(rounded))))
             acc.wrong_up += int(np.count_nonzero(wrong & (d > rounded)))
-            mantissa = _FORMATS[device_dtype][0]
+            mantissa = FORMATS[device_dtype][0]
             window = rules["exact_tie_factor"] * 2.0 ** (mantissa - 24)  # an fp32 scalar's rounding, in ULPs
             off_tie = np.abs(np.abs(b - rounded) / unit - 0.5) > window
             acc.wrong_off_tie += int(np.count_nonzero(wrong & off_tie))

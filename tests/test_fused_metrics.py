@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pytest_msprobe.metrics import fused, storage
 from pytest_msprobe.specs.loader import load_specs
-from pytest_msprobe.verdict import standards, strict
+from pytest_msprobe.verdict import grid, standards
 
 SPECS = load_specs()
 DTYPES = ["torch.bfloat16", "torch.float16", "torch.float32", "torch.float64"]
@@ -82,7 +82,7 @@ def _device(rng: np.random.Generator, bench: np.ndarray, dtype: str, spread: flo
     """The bench moved by a relative error of about `spread`, rounded to the dtype, in its numpy holder."""
     with np.errstate(all="ignore"):
         moved = bench.astype(np.float64) * (1 + spread * rng.standard_normal(bench.shape))
-        out = strict.round_to(moved.reshape(-1), dtype).reshape(bench.shape)
+        out = grid.round_to(moved.reshape(-1), dtype).reshape(bench.shape)
     return out.astype(np.float16 if dtype == "torch.float16" else np.float64 if dtype == "torch.float64"
                       else np.float32)
 

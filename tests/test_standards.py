@@ -19,6 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 from pytest_msprobe.metrics.vectorised import METRIC_KEYS
 from pytest_msprobe.specs.loader import SpecError, load_specs
+from pytest_msprobe.verdict import layer2
 from pytest_msprobe.verdict import standards as S
 
 NAN, INF = float("nan"), float("inf")
@@ -387,7 +388,7 @@ def test_parity_8_row_naming():
 ])
 def test_algorithm_for(api, dtype, algo):
     specs = load_specs()
-    assert S.algorithm_for(api, dtype, specs) == algo == S.algorithm_for(api, dtype, specs["categories"])
+    assert layer2.algorithm_for(api, dtype, specs) == algo == layer2.algorithm_for(api, dtype, specs["categories"])
 
 
 LAYER2_COLUMNS = {

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_msprobe.specs.loader import load_specs
-from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict import grid, strict
 from pytest_msprobe.verdict.judge import _rules
 
 THRESHOLDS = load_specs()["thresholds"]["strict"]
@@ -23,7 +23,7 @@ def judge(bench, device, dtype, kind="elementwise", section=None, **extra):
 
 
 def ulps(values, dtype):
-    return strict.ulp(strict.round_to(np.asarray(values, dtype=np.float64), dtype), dtype)
+    return grid.ulp(grid.round_to(np.asarray(values, dtype=np.float64), dtype), dtype)
 
 
 values = st.lists(st.floats(-1e4, 1e4, allow_nan=False, allow_subnormal=False), min_size=1, max_size=300)
@@ -33,7 +33,7 @@ values = st.lists(st.floats(-1e4, 1e4, allow_nan=False, allow_subnormal=False), 
 @given(dtype=st.sampled_from(DTYPES), kind=st.sampled_from(KINDS), values=values)
 def test_correctly_rounded_output_has_zero_error(dtype: str, kind: str, values: list[float]) -> None:
     bench = np.array(values)
-    rounded = strict.round_to(bench, dtype)
+    rounded = grid.round_to(bench, dtype)
     result = judge(bench, rounded, dtype, kind)
     assert result.status == "pass" and result.stats["max_err"] == 0.0
 
@@ -47,14 +47,14 @@ def test_a_device_equal_to_torchs_own_kernel_always_passes(dtype: str, kind: str
     exactly that is never flagged: the checks compare against it."""
     bench = np.array(values)
     rng = np.random.default_rng(seed)
-    torch_run = strict.round_to(bench + rng.integers(-spread, spread + 1, bench.size) * ulps(bench, dtype), dtype)
+    torch_run = grid.round_to(bench + rng.integers(-spread, spread + 1, bench.size) * ulps(bench, dtype), dtype)
     assert judge(bench, torch_run, dtype, kind, torch_run=torch_run).status == "pass"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_truncation_of_an_exact_operation_fails_even_on_three_elements(dtype: str) -> None:
     bench = np.array([1 / 3, -2 / 3, 0.1, 0.7, -1.3, 2.9])
-    rounded = strict.round_to(bench, dtype)
+    rounded = grid.round_to(bench, dtype)
     truncated = np.where(np.abs(rounded) > np.abs(bench), rounded - np.sign(bench) * ulps(bench, dtype), rounded)
     assert not np.array_equal(truncated, rounded)
     result = judge(bench, truncated, dtype, "exact", torch_run=rounded)
@@ -65,9 +65,9 @@ def test_truncation_of_an_exact_operation_fails_even_on_three_elements(dtype: st
 def _at_ties(dtype: str, n: int, picked: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A bench with the picked elements exactly halfway between two neighbours of the dtype, and its
     correct rounding."""
-    bench = strict.round_to(rng.standard_normal(n), dtype)
-    bench = np.where(picked, bench + 0.5 * strict.ulp(bench, dtype), bench)
-    return bench, strict.round_to(bench, dtype)
+    bench = grid.round_to(rng.standard_normal(n), dtype)
+    bench = np.where(picked, bench + 0.5 * grid.ulp(bench, dtype), bench)
+    return bench, grid.round_to(bench, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -78,7 +78,7 @@ def test_few_wrongly_rounded_elements_fail_when_they_all_lean_one_way(dtype: str
     picked = rng.random(1 << 16) < 0.003
     assert picked.mean() < THRESHOLDS["exact_scalar"]["exact_max_fraction"]
     bench, rounded = _at_ties(dtype, picked.size, picked, rng)
-    step = strict.ulp(rounded, dtype)
+    step = grid.ulp(rounded, dtype)
     toward_zero = np.where(picked & (np.abs(rounded) > np.abs(bench)), rounded - np.sign(rounded) * step, rounded)
     result = judge(bench, toward_zero, dtype, "exact", "exact_scalar", torch_run=rounded)
     assert result.status == "error" and "sign test" in result.message and "toward zero" in result.message
@@ -97,7 +97,7 @@ def test_between_tensors_one_wrongly_rounded_element_fails(dtype: str) -> None:
     picked = np.zeros(4096, dtype=bool)
     picked[100] = True
     bench, rounded = _at_ties(dtype, picked.size, picked, rng)
-    step = strict.ulp(rounded, dtype)
+    step = grid.ulp(rounded, dtype)
     at_tie = np.where(picked, np.where(rounded > bench, rounded - step, rounded + step), rounded)
     assert judge(bench, at_tie, dtype, "exact", torch_run=rounded).status == "error"
     assert judge(bench, at_tie, dtype, "exact", "exact_scalar", torch_run=rounded).status == "pass"
@@ -111,7 +111,7 @@ def test_between_tensors_one_wrongly_rounded_element_fails(dtype: str) -> None:
 def test_truncation_of_a_large_output_is_a_bias(dtype: str) -> None:
     rng = np.random.default_rng(0)
     bench = rng.standard_normal(64 * 256)
-    rounded = strict.round_to(bench, dtype)
+    rounded = grid.round_to(bench, dtype)
     truncated = np.where(np.abs(rounded) > np.abs(bench), rounded - np.sign(bench) * ulps(bench, dtype), rounded)
     result = judge(bench, truncated, dtype, "elementwise", torch_run=rounded, row=256)
     assert result.status == "error" and "biased towards zero" in result.message
@@ -125,8 +125,8 @@ def test_the_bias_test_of_a_large_output_samples_enough_rows(rows: int) -> None:
     rng = np.random.default_rng(1)
     bench = rng.standard_normal(4 << 20).astype(np.float32)
     assert bench.size > 4 * THRESHOLDS["bias_max_samples"]
-    rounded = strict.round_to(bench, "torch.bfloat16", work=np.float32)
-    truncated = np.where(np.abs(rounded) > np.abs(bench), rounded - np.sign(bench) * strict.ulp(bench, "torch.bfloat16"),
+    rounded = grid.round_to(bench, "torch.bfloat16", work=np.float32)
+    truncated = np.where(np.abs(rounded) > np.abs(bench), rounded - np.sign(bench) * grid.ulp(bench, "torch.bfloat16"),
                          rounded).astype(np.float32)
     row = bench.size // rows
     result = judge(bench, truncated, "torch.bfloat16", "elementwise", torch_run=rounded, row=row)
@@ -164,8 +164,8 @@ def test_a_reduction_element_is_judged_against_its_row() -> None:
     rng = np.random.default_rng(1)
     bench = rng.standard_normal((64, 128))
     bench[:, 5] = 1e-6  # cancelled
-    torch_run = strict.round_to(bench * (1 + rng.uniform(-2, 2, bench.shape) * 2**-9), "torch.bfloat16")
-    device = strict.round_to(bench * (1 + rng.uniform(-2, 2, bench.shape) * 2**-9), "torch.bfloat16")
+    torch_run = grid.round_to(bench * (1 + rng.uniform(-2, 2, bench.shape) * 2**-9), "torch.bfloat16")
+    device = grid.round_to(bench * (1 + rng.uniform(-2, 2, bench.shape) * 2**-9), "torch.bfloat16")
     device[:, 5] = bench[:, 5] + 2**-9  # absolute error of the row's size, thousands of its own ULPs
     assert judge(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=128).status == "pass"
     result = judge(bench, device, "torch.bfloat16", "elementwise", torch_run=torch_run, row=128)
@@ -176,9 +176,9 @@ def test_a_few_gross_elements_among_many_fail_and_the_message_names_the_worst() 
     rng = np.random.default_rng(2)
     bench = rng.standard_normal(200_000)
     bench[123_456] = 1.7
-    device = strict.round_to(bench, "torch.bfloat16")
+    device = grid.round_to(bench, "torch.bfloat16")
     device[123_456] *= 1.05
-    result = judge(bench, device, "torch.bfloat16", "reduction", torch_run=strict.round_to(bench, "torch.bfloat16"),
+    result = judge(bench, device, "torch.bfloat16", "reduction", torch_run=grid.round_to(bench, "torch.bfloat16"),
                    row=1000)
     assert result.status == "error"
     assert "gross error: 1 of 200000 elements" in result.message and "flat index 123456" in result.message
@@ -201,7 +201,7 @@ def test_matching_nonfinite_elements_leave_the_verdict_of_the_others(dtype: str,
     """NaN and inf where the bench has them too are dropped: the rest is judged as if they were not there."""
     rng = np.random.default_rng(seed)
     bench = np.array(values)
-    device = strict.round_to(bench + rng.integers(-2, 3, bench.size) * ulps(bench, dtype), dtype)
+    device = grid.round_to(bench + rng.integers(-2, 3, bench.size) * ulps(bench, dtype), dtype)
     at = rng.choice(bench.size + len(planted), len(planted), replace=False)
     keep = np.ones(bench.size + len(planted), bool)
     keep[at] = False
@@ -225,7 +225,7 @@ def test_a_product_rounded_before_its_bias_is_allowed() -> None:
     product = np.array([100.3, -50.7, 20.1])
     bias = np.array([-100.0, 50.5, -20.0])
     bench = product + bias
-    device = strict.round_to(strict.round_to(product, "torch.bfloat16") + bias, "torch.bfloat16")
+    device = grid.round_to(grid.round_to(product, "torch.bfloat16") + bias, "torch.bfloat16")
     magnitude = np.abs(product) * 4 + np.abs(bias)
     assert judge(bench, device, "torch.bfloat16", "contraction", magnitude=magnitude).status == "error"
     assert judge(bench, device, "torch.bfloat16", "contraction", magnitude=magnitude, product=product).status == "pass"
@@ -238,9 +238,9 @@ def test_ulp_matches_frexp(dtype: str) -> None:
     x = np.array([1.0, 1.5, 3.0, 0.75, 2.0**-20, 1e4, -7.0])
     _, exponent = np.frexp(x)
     expected = np.maximum(2.0 ** (exponent - 1), 2.0**emin) * 2.0**-mantissa
-    assert np.array_equal(strict.ulp(x, dtype), expected)
+    assert np.array_equal(grid.ulp(x, dtype), expected)
     if dtype != "torch.float64":  # float32 arrays (16-bit outputs are judged in float32): the same spacing
-        assert np.array_equal(strict.ulp(x.astype(np.float32), dtype), expected.astype(np.float32))
+        assert np.array_equal(grid.ulp(x.astype(np.float32), dtype), expected.astype(np.float32))
 
 
 def test_thresholds_by_kind_and_dtype() -> None:
@@ -259,7 +259,7 @@ def test_a_cancelled_row_below_the_fp32_benchs_resolution_is_not_judged() -> Non
     rng = np.random.default_rng(3)
     bench = (rng.standard_normal((64, 128)) * 3e-4).astype(np.float32)
     bench[0] = (rng.standard_normal(128) * 1.4e-11).astype(np.float32)  # a cancelled row: fp32 noise
-    torch_run = strict.round_to(bench.astype(np.float64), "torch.bfloat16")
+    torch_run = grid.round_to(bench.astype(np.float64), "torch.bfloat16")
     device = torch_run.copy()
     device[0] = 0.0
     assert judge(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=128).status == "pass"
@@ -286,7 +286,7 @@ def test_a_subnormal_result_flushed_to_zero_is_not_an_error(dtype: str, kind: st
     wrong sign, still fails."""
     rng = np.random.default_rng(3)
     bench = rng.standard_normal(4096) * TINY[dtype]  # a third of it below the normal range
-    rounded = strict.round_to(bench, dtype)
+    rounded = grid.round_to(bench, dtype)
     flushed = np.where(np.abs(bench) < TINY[dtype], np.copysign(0.0, bench * rng.choice([-1, 1], bench.size)), rounded)
     assert np.count_nonzero(flushed != rounded) > 1000, np.count_nonzero(flushed != rounded)
     result = judge(bench, flushed, dtype, kind, row=64)
@@ -297,7 +297,7 @@ def test_a_subnormal_result_flushed_to_zero_is_not_an_error(dtype: str, kind: st
         "pass"
     normal = bench.copy()
     normal[2048] = 1.5 * TINY[dtype]
-    device = np.where(np.abs(normal) < TINY[dtype], 0.0, strict.round_to(normal, dtype))
+    device = np.where(np.abs(normal) < TINY[dtype], 0.0, grid.round_to(normal, dtype))
     device[2048] = 0.0
     wrong = judge(normal, device, dtype, kind, row=64)
     assert wrong.status == "error" and "flat index 2048" in wrong.message
@@ -313,7 +313,7 @@ def test_the_message_gives_every_number_its_unit_and_the_bias_its_true_direction
     """fp32 linear output times 1 +- 1e-3: farther from zero is *away from* zero; the gross and
     mean figures are in scale units (the worst element also in ULPs), the bias in ULPs clipped to +-1."""
     bench, magnitude, _, _ = contraction(64, "torch.bfloat16")
-    device = strict.round_to(bench * factor, "torch.float32")
+    device = grid.round_to(bench * factor, "torch.float32")
     result = judge(bench, device, "torch.float32", "contraction", magnitude=magnitude, row=48)
     worst = result.stats["max_err"]
     assert re.search(rf"gross error: \d+ of 1536 elements exceed 4 scale units \(worst {worst:.3g} scale units = "
@@ -330,7 +330,7 @@ def test_the_message_gives_every_number_its_unit_and_the_bias_its_true_direction
 def test_a_shift_in_one_direction_is_named_by_its_direction(step: int, direction: str) -> None:
     rng = np.random.default_rng(5)
     bench = rng.standard_normal(64 * 64)
-    rounded = strict.round_to(bench, "torch.bfloat16")
+    rounded = grid.round_to(bench, "torch.bfloat16")
     shifted = rounded + step * np.where(rng.random(bench.size) < 0.5, ulps(bench, "torch.bfloat16"), 0.0)
     result = judge(bench, shifted, "torch.bfloat16", torch_run=rounded, row=64)
     assert result.status == "error" and f"errors biased {direction}: " in result.message, result.message
@@ -343,9 +343,9 @@ def test_a_correctly_rounded_output_of_repeated_values_is_not_biased(dtype: str)
     rounded result's own rounding error, shared by repeated values, read as 'errors biased upward'."""
     rng = np.random.default_rng(7)
     bench = np.where(rng.random(64 * 64) < 0.7, 1 / 3 + 1e-9, rng.standard_normal(64 * 64))
-    rounded = strict.round_to(bench, dtype)
+    rounded = grid.round_to(bench, dtype)
     assert abs(float((rounded[0] - bench[0]) / ulps(bench[:1], dtype)[0])) > 0.1  # a sizeable rounding error
-    torch_run = strict.round_to(bench + rng.choice([-1, 0, 0, 1], bench.size) * ulps(bench, dtype), dtype)
+    torch_run = grid.round_to(bench + rng.choice([-1, 0, 0, 1], bench.size) * ulps(bench, dtype), dtype)
     result = judge(bench, rounded, dtype, torch_run=torch_run, row=64)
     assert result.status == "pass", result.message
     assert result.stats["bias"] == 0.0 and result.stats["bias_zero"] == 0.0
@@ -357,7 +357,7 @@ def _rows_with_noise(rng: np.random.Generator, bench: np.ndarray, dtype: str, pe
     unit = 2.0 ** -8
     element = rng.uniform(-0.6, 0.6, bench.shape) * unit
     row = rng.normal(0, per_row * unit, (bench.shape[0], 1))
-    return strict.round_to(bench * (1 + element + row), dtype)
+    return grid.round_to(bench * (1 + element + row), dtype)
 
 
 @settings(max_examples=20, deadline=None)

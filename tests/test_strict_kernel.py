@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.specs.loader import load_specs
-from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict import grid, strict
 from pytest_msprobe.verdict.judge import _rules
 
 from .strict_oracle import numpy_strict
@@ -61,9 +61,9 @@ def both(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, section: 
 def _device_side(rng: np.random.Generator, bench: np.ndarray, dtype: str, spread: int) -> np.ndarray:
     """The bench rounded to the dtype and moved by up to `spread` ULPs (in the dtype's numpy holder)."""
     with np.errstate(all="ignore"):
-        rounded = strict.round_to(bench.reshape(-1).astype(np.float64), dtype)
-        moved = rounded + rng.integers(-spread, spread + 1, rounded.shape) * strict.ulp(rounded, dtype)
-        out = strict.round_to(np.where(np.isfinite(rounded), moved, rounded), dtype).reshape(bench.shape)
+        rounded = grid.round_to(bench.reshape(-1).astype(np.float64), dtype)
+        moved = rounded + rng.integers(-spread, spread + 1, rounded.shape) * grid.ulp(rounded, dtype)
+        out = grid.round_to(np.where(np.isfinite(rounded), moved, rounded), dtype).reshape(bench.shape)
     return out.astype(np.float16 if dtype == "torch.float16" else np.float64 if dtype == "torch.float64"
                       else np.float32)
 
@@ -159,7 +159,7 @@ def test_flushed_subnormal_results_are_judged_as_the_oracle_does(dtype: str) -> 
     """Zeros (of either sign) where the bench lies below the normal range, on the device and in the torch
     run, next to zeros where it does not."""
     rng = np.random.default_rng(5)
-    tiny = 2.0 ** strict._FORMATS[dtype][1]
+    tiny = 2.0 ** grid.FORMATS[dtype][1]
     bench = (rng.standard_normal(20_000) * tiny * np.where(rng.random(20_000) < 0.5, 0.3, 3.0)).astype(
         np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32)
     device, torch_run = _device_side(rng, bench, dtype, 1), _device_side(rng, bench, dtype, 1)
@@ -177,7 +177,7 @@ def test_group_sums_of_zero_errors_keep_numpys_sign_of_zero(dtype: str) -> None:
     (its short pairwise leaves start from -0.0 since numpy 2), bit for bit."""
     from .strict_oracle import judge_blocks
 
-    bench = strict.round_to(np.linspace(-3, 3, 32), dtype)
+    bench = grid.round_to(np.linspace(-3, 3, 32), dtype)
     flat = {"b": bench, "d": bench.copy()}
     rules = _rules(THRESHOLDS, dtype, "exact")
     fast, slow = strict._judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
@@ -245,7 +245,7 @@ def test_settled_chunks_are_bitwise_the_oracles(dtype: str, kind: str, n: int, t
             if key in flat:
                 target = flat[key]
                 target[min(int(where * n), n - 1)] = special if key in ("b", "mag") else \
-                    strict.round_to(np.array([special]), dtype)[0]
+                    grid.round_to(np.array([special]), dtype)[0]
     fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in flat.items()}
     rules = _rules(THRESHOLDS, dtype, kind)
     row = min(row, n)
@@ -301,11 +301,11 @@ def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dt
     skipped = [bi * block + 1000 for bi in range(1, -(-n // block)) if bi % every]  # in blocks the bias test skips
     big = 3.4e38 if dtype == "torch.bfloat16" else 65520.0
     with np.errstate(all="ignore"):
-        rounded_big = strict.round_to(np.array([big]), dtype)[0]  # inf
+        rounded_big = grid.round_to(np.array([big]), dtype)[0]  # inf
         changes = [{"b": big, "d": rounded_big, "t": rounded_big},  # rounds to inf, as device and torch run do
                    {"b": 1e-41, "d": 0.0, "t": 0.0},  # a flushed subnormal result: settled
                    {"d": np.nan}, {"d": np.inf}, {"t": np.nan}, {"mag": np.nan}, {"t": -np.inf},
-                   {"d": strict.round_to(bench[skipped[0]:skipped[0] + 1] * 1.01, dtype)[0]}]  # one ULP or so off
+                   {"d": grid.round_to(bench[skipped[0]:skipped[0] + 1] * 1.01, dtype)[0]}]  # one ULP or so off
     for number, change in enumerate(changes):  # one at a time: none hides another
         if not set(change) - {"b"} & set(flat):
             continue

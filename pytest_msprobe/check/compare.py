@@ -22,7 +22,7 @@ from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, load_specs, thresholds_for
-from ..verdict import contracts, judge, standards, strict
+from ..verdict import contracts, grid, judge, standards, strict
 
 _LOW_PRECISION = (torch.bfloat16,) + tuple(
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n)
@@ -185,7 +185,7 @@ def metrics_and_checks(prefix: str, bench: list[Any], device: list[Any], pairs: 
     strict checks there."""
     strict_results: dict[int, strict.StrictResult]
     strict_pairs = [(i, a) for i, a in enumerate(pairs) if a is not None and options.standard == "strict"
-                    and strict.supported(str(device[i].dtype))]
+                    and grid.supported(str(device[i].dtype))]
     if early is not None:
         strict_results = {i: judge.strict_verdict(a, str(device[i].dtype), thresholds_for(specs, api))
                           for i, a in strict_pairs}

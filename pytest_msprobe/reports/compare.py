@@ -26,7 +26,7 @@ from typing import Any
 
 from ..metrics.vectorised import METRIC_KEYS
 from ..verdict import verdicts
-from ..verdict.standards import algorithm_for
+from ..verdict.layer2 import algorithm_for
 from .results import BLANK, DETAILS_HEADER, ERROR, SKIP, compare_detail_row, compare_status
 
 UNSUPPORTED_MESSAGE = "This data type does not support benchmark compare."

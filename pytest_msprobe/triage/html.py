@@ -54,7 +54,7 @@ def summarize(bench: Sequence[Any], device: Sequence[Any], names: Sequence[Any],
     import numpy as np
     import torch
 
-    from ..verdict.strict import round_to, supported, ulp
+    from ..verdict.grid import round_to, supported, ulp
 
     out = []
     for i, (b, d) in enumerate(zip(bench, device)):

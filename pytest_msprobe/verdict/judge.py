@@ -11,7 +11,7 @@ from typing import Any
 
 from ..metrics.storage import widen
 from ..specs.loader import thresholds_for
-from . import contracts, ms_results, strict, verdicts
+from . import contracts, grid, ms_results, strict, verdicts
 from .standards import OutputComparison
 
 FLOAT_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
@@ -104,7 +104,7 @@ def strict_rules(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any])
 def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str, Any],
             result: strict.StrictResult | None) -> None:
     """Float tensors: strict.strict_compare; everything else keeps its exact Layer-1 comparison."""
-    if arrays is None or not strict.supported(row.device_dtype) or row.shape is None:
+    if arrays is None or not grid.supported(row.device_dtype) or row.shape is None:
         row.verdict = row.status
         if row.status != "error" and row.device_dtype not in FLOAT_DTYPES:
             row.verdict_message = "compared exactly"

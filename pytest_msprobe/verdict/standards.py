@@ -1,8 +1,10 @@
-"""msprobe's per-output verdict (the Layer-1 "original standard") plus the Layer-2 metric columns.
+"""msprobe's per-output verdict (the Layer-1 "original standard") and its rules for an API's outputs as a whole:
+their structure, scalars, dropout, the item's status. Each float output's row also carries the columns of its
+Layer-2 algorithm, which verdict/layer2.py chooses and computes.
 
-REFERENCE-msprobe.md §4.1 (verdict, structure rules), §4.2 (metrics), §4.4 (which algorithm).
-Torch-free: tensors arrive as numpy arrays with their torch dtype string (bf16 as float32, or as its 16-bit
-storage: metrics/storage.py), so the comparison runs anywhere. All numbers come from api_specs/thresholds.yaml and categories.yaml.
+REFERENCE-msprobe.md §4.1 (verdict, structure rules), §4.2 (metrics). Torch-free: tensors arrive as numpy arrays
+with their torch dtype string (bf16 as float32, or as its 16-bit storage: metrics/storage.py), so the comparison
+runs anywhere. All numbers come from api_specs/thresholds.yaml and categories.yaml.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 from ..metrics import fused, storage
 from ..metrics import vectorised as M
 from ..specs.loader import load_specs, thresholds_for
+from . import layer2
 
 PASS, WARNING, ERROR, SKIP = "pass", "Warning", "error", "SKIP"
 BLANK = " "
@@ -85,36 +88,6 @@ def _sections(specs: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], Mappi
         default = load_specs()
         specs = default if specs is None else {**default, **specs}
     return specs["thresholds"], specs["categories"]
-
-
-def _per_dtype(table: Mapping[str, Any], dtype: str) -> Any:
-    return table[dtype] if dtype in table else table["default"]
-
-
-_INDEX: dict[int, tuple[Mapping[str, Any], dict[str, str]]] = {}
-
-
-def algorithm_for(api_name: str, device_dtype: str, categories: Mapping[str, Any], standard: str = "msprobe",
-                  override: str | None = None) -> str:
-    """8.x category selection: non-float dtype -> binary_consistency; else the first list in
-    `lookup_order` holding the bare API name; else `default` (benchmark). Under `msprobe26` every float
-    output is benchmark, as 26.x's code does. Accepts the categories mapping or a whole specs mapping."""
-    cats = categories["categories"] if "categories" in categories else categories
-    if device_dtype not in cats["float_dtypes"]:
-        return "binary_consistency"
-    if override:  # a user's spec file put this API in a category
-        return override
-    if standard == "msprobe26":
-        return "benchmark"
-    cached = _INDEX.get(id(cats))
-    if cached is None or cached[0] is not cats:
-        index: dict[str, str] = {}
-        for algo in cats["lookup_order"]:
-            for name in cats.get(algo) or ():
-                index.setdefault(name, algo)
-        cached = _INDEX[id(cats)] = (cats, index)
-    default: str = cats.get("default", "benchmark")
-    return cached[1].get(api_name, default)
 
 
 # --------------------------------------------------------------------------------------- verdicts
@@ -191,8 +164,8 @@ def _plan(row: OutputComparison, device_dtype: str, work: np.dtype[Any], api_nam
     algo = None
     if device_dtype in cats["layer2_dtypes"]:
         override = (specs or {}).get("apis", {}).get(api_name, {}).get("algorithm")
-        algo = row.algorithm = algorithm_for(api_name, device_dtype, cats, standard, override)
-    return th, algo, _limits(algo, device_dtype, float(eps), th)
+        algo = row.algorithm = layer2.algorithm_for(api_name, device_dtype, cats, standard, override)
+    return th, algo, layer2.limits(algo, device_dtype, float(eps), th)
 
 
 def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
@@ -210,9 +183,9 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
         _ = err.rel_err  # Layer 1's ratios will read every relative error: made now, Layer 2 takes its own from them
     messages: list[str] = []
     if algo is not None:
-        row.metrics.update(_layer2(algo, b, d, dev_dtype, err, device_dtype, th))
+        row.metrics.update(layer2.columns(algo, b, d, dev_dtype, err, device_dtype, th))
     else:
-        messages += _other_layer2(row, b, d, device_dtype, th, standard)
+        messages += _other_columns(row, b, d, device_dtype, th, standard)
     row.worst = {"index": [int(i) for i in np.unravel_index(worst, shape)], "device": float(d[worst]),
                  "bench": float(b[worst]), "abs_err": float(err.abs_err[worst]),
                  "rel_err": float(err.rel_err_at(slice(worst, worst + 1), 1)[0])}
@@ -232,36 +205,12 @@ def _values(b: np.ndarray, d: np.ndarray, work: np.dtype[Any]) -> tuple[np.ndarr
     return b.astype(work, copy=False), d.astype(np.float32) if d.dtype == np.float16 and b.dtype != np.float16 else d
 
 
-def _other_layer2(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str, th: Mapping[str, Any],
-                  standard: str) -> list[str]:
-    """The columns of a float output outside layer2_dtypes: 26.x's fp8 ULP rule, else a message."""
-    if standard == "msprobe26" and device_dtype in th["ulp_fp8_26x"]["dtypes"]:  # 26.x: fp8 -> its ULP rule
-        p = th["ulp_fp8_26x"]
-        row.algorithm = "ulp_compare"
-        row.metrics.update(M.ulp_metrics(M.ulp_errors_fp8(b, d, exponent_floor=p["exponent_floor"],
-                                                          mantissa_width=p["mantissa_width"]), p["elem_threshold"]))
-        return []
-    return [f"The data type {device_dtype} is not supported for new precision standard."]
-
-
-def _limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> fused.Limits:
-    """The thresholds the statistics of `algo`'s columns are counted against."""
-    t = th["layer1"]["dual_ratio"]
-    dual = (float(t["hundredth"]), float(t["thousandth"]), float(t["ten_thousandth"]))
-    small = atol = rtol = 0.0
-    if algo == "benchmark":
-        small, atol = _per_dtype(th["small_value"], dtype), _per_dtype(th["small_value_atol"]["benchmark"], dtype)
-    elif algo == "absolute_threshold":
-        small, rtol = _per_dtype(th["small_value"], dtype), _per_dtype(th["rtol"], dtype)
-        atol = _per_dtype(th["small_value_atol"]["absolute_threshold"], dtype)
-    elif algo == "accumulative_error_compare":
-        small, atol = th["accumulative_error"]["small_value"], _per_dtype(th["accumulative_error"]["bound"], dtype)
-        rtol = atol
-    ulp = None
-    if algo == "ulp_compare":
-        p = th["ulp"][dtype]
-        ulp = (int(p["mantissa_bits"]), int(p["min_exponent"]), float(p["elem_threshold"]))
-    return fused.Limits(eps, float(small), float(atol), float(rtol), dual, ulp, algo == "binary_consistency")
+def _other_columns(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str, th: Mapping[str, Any],
+                   standard: str) -> list[str]:
+    """layer2.other_columns into the row; its messages."""
+    row.algorithm, found, messages = layer2.other_columns(b, d, device_dtype, th, standard)
+    row.metrics.update(found)
+    return messages
 
 
 def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], device_dtype: str,
@@ -297,7 +246,7 @@ def _from_stats(row: OutputComparison, stats: fused.MetricStats, b: np.ndarray, 
         row.metrics.update(fused.layer2(stats, algo, work, rmse_fudge=(fudge["denominator_eps"], fudge["additive"]),
                                         inf_nan=inf_nan))
     else:
-        messages += _other_layer2(row, b, d, device_dtype, th, standard)
+        messages += _other_columns(row, b, d, device_dtype, th, standard)
     w, (bw, dw) = stats.worst, worst
     one = M.error_arrays(bw, dw, limits.eps)
     row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(dw[0]), "bench": float(bw[0]),
@@ -344,45 +293,6 @@ def _layer1(m: dict[str, float | None], messages: list[str], cosine: tuple[float
             return WARNING
         messages.append(MSG_R10000_PASS)
     return PASS
-
-
-def _layer2(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M.ErrorArrays, dtype: str,
-            th: Mapping[str, Any]) -> dict[str, float]:
-    """The metric columns of the one Layer-2 algorithm chosen for this output (§4.2). `d` may be wider than
-    the device's numpy dtype `dev_dtype` (fp16 held as fp32)."""
-    if algo == "binary_consistency":
-        return {"binary_error_rate": M.binary_error_rate(b, d)}
-    if algo == "thousandth_threshold":
-        return {"dual_thousandth": M.dual_ratio(err.rel_err, th["layer1"]["dual_ratio"]["thousandth"])[0]}
-    if algo == "ulp_compare":
-        p = th["ulp"][dtype]
-        ulp = M.ulp_errors(b, d, err.abs_bench, mantissa_bits=p["mantissa_bits"], min_exponent=p["min_exponent"],
-                           compute_dtype=p["compute_dtype"])
-        return M.ulp_metrics(ulp, p["elem_threshold"])
-    both_finite, bench_dev = M.finite_mask(b, d, dev_dtype)
-    if algo == "benchmark":
-        fudge = th["rmse_fudge"]
-        return M.benchmark_metrics(err, d, bench_dev, both_finite, small_value=_per_dtype(th["small_value"], dtype),
-                                   atol=_per_dtype(th["small_value_atol"]["benchmark"], dtype),
-                                   rmse_fudge=(fudge["denominator_eps"], fudge["additive"]))
-    clip = th["inf_nan_clip_range"].get(dtype)
-    if clip is None:
-        info = np.finfo(dev_dtype)
-        clip = (info.min, info.max)
-    if algo == "absolute_threshold":
-        return M.absolute_threshold_metrics(
-            err, d, bench_dev, both_finite, rtol=_per_dtype(th["rtol"], dtype), clip_range=tuple(clip),
-            device_dtype=dev_dtype,
-            small_value=_per_dtype(th["small_value"], dtype),
-            atol=_per_dtype(th["small_value_atol"]["absolute_threshold"], dtype))
-    if algo == "accumulative_error_compare":
-        acc = th["accumulative_error"]
-        bound = _per_dtype(acc["bound"], dtype)
-        out = M.absolute_threshold_metrics(err, d, bench_dev, both_finite, rtol=bound, small_value=acc["small_value"],
-                                           atol=bound, clip_range=tuple(clip), device_dtype=dev_dtype)
-        out["error_balance"] = M.error_balance(d, bench_dev)
-        return out
-    raise ValueError(f"unknown precision algorithm {algo!r}")
 
 
 def compare_scalar(name: str, bench: Any, device: Any) -> OutputComparison:

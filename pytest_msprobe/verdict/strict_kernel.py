@@ -7,7 +7,8 @@ the leaves' sums while the chunk is in the first cache level (the magnitude run,
 reduction's row statistics are read a block at a time, before its chunks). It repeats numpy's arithmetic operation by operation, in the same work dtype
 (float32 for 16-bit outputs, float64 else) and with numpy's own summation order (pairwise, as
 `ndarray.sum` and `add.reduceat` add), so its totals are bitwise those of the numpy version that
-tests/strict_oracle.py keeps as the test oracle.
+tests/strict_oracle.py keeps as the test oracle. The element arithmetic of the device dtype's grid (rounding,
+ULPs, flushing) is verdict/grid_kernel.py's.
 
 Imported on the first check, never at collection: importing numba and loading the compiled code from
 its on-disk cache (`cache=True`) costs a fraction of a second once per process.
@@ -33,12 +34,13 @@ from ..metrics.pairwise import (
     tree_for,
     value,
 )
+from .grid_kernel import bf16_rounded, nan_max, prepare_16, round_into, ulp_into, unflush_into, unflushed
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
 LEAF_START = float(np.add.reduceat(np.array([-0.0, -0.0]), [0])[0])
 
-# codes of the device dtypes (strict._FORMATS) and of the op kinds
+# codes of the device dtypes (grid.FORMATS) and of the op kinds
 FORMATS = {"torch.bfloat16": 0, "torch.float16": 1, "torch.float32": 2, "torch.float64": 3}
 KINDS = {"elementwise": 0, "exact": 1, "reduction": 2, "contraction": 3}
 # slots of the float parameters (`params`) and of the results (`out`)
@@ -49,30 +51,12 @@ P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF 
 
 
 @compiled
-def _max(a: Any, b: Any) -> Any:
-    """np.maximum: NaN wins."""
-    if a != a:
-        return a
-    if b != b:
-        return b
-    return a if a >= b else b
-
-
-@compiled
 def _load(src: Any, dst: Any, n: int) -> None:
     """dst[:n] = the values of src[:n] (a bf16 output's storage widened), cast to dst's dtype (a loop over a
     slice compiles to vector code; numba's slice assignment, and src[start + j] with its negative-index check,
     do not)."""
     for j in range(n):
         dst[j] = value(src[j])
-
-
-@compiled
-def _unflush(values: Any, bench: Any, rounded: Any, n: int, tiny: Any, zero: Any) -> None:
-    """A zero where |bench| lies below the device dtype's normal range (`tiny`) becomes the correctly
-    rounded bench: flushing a subnormal result to zero is not an error (strict's flush-to-zero rule)."""
-    for j in range(n):
-        values[j] = rounded[j] if values[j] == zero and abs(bench[j]) < tiny else values[j]
 
 
 @compiled
@@ -108,66 +92,6 @@ def _clip1(x: Any, one: Any) -> Any:
 
 
 @compiled
-def _round(src: Any, dst: Any, n: int, fmt: int) -> None:
-    """dst[:n] = src[:n] correctly rounded to the device dtype (strict.round_to, all_finite): bf16 by the
-    float32 bit trick, fp16 to nearest even with its subnormals and overflow (pairwise.half_rounded), fp32 by a
-    cast."""
-    if fmt == 0:
-        for j in range(n):
-            dst[j] = _bf16_rounded(src[j])
-    elif fmt == 1:  # numpy's float32 -> fp16 -> float32, without a branch (vector code)
-        for j in range(n):
-            dst[j] = half_rounded(src[j])
-    elif fmt == 2:
-        for j in range(n):
-            dst[j] = np.float32(src[j])
-    else:
-        for j in range(n):
-            dst[j] = src[j]
-
-
-@compiled
-def _bf16_rounded(v: Any) -> Any:
-    """A float32 rounded to bf16 (to nearest even), as a float32: the bit trick."""
-    x = np.int64(np.float32(v).view(np.uint32))
-    return np.uint32(((x + (((x >> 16) & 1) + 0x7FFF)) & 0xFFFF0000) & 0xFFFFFFFF).view(np.float32)
-
-
-@compiled
-def _prepare_16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any, fmt: int) -> None:
-    """_load, _round and _ulp of a 16-bit output's chunk in one loop, in registers: the bench in float32 (bw),
-    rounded to the device dtype (rw: bf16 by the float32 bit trick, fp16 by pairwise.half_rounded), and the
-    ULP of that (uw)."""
-    for j in range(n):
-        v = np.float32(b[j])
-        r = _bf16_rounded(v) if fmt == 0 else half_rounded(v)
-        bw[j], rw[j] = v, r
-        uw[j] = _max(np.uint32(np.float32(r).view(np.uint32) & np.uint32(0x7F800000)).view(np.float32), tiny) * step
-
-
-@compiled
-def _ulp(src: Any, dst: Any, n: int, emin: Any, step: Any) -> None:
-    """dst[:n] = strict.ulp(src[:n]): the exponent bits, at least 2**emin, times 2**-mantissa."""
-    if src.itemsize == 4:
-        bits, out = src.view(np.uint32), dst.view(np.uint32)
-        for j in range(n):
-            out[j] = bits[j] & np.uint32(0x7F800000)
-    else:
-        bits64, out64 = src.view(np.uint64), dst.view(np.uint64)
-        for j in range(n):
-            out64[j] = bits64[j] & np.uint64(0x7FF0000000000000)
-    for j in range(n):
-        dst[j] = _max(dst[j], emin) * step
-
-
-@compiled
-def _unflushed(v: Any, bj: Any, r: Any, tiny: Any, zero: Any) -> Any:
-    """A device or torch-run value, with a zero where the bench lies below the device dtype's normal range
-    taken as the correctly rounded result `r` (flushing a subnormal result is not an error)."""
-    return r if (v == zero) & (abs(bj) < tiny) else v
-
-
-@compiled
 def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, f2: Any, c: Any) -> tuple[int, int]:
     """The chunk's normalised errors of device (f1) and torch run (f2), in one loop (it writes only those two,
     so that it compiles to vector code): the scale is the rounded bench's ULP, at least twice the torch run's
@@ -177,11 +101,11 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
     over = wrong = 0
     for j in range(n):
         bj, r = bw[j], rw[j]
-        dj = _unflushed(value(d[j]), bj, r, tiny, zero)
-        tj = _unflushed(value(t[j]), bj, r, tiny, zero)
+        dj = unflushed(value(d[j]), bj, r, tiny, zero)
+        tj = unflushed(value(t[j]), bj, r, tiny, zero)
         wrong += 1 if (dj != r) & (dj != tj) else 0
         et = abs(tj - bj)
-        s = _max(_max(uw[j], c_torch * et), sx[j])
+        s = nan_max(nan_max(uw[j], c_torch * et), sx[j])
         w = abs(dj - bj) / s
         w = w * (one if dj != r else zero)
         f1[j] = w
@@ -206,8 +130,8 @@ def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
 def _holds(d: Any, t: Any, j: int, bj: Any, r: Any, has_t: bool, tiny: Any, zero: Any) -> Any:
     """Whether device and torch run (where there is one) hold the finite, correctly rounded bench `r` at element j
     (a flushed subnormal result counts as `r`): the element check of _settled and _settled_16."""
-    dj = _unflushed(value(d[j]), bj, r, tiny, zero)
-    tj = _unflushed(value(t[j]), bj, r, tiny, zero) if has_t else r
+    dj = unflushed(value(d[j]), bj, r, tiny, zero)
+    tj = unflushed(value(t[j]), bj, r, tiny, zero) if has_t else r
     return (dj == r) & (tj == r) & (abs(r) < np.inf)
 
 
@@ -219,7 +143,7 @@ def _settled_16(b: Any, d: Any, t: Any, sx: Any, n: int, c: Any, fmt: int) -> bo
     has_t, has_x, held = t.size > 0, sx.size > 0, 0
     for j in range(n):
         v = np.float32(b[j])
-        r = _bf16_rounded(v) if fmt == 0 else half_rounded(v)
+        r = bf16_rounded(v) if fmt == 0 else half_rounded(v)
         held += _holds(d, t, j, v, r, has_t, tiny, zero) & ((sx[j] == sx[j]) if has_x else True)
     return held == n
 
@@ -231,8 +155,8 @@ def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any)
     over = wrong = 0
     for j in range(n):
         bj, r = bw[j], rw[j]
-        dj = _unflushed(value(d[j]), bj, r, tiny, zero)
-        w = abs(dj - bj) / _max(uw[j], sx[j])
+        dj = unflushed(value(d[j]), bj, r, tiny, zero)
+        w = abs(dj - bj) / nan_max(uw[j], sx[j])
         w = w * (one if dj != r else zero)
         f1[j] = w
         over += 1 if w > c_gross else 0
@@ -252,12 +176,12 @@ def _extras(b: Any, t: Any, mag: Any, prod: Any, est: Any, start: int, nb: int, 
         sx[j] = zero
     if c_floor != zero:
         for j in range(nb):
-            sx[j] = _max(sx[j], c_floor)
+            sx[j] = nan_max(sx[j], c_floor)
     if rowk:
         _load(b[start:start + nb], bw, nb)
-        _round(bw, rw, nb, fmt)
+        round_into(bw, rw, nb, fmt)
         _load(t[start:start + nb], tw, nb)
-        _unflush(tw, bw, rw, nb, tiny, zero)
+        unflush_into(tw, bw, rw, nb, tiny, zero)
         for j in range(nb):
             et = abs(tw[j] - bw[j])
             squares[j] = np.float64(et) * np.float64(et)
@@ -267,23 +191,23 @@ def _extras(b: Any, t: Any, mag: Any, prod: Any, est: Any, start: int, nb: int, 
             c[C_TMP] = params[P_ROW] * rms  # rounded to the work dtype, as numpy's operand is
             r_row = c[C_TMP]
             for j in range(g0, g0 + cnt):
-                sx[j] = _max(sx[j], r_row)
+                sx[j] = nan_max(sx[j], r_row)
             if est.size:
                 c[C_TMP] = params[P_EST] * rms
                 r_est = c[C_TMP]
                 flags = est[start + g0:start + g0 + cnt]
                 for j in range(cnt):
                     if flags[j]:
-                        sx[g0 + j] = _max(sx[g0 + j], r_est)
+                        sx[g0 + j] = nan_max(sx[g0 + j], r_est)
     if mag.size:
         _load(mag[start:start + nb], bw, nb)
         for j in range(nb):
-            sx[j] = _max(sx[j], c_acc * abs(bw[j]))
+            sx[j] = nan_max(sx[j], c_acc * abs(bw[j]))
     if prod.size:
         _load(prod[start:start + nb], bw, nb)
-        _ulp(bw, pu, nb, tiny, step)
+        ulp_into(bw, pu, nb, tiny, step)
         for j in range(nb):
-            sx[j] = _max(sx[j], pu[j])
+            sx[j] = nan_max(sx[j], pu[j])
 
 
 @compiled
@@ -295,8 +219,8 @@ def _bias_terms(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, sd: Any, st: 
     has_t = t.size > 0
     for j in range(n):
         x, r = bw[j], rw[j]
-        dj = _unflushed(value(d[j]), x, r, tiny, zero)
-        tj = _unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
+        dj = unflushed(value(d[j]), x, r, tiny, zero)
+        tj = unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
         tz = -(one if x > zero else (-one if x < zero else (zero if x == zero else x)))
         a = _clip1((dj - r) / uw[j], one)  # from the correctly rounded result, which has no error
         e = _clip1((tj - r) / uw[j], one)
@@ -312,8 +236,8 @@ def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: An
     n_wrong = n_zero = n_up = n_off = 0
     for j in range(n):
         x, r = bw[j], rw[j]
-        dj = _unflushed(value(d[j]), x, r, tiny, zero)
-        tj = _unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
+        dj = unflushed(value(d[j]), x, r, tiny, zero)
+        tj = unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
         bad = (dj != r) & (dj != tj)
         n_wrong += 1 if bad else 0
         n_zero += 1 if bad and abs(dj) < abs(r) else 0
@@ -326,8 +250,8 @@ def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: An
     if n_wrong:
         for j in range(n):
             x, r = bw[j], rw[j]
-            dj = _unflushed(value(d[j]), x, r, tiny, zero)
-            tj = _unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
+            dj = unflushed(value(d[j]), x, r, tiny, zero)
+            tj = unflushed(value(t[j]), x, r, tiny, zero) if has_t else r
             if (dj != r) & (dj != tj):
                 return j
     return -1
@@ -407,11 +331,11 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
                                                 scale if has_x else sx[:0], cn, c, fmt)
                 if not settled:
                     if fmt <= 1 and cast:
-                        _prepare_16(b[lo:lo + cn], bw, rw, uw, cn, tiny, step, fmt)
+                        prepare_16(b[lo:lo + cn], bw, rw, uw, cn, tiny, step, fmt)
                     else:
                         _load(b[lo:lo + cn], bw, cn)
-                        _round(bw, rw, cn, fmt)
-                        _ulp(rw, uw, cn, tiny, step)
+                        round_into(bw, rw, cn, fmt)
+                        ulp_into(rw, uw, cn, tiny, step)
                     settled = not quick and settle and _settled(bw, d[lo:lo + cn], t[lo:lo + cn], rw, scale, cn, c)
                 if settled:
                     # both rows of normalised errors would be +0.0: leaves summing to 0.0, maxima 0 at the

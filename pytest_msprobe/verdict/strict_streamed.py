@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics.storage import widen
-from . import strict
+from . import grid, strict
 from .strict import StrictResult
 
 EINSUM_BUFFER = 8192  # numpy's buffer: einsum's float64 sum of float32 squares adds buffer by buffer
@@ -59,7 +59,7 @@ class Streamed:
         self.K, self.d, self.device_dtype, self.rules, self.kind, self.has_t = K, d, device_dtype, rules, kind, has_t
         self.m = m = int(d.size)
         self.size, self.block, self.every = strict.sizes(m, row, rules)
-        self.work = strict.work_dtype(device_dtype)
+        self.work = grid.work_dtype(device_dtype)
         self.params = strict.kernel_params(floor, rules, device_dtype, K.LEAF_START)
         self.blocks = -(-m // self.block)
         self.per_block = -(-self.block // self.size)

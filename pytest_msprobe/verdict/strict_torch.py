@@ -110,7 +110,7 @@ class _Pass:
         return None if values is None else values[s].to(self.work)
 
     def _ulp(self, values: torch.Tensor) -> torch.Tensor:
-        """strict.ulp in the work dtype: the exponent bits, at least 2**emin, times 2**-mantissa."""
+        """grid.ulp in the work dtype: the exponent bits, at least 2**emin, times 2**-mantissa."""
         if values.dtype == torch.float32:
             binade = (values.view(torch.int32) & 0x7F800000).view(torch.float32)
         else:

@@ -1,0 +1,114 @@
+"""msprobe's Layer-2 algorithms (REFERENCE-msprobe.md §4.2, §4.4): which one an output gets, the limits its
+statistics are counted against, and its metric columns. The Layer-1 verdict (verdict/standards.py) is the same
+for every output; these differ by API and dtype, and the new standard's CSVs (verdict/ms_results.py) read them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..metrics import fused
+from ..metrics import vectorised as M
+
+
+def per_dtype(table: Mapping[str, Any], dtype: str) -> Any:
+    return table[dtype] if dtype in table else table["default"]
+
+
+_INDEX: dict[int, tuple[Mapping[str, Any], dict[str, str]]] = {}
+
+
+def algorithm_for(api_name: str, device_dtype: str, categories: Mapping[str, Any], standard: str = "msprobe",
+                  override: str | None = None) -> str:
+    """8.x category selection: non-float dtype -> binary_consistency; else the first list in
+    `lookup_order` holding the bare API name; else `default` (benchmark). Under `msprobe26` every float
+    output is benchmark, as 26.x's code does. Accepts the categories mapping or a whole specs mapping."""
+    cats = categories["categories"] if "categories" in categories else categories
+    if device_dtype not in cats["float_dtypes"]:
+        return "binary_consistency"
+    if override:  # a user's spec file put this API in a category
+        return override
+    if standard == "msprobe26":
+        return "benchmark"
+    cached = _INDEX.get(id(cats))
+    if cached is None or cached[0] is not cats:
+        index: dict[str, str] = {}
+        for algo in cats["lookup_order"]:
+            for name in cats.get(algo) or ():
+                index.setdefault(name, algo)
+        cached = _INDEX[id(cats)] = (cats, index)
+    default: str = cats.get("default", "benchmark")
+    return cached[1].get(api_name, default)
+
+
+def limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> fused.Limits:
+    """The thresholds the statistics of `algo`'s columns are counted against."""
+    t = th["layer1"]["dual_ratio"]
+    dual = (float(t["hundredth"]), float(t["thousandth"]), float(t["ten_thousandth"]))
+    small = atol = rtol = 0.0
+    if algo == "benchmark":
+        small, atol = per_dtype(th["small_value"], dtype), per_dtype(th["small_value_atol"]["benchmark"], dtype)
+    elif algo == "absolute_threshold":
+        small, rtol = per_dtype(th["small_value"], dtype), per_dtype(th["rtol"], dtype)
+        atol = per_dtype(th["small_value_atol"]["absolute_threshold"], dtype)
+    elif algo == "accumulative_error_compare":
+        small, atol = th["accumulative_error"]["small_value"], per_dtype(th["accumulative_error"]["bound"], dtype)
+        rtol = atol
+    ulp = None
+    if algo == "ulp_compare":
+        p = th["ulp"][dtype]
+        ulp = (int(p["mantissa_bits"]), int(p["min_exponent"]), float(p["elem_threshold"]))
+    return fused.Limits(eps, float(small), float(atol), float(rtol), dual, ulp, algo == "binary_consistency")
+
+
+def columns(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M.ErrorArrays, dtype: str,
+            th: Mapping[str, Any]) -> dict[str, float]:
+    """The metric columns of the one Layer-2 algorithm chosen for this output (§4.2). `d` may be wider than
+    the device's numpy dtype `dev_dtype` (fp16 held as fp32)."""
+    if algo == "binary_consistency":
+        return {"binary_error_rate": M.binary_error_rate(b, d)}
+    if algo == "thousandth_threshold":
+        return {"dual_thousandth": M.dual_ratio(err.rel_err, th["layer1"]["dual_ratio"]["thousandth"])[0]}
+    if algo == "ulp_compare":
+        p = th["ulp"][dtype]
+        ulp = M.ulp_errors(b, d, err.abs_bench, mantissa_bits=p["mantissa_bits"], min_exponent=p["min_exponent"],
+                           compute_dtype=p["compute_dtype"])
+        return M.ulp_metrics(ulp, p["elem_threshold"])
+    both_finite, bench_dev = M.finite_mask(b, d, dev_dtype)
+    if algo == "benchmark":
+        fudge = th["rmse_fudge"]
+        return M.benchmark_metrics(err, d, bench_dev, both_finite, small_value=per_dtype(th["small_value"], dtype),
+                                   atol=per_dtype(th["small_value_atol"]["benchmark"], dtype),
+                                   rmse_fudge=(fudge["denominator_eps"], fudge["additive"]))
+    clip = th["inf_nan_clip_range"].get(dtype)
+    if clip is None:
+        info = np.finfo(dev_dtype)
+        clip = (info.min, info.max)
+    if algo == "absolute_threshold":
+        return M.absolute_threshold_metrics(
+            err, d, bench_dev, both_finite, rtol=per_dtype(th["rtol"], dtype), clip_range=tuple(clip),
+            device_dtype=dev_dtype,
+            small_value=per_dtype(th["small_value"], dtype),
+            atol=per_dtype(th["small_value_atol"]["absolute_threshold"], dtype))
+    if algo == "accumulative_error_compare":
+        acc = th["accumulative_error"]
+        bound = per_dtype(acc["bound"], dtype)
+        out = M.absolute_threshold_metrics(err, d, bench_dev, both_finite, rtol=bound, small_value=acc["small_value"],
+                                           atol=bound, clip_range=tuple(clip), device_dtype=dev_dtype)
+        out["error_balance"] = M.error_balance(d, bench_dev)
+        return out
+    raise ValueError(f"unknown precision algorithm {algo!r}")
+
+
+def other_columns(b: np.ndarray, d: np.ndarray, device_dtype: str, th: Mapping[str, Any],
+                  standard: str) -> tuple[str | None, dict[str, float], list[str]]:
+    """(algorithm, columns, messages) of a float output outside layer2_dtypes: 26.x's fp8 ULP rule, else a
+    message."""
+    if standard == "msprobe26" and device_dtype in th["ulp_fp8_26x"]["dtypes"]:  # 26.x: fp8 -> its ULP rule
+        p = th["ulp_fp8_26x"]
+        return "ulp_compare", M.ulp_metrics(M.ulp_errors_fp8(b, d, exponent_floor=p["exponent_floor"],
+                                                              mantissa_width=p["mantissa_width"]),
+                                             p["elem_threshold"]), []
+    return None, {}, [f"The data type {device_dtype} is not supported for new precision standard."]
