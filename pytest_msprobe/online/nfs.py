@@ -6,6 +6,11 @@ deletes it. Here a poller thread moves files into the same bounded queue as the 
 leaves the files on disk), refuses files over the size limit unread, and waits for a file whose pickle is
 not complete yet (its last byte is not the STOP opcode) until it stops growing. The session ends when `end`
 markers of `clients` writers have arrived and no call file is left. Torch-free.
+
+A file (call or marker) is touched only once its size, mtime and ctime have stayed the same for _QUIET_S on
+this host's clock: msprobe 8.1's client closes each file, checks that it exists and then sets its mode, and a
+file deleted between those two steps makes the client's chmod raise and its error handler crash the client.
+The steadiness is timed locally, so a shared filesystem whose server clock differs delays nothing.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from typing import Any, Callable
 from .receiver import Call, Stats
 
 _POLL_S = 0.02
+_QUIET_S = 0.2  # a file unchanged for this long is its writer's no more (its mode set too)
 _SETTLE_S = 2.0  # an incomplete file that has not changed for this long is taken as it is (and refused)
 
 
@@ -34,6 +40,7 @@ class NfsReceiver:
         self._closing = False
         self._sequence = 0
         self._ends = 0
+        self._seen: dict[Path, tuple[tuple[int, int, int], float]] = {}  # (size, mtime, ctime) and since when
 
     def start(self) -> int:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -75,10 +82,30 @@ class NfsReceiver:
             if not busy:
                 time.sleep(_POLL_S)
 
+    def _steady(self, path: Path) -> float:
+        """Seconds (this host's monotonic clock) that `path`'s size, mtime and ctime have stayed as they are now;
+        -1 when it is gone."""
+        try:
+            stat = path.stat()
+        except OSError:
+            self._seen.pop(path, None)
+            return -1.0
+        signature, now = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns), time.monotonic()
+        seen = self._seen.get(path)
+        if seen is None or seen[0] != signature:
+            self._seen[path] = (signature, now)
+            return 0.0
+        return now - seen[1]
+
+    def _remove(self, path: Path) -> None:
+        self._seen.pop(path, None)
+        _remove(path)
+
     def _scan(self) -> bool:
         for marker in sorted(self.folder.glob("start*")):
-            _remove(marker)
-            self.stats.connections += 1
+            if self._steady(marker) >= _QUIET_S:
+                self._remove(marker)
+                self.stats.connections += 1
         files = sorted(self.folder.glob("*.pt"), key=_mtime)
         taken = False
         for path in files:
@@ -86,32 +113,32 @@ class NfsReceiver:
                 return taken
             taken |= self._take(path)
         if not files:
-            ends = sorted(self.folder.glob("end*"))
-            for marker in ends:
-                _remove(marker)
-                self._ends += 1
+            for marker in sorted(self.folder.glob("end*")):
+                if self._steady(marker) >= _QUIET_S:
+                    self._remove(marker)
+                    self._ends += 1
             if self._ends >= self.clients:
                 self.finished.set()
         return taken
 
     def _take(self, path: Path) -> bool:
-        try:
-            stat = path.stat()
-        except OSError:
-            return False
-        if stat.st_size > self.max_frame:
+        steady = self._steady(path)
+        if steady < _QUIET_S:
+            return False  # gone, or still its writer's
+        size = self._seen[path][0][0]
+        if size > self.max_frame:
             self.stats.refused_frames += 1
-            self.log(f"msprobe online: {path.name}: {stat.st_size} bytes refused unread: the limit is "
+            self.log(f"msprobe online: {path.name}: {size} bytes refused unread: the limit is "
                      f"{self.max_frame} bytes (--msprobe-online-max-frame)")
-            _remove(path)
+            self._remove(path)
             return True
         try:
             data = path.read_bytes()
         except OSError:
             return False
-        if not data.endswith(b".") and time.time() - stat.st_mtime < _SETTLE_S:
+        if not data.endswith(b".") and steady < _SETTLE_S:
             return False  # still being written
-        _remove(path)
+        self._remove(path)
         call = Call(None, None, self._sequence, data, f"nfs:{path.name}", nfs=True)
         self._sequence += 1
         while not self._closing:
