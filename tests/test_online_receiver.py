@@ -393,3 +393,14 @@ def test_nfs_receiver_leaves_a_file_to_its_writer_until_it_is_steady(tmp_path: P
     assert receiver.finished.wait(5) and not list(tmp_path.iterdir())
     receiver.close()
 
+
+def test_nfs_receiver_says_when_others_can_write_to_its_folder(tmp_path: Path) -> None:
+    for mode, warned in ((0o700, False), (0o775, True), (0o757, True)):
+        folder = tmp_path / f"m{mode:o}"
+        folder.mkdir()
+        folder.chmod(mode)
+        receiver = NfsReceiver(folder, max_frame=1 << 20)
+        receiver.start()
+        receiver.close()
+        assert any("writable by its group or by others" in line for line in receiver.stats.lines) == warned, mode
+

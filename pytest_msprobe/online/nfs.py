@@ -44,6 +44,9 @@ class NfsReceiver:
 
     def start(self) -> int:
         self.folder.mkdir(parents=True, exist_ok=True)
+        if self.folder.stat().st_mode & 0o022:  # files carry no sender: whoever can write here is a client
+            self.log(f"msprobe online: nfs_path {self.folder} is writable by its group or by others: any of them "
+                     f"can add calls or an end marker (ending the session early); chmod go-w it")
         threading.Thread(target=self._poll, name="msprobe-online-nfs", daemon=True).start()
         return 0
 
