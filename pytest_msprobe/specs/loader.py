@@ -201,6 +201,11 @@ def thresholds_for(specs: Mapping[str, Any], api_name: str) -> Mapping[str, Any]
     return _MERGED[key]
 
 
+def per_dtype(table: Mapping[str, Any], dtype: str) -> Any:
+    """A thresholds table's entry for the device dtype, else its `default`."""
+    return table[dtype] if dtype in table else table["default"]
+
+
 def bare_name(api_name: str, specs: Mapping[str, Any]) -> str:
     """Resolve torch_npu aliases (fast_gelu -> npu_fast_gelu)."""
     name: str = specs.get("aliases", {}).get(api_name, api_name)

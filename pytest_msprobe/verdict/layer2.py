@@ -1,6 +1,7 @@
 """msprobe's Layer-2 algorithms (REFERENCE-msprobe.md §4.2, §4.4): which one an output gets, the limits its
 statistics are counted against, and its metric columns. The Layer-1 verdict (verdict/standards.py) is the same
-for every output; these differ by API and dtype, and the new standard's CSVs (verdict/ms_results.py) read them.
+for every output; these differ by API and dtype, and the new standard's decisions (verdict/verdicts.py) and the
+compare command (reports/compare.py) read them.
 """
 from __future__ import annotations
 
@@ -11,11 +12,7 @@ import numpy as np
 
 from ..metrics import fused
 from ..metrics import vectorised as M
-
-
-def per_dtype(table: Mapping[str, Any], dtype: str) -> Any:
-    return table[dtype] if dtype in table else table["default"]
-
+from ..specs.loader import per_dtype
 
 _INDEX: dict[int, tuple[Mapping[str, Any], dict[str, str]]] = {}
 

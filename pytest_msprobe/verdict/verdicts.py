@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..specs.loader import per_dtype
+
 PASS, ERROR = "pass", "error"
 
 # api_precision_compare details columns after "API Name", in order, as record keys.
@@ -78,10 +80,6 @@ def in_english(text: str) -> str:
     return "; ".join([en for _, _, en in found] + ([text.strip()] if text.strip() else []))
 
 
-def _per_dtype(table: Mapping[str, Any], dtype: str) -> Any:
-    return table[dtype] if dtype in table else table["default"]
-
-
 def _num(value: Any) -> float:
     """A blank metric cell counts as 0.0 (what 26.x does; 8.3.3 crashed on it)."""
     return 0.0 if value is None else float(value)
@@ -128,7 +126,7 @@ def single_run(algorithm: str, metrics: Mapping[str, Any], device_dtype: str,
                 messages.append(message)
         if algorithm == "accumulative_error_compare":
             eb = _num(metrics.get("error_balance"))
-            limit = _per_dtype(th["accumulative_error"]["eb_threshold"], device_dtype)
+            limit = per_dtype(th["accumulative_error"]["eb_threshold"], device_dtype)
             cells["eb_ratio"], cells["eb_status"] = eb, PASS if eb <= limit else ERROR
             if eb > limit:
                 messages.append("ERROR: 误差均衡性超过阈值")
@@ -157,7 +155,7 @@ def benchmark_thresholds(api_name: str, standard: str, th: Mapping[str, Any]) ->
 def with_reference(algorithm: str, metrics: Mapping[str, Any], ref: Mapping[str, Any], device_dtype: str,
                    api_name: str, standard: str, th: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """Benchmark / ULP verdict: the device's error must not be much worse than the reference's."""
-    floor = _per_dtype(th["min_err"], device_dtype)
+    floor = per_dtype(th["min_err"], device_dtype)
     cells: dict[str, Any] = {}
     messages: list[str] = []
     if algorithm == "benchmark":
@@ -172,7 +170,7 @@ def with_reference(algorithm: str, metrics: Mapping[str, Any], ref: Mapping[str,
                 messages.append(message)
         return (ERROR if failed else PASS), "".join(messages), cells
     if algorithm == "ulp_compare":
-        rule = _per_dtype(th["ulp_verdict"], device_dtype)
+        rule = per_dtype(th["ulp_verdict"], device_dtype)
         mean_ulp, prop = _num(metrics.get("mean_ulp_err")), _num(metrics.get("ulp_err_proportion"))
         _, mean_ok = _ratio(mean_ulp, _num(ref.get("mean_ulp_err")), floor)
         ratio, prop_ok = _ratio(prop, _num(ref.get("ulp_err_proportion")), floor)
