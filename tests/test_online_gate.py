@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -67,9 +68,11 @@ def _start(**kwargs: Any) -> Receiver:
     return receiver
 
 
-def _consume(receiver: Receiver, stop: threading.Event) -> list[Any]:
-    """The session's part: take each call, accept it when it loads."""
-    taken: list[Any] = []
+@contextlib.contextmanager
+def _serving(**kwargs: Any) -> Iterator[tuple[Receiver, list[Any]]]:
+    """A started receiver and the session's part beside it (take each call, accept it when it loads): the
+    receiver and the calls taken so far; both stop on leaving, an assertion failing inside included."""
+    receiver, taken, stop = _start(**kwargs), [], threading.Event()
 
     def run() -> None:
         while not stop.is_set():
@@ -85,100 +88,88 @@ def _consume(receiver: Receiver, stop: threading.Event) -> list[Any]:
             taken.append(call)
 
     threading.Thread(target=run, daemon=True).start()
-    return taken
+    try:
+        yield receiver, taken
+    finally:
+        stop.set()
+        receiver.close()
 
 
 # ---------------------------------------------------------------- the receiver with raw sockets
 def test_a_stranger_refused_body_and_stop_do_not_end_the_session() -> None:
-    receiver = _start()
-    stop = threading.Event()
-    taken = _consume(receiver, stop)
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as evil:
-        evil.sendall(protocol.frame(_refused_body(), 0) + protocol.frame(protocol.STOP, 1))
-        assert _acks(evil, 2) == [protocol.OK, protocol.OVER]
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as probe:
-        probe.sendall(protocol.frame(protocol.STOP, 0))  # a STOP_ alone: no call, no client
-        assert _acks(probe, 1) == [protocol.OVER]
-    time.sleep(0.3)
-    assert not receiver.finished.is_set()
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
-        real.sendall(protocol.frame(_body(), 0))
-        assert _acks(real, 1) == [protocol.OK]
-        assert _wait(lambda: len(taken) == 1)
-        real.sendall(protocol.frame(protocol.STOP, 1))
-        assert _acks(real, 2) == [protocol.OVER, protocol.KILL]
-    assert receiver.finished.wait(5) and not receiver.unstopped()
-    stop.set()
-    receiver.close()
+    with _serving() as (receiver, taken):
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as evil:
+            evil.sendall(protocol.frame(_refused_body(), 0) + protocol.frame(protocol.STOP, 1))
+            assert _acks(evil, 2) == [protocol.OK, protocol.OVER]
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as probe:
+            probe.sendall(protocol.frame(protocol.STOP, 0))  # a STOP_ alone: no call, no client
+            assert _acks(probe, 1) == [protocol.OVER]
+        time.sleep(0.3)
+        assert not receiver.finished.is_set()
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
+            real.sendall(protocol.frame(_body(), 0))
+            assert _acks(real, 1) == [protocol.OK]
+            assert _wait(lambda: len(taken) == 1)
+            real.sendall(protocol.frame(protocol.STOP, 1))
+            assert _acks(real, 2) == [protocol.OVER, protocol.KILL]
+        assert receiver.finished.wait(5) and not receiver.unstopped()
 
 
 def test_a_connection_that_ends_on_garbage_never_counts_even_after_a_call() -> None:
-    receiver = _start()
-    stop = threading.Event()
-    taken = _consume(receiver, stop)
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as odd:
-        odd.sendall(protocol.frame(_body(), 0))
-        assert _acks(odd, 1) == [protocol.OK]
-        assert _wait(lambda: len(taken) == 1)  # accepted: a client for now
-        odd.sendall(b"GET / HTTP/1.1\r\n\r\n" + b"\0" * 32)  # then bytes that are no frame
-        odd.settimeout(10)
-        assert odd.recv(1) == b""
-    time.sleep(0.3)
-    assert not receiver.finished.is_set()  # it does not stand for the client the session waits for
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
-        real.sendall(protocol.frame(_body(), 0))
-        assert _acks(real, 1) == [protocol.OK]
-        assert _wait(lambda: len(taken) == 2)
-        real.sendall(protocol.frame(protocol.STOP, 1))
-        assert _acks(real, 2) == [protocol.OVER, protocol.KILL]
-    assert receiver.finished.wait(5)
-    assert len(receiver.unstopped()) == 1  # its calls were checked, and its end still fails the run
-    stop.set()
-    receiver.close()
+    with _serving() as (receiver, taken):
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as odd:
+            odd.sendall(protocol.frame(_body(), 0))
+            assert _acks(odd, 1) == [protocol.OK]
+            assert _wait(lambda: len(taken) == 1)  # accepted: a client for now
+            odd.sendall(b"GET / HTTP/1.1\r\n\r\n" + b"\0" * 32)  # then bytes that are no frame
+            odd.settimeout(10)
+            assert odd.recv(1) == b""
+        time.sleep(0.3)
+        assert not receiver.finished.is_set()  # it does not stand for the client the session waits for
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
+            real.sendall(protocol.frame(_body(), 0))
+            assert _acks(real, 1) == [protocol.OK]
+            assert _wait(lambda: len(taken) == 2)
+            real.sendall(protocol.frame(protocol.STOP, 1))
+            assert _acks(real, 2) == [protocol.OVER, protocol.KILL]
+        assert receiver.finished.wait(5)
+        assert len(receiver.unstopped()) == 1  # its calls were checked, and its end still fails the run
 
 
 def test_rank_list_waits_for_each_rank() -> None:
-    receiver = _start(ranks=(0, 1))
-    stop = threading.Event()
-    _consume(receiver, stop)
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as a:
-        a.sendall(protocol.frame(_body(rank=0), 0, rank=0))
-        assert _acks(a, 1) == [protocol.OK]
-        time.sleep(0.3)  # taken and accepted
-        a.sendall(protocol.frame(protocol.STOP, 1))
-        assert _acks(a, 1) == [protocol.OVER]
-    time.sleep(0.3)
-    assert not receiver.finished.is_set()
-    assert "rank1 (no call accepted yet)" in receiver.waiting_for()
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as b:
-        b.sendall(protocol.frame(_body(rank=1), 0, rank=1))
-        assert _acks(b, 1) == [protocol.OK]
+    with _serving(ranks=(0, 1)) as (receiver, _):
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as a:
+            a.sendall(protocol.frame(_body(rank=0), 0, rank=0))
+            assert _acks(a, 1) == [protocol.OK]
+            time.sleep(0.3)  # taken and accepted
+            a.sendall(protocol.frame(protocol.STOP, 1))
+            assert _acks(a, 1) == [protocol.OVER]
         time.sleep(0.3)
-        b.sendall(protocol.frame(protocol.STOP, 1))
-        assert _acks(b, 2) == [protocol.OVER, protocol.KILL]
-    assert receiver.finished.wait(5)
-    stop.set()
-    receiver.close()
+        assert not receiver.finished.is_set()
+        assert "rank1 (no call accepted yet)" in receiver.waiting_for()
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as b:
+            b.sendall(protocol.frame(_body(rank=1), 0, rank=1))
+            assert _acks(b, 1) == [protocol.OK]
+            time.sleep(0.3)
+            b.sendall(protocol.frame(protocol.STOP, 1))
+            assert _acks(b, 2) == [protocol.OVER, protocol.KILL]
+        assert receiver.finished.wait(5)
 
 
 def test_a_client_killed_mid_frame_ends_unstopped_with_its_account() -> None:
-    receiver = _start()
-    stop = threading.Event()
-    _consume(receiver, stop)
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as sock:
-        for i in range(5):
-            sock.sendall(protocol.frame(_body(i), i))
-        assert _acks(sock, 5) == [protocol.OK] * 5
-        time.sleep(0.3)
-        sock.sendall(protocol.frame(_body(5), 5)[:50])  # killed while writing its sixth call
-    assert receiver.finished.wait(5)  # the only client ended: nothing more can come from it
-    (client,) = receiver.unstopped()
-    assert client.arrived == 5
-    (line,) = receiver.client_lines()
-    assert re.search(r"rank0 client 127\.0\.0\.1:\d+: numbered 5 call\(s\), 5 arrived; ended without its STOP_: "
-                     r"the connection closed \(closed in the middle of a frame\)", line), line
-    stop.set()
-    receiver.close()
+    with _serving() as (receiver, _):
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as sock:
+            for i in range(5):
+                sock.sendall(protocol.frame(_body(i), i))
+            assert _acks(sock, 5) == [protocol.OK] * 5
+            time.sleep(0.3)
+            sock.sendall(protocol.frame(_body(5), 5)[:50])  # killed while writing its sixth call
+        assert receiver.finished.wait(5)  # the only client ended: nothing more can come from it
+        (client,) = receiver.unstopped()
+        assert client.arrived == 5
+        (line,) = receiver.client_lines()
+        assert re.search(r"rank0 client 127\.0\.0\.1:\d+: numbered 5 call\(s\), 5 arrived; ended without its STOP_: "
+                         r"the connection closed \(closed in the middle of a frame\)", line), line
 
 
 def test_slow_loris_half_header_is_ended_and_real_clients_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,35 +245,31 @@ def test_silent_strangers_at_the_bound_make_room_for_a_client(monkeypatch: pytes
 def test_a_thousand_connections_opened_and_closed_while_a_client_sends() -> None:
     from pytest_msprobe.online import receiver as module
 
-    receiver = _start()
-    stop = threading.Event()
-    taken = _consume(receiver, stop)
-    storm_done = threading.Event()
+    with _serving() as (receiver, taken):
+        storm_done = threading.Event()
 
-    def storm() -> None:
-        for i in range(1000):
-            with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as s:
-                if i % 3 == 1:
-                    s.sendall(b"\x00" * (i % 50))  # some with a few bytes of garbage
-        storm_done.set()
+        def storm() -> None:
+            for i in range(1000):
+                with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as s:
+                    if i % 3 == 1:
+                        s.sendall(b"\x00" * (i % 50))  # some with a few bytes of garbage
+            storm_done.set()
 
-    threading.Thread(target=storm, daemon=True).start()
-    with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
-        for i in range(50):
-            real.sendall(protocol.frame(_body(i), i))
-            assert _acks(real, 1) == [protocol.OK]
-        assert storm_done.wait(120)
-        assert _wait(lambda: len(taken) == 50) and _wait(lambda: receiver.stats.connections >= 1001)
-        assert not receiver.finished.is_set()  # 1,000 connections that are not clients end nothing
-        real.sendall(protocol.frame(protocol.STOP, 50))
-        assert _acks(real, 2) == [protocol.OVER, protocol.KILL]
-    assert receiver.finished.wait(5) and not receiver.unstopped()
-    assert _wait(lambda: receiver._open == 0)
-    ended = [line for line in receiver.stats.lines if "this connection is ended" in line]
-    assert len(ended) == module.SAID_AT_MOST  # the rest counted, not printed
-    assert sum("not shown" in line for line in receiver.stats.lines) == 1
-    stop.set()
-    receiver.close()
+        threading.Thread(target=storm, daemon=True).start()
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as real:
+            for i in range(50):
+                real.sendall(protocol.frame(_body(i), i))
+                assert _acks(real, 1) == [protocol.OK]
+            assert storm_done.wait(120)
+            assert _wait(lambda: len(taken) == 50) and _wait(lambda: receiver.stats.connections >= 1001)
+            assert not receiver.finished.is_set()  # 1,000 connections that are not clients end nothing
+            real.sendall(protocol.frame(protocol.STOP, 50))
+            assert _acks(real, 2) == [protocol.OVER, protocol.KILL]
+        assert receiver.finished.wait(5) and not receiver.unstopped()
+        assert _wait(lambda: receiver._open == 0)
+        ended = [line for line in receiver.stats.lines if "this connection is ended" in line]
+        assert len(ended) == module.SAID_AT_MOST  # the rest counted, not printed
+        assert sum("not shown" in line for line in receiver.stats.lines) == 1
 
 
 def _wait(condition: Any, timeout: float = 20) -> bool:
