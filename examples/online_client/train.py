@@ -30,24 +30,11 @@ import pwinput  # noqa: E402 - installed with mindstudio-probe
 
 pwinput.pwinput = lambda prompt="", mask="*": os.environ.get("MSPROBE_CLIENT_KEY_PASSPHRASE", "")
 
-# msprobe 8.1.2's TCP client shares one twisted FileSender across its transfers and begins each from its
-# sending thread: if it begins one between the reactor thread's `deferred.callback()` and `deferred = None`
-# (FileSender.resumeProducing), that transfer's Deferred never fires, its sending thread waits for it for ever
-# and the log says `send_queue put send_data timeout` every 60 s. Nothing the receiving side sends can fire
-# it; a FileSender per transfer avoids the race:
-from msprobe.pytorch.api_accuracy_checker.tensor_transport_layer import client as msprobe_client  # noqa: E402
-from twisted.protocols.basic import FileSender  # noqa: E402
+# msprobe 8.1.2's TCP client stalls for good now and then (a race on its one shared twisted FileSender); a
+# FileSender per transfer avoids it (sender_fix.py, beside this script):
+from sender_fix import one_file_sender_per_transfer  # noqa: E402
 
-_send_large_data = msprobe_client.ClientProtocol.send_large_data
-
-
-def send_large_data(self, data):
-    self.file_sender = FileSender()
-    self.file_sender.CHUNK_SIZE = 655360  # msprobe's own
-    return _send_large_data(self, data)
-
-
-msprobe_client.ClientProtocol.send_large_data = send_large_data
+one_file_sender_per_transfer()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))
 if world > 1:  # started by torchrun: each rank is its own client, with its own connection

@@ -49,4 +49,4 @@ def run(fresh_sender: bool) -> bool:
 
 
 print("SHARED", run(False))  # msprobe 8.1.2's one FileSender: False, its sending thread would wait for ever
-print("FRESH", run(True))  # a FileSender per transfer (examples/online_client/train.py): True
+print("FRESH", run(True))  # a FileSender per transfer (examples/online_client/sender_fix.py): True

@@ -61,20 +61,14 @@ if args.world > 1:
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402 - after the planted bug, as a model's own code
 
 if args.mode == "tcp":
-    # a twisted FileSender per transfer, as docs/how-to/online.md tells users to do: with msprobe 8.1.2's one
+    # the example's FileSender per transfer, the workaround docs/how-to/online.md gives: with msprobe 8.1.2's one
     # shared FileSender its TCP client stalls for good now and then (a race in the client, reproduced by
     # test_the_tcp_client_stall_is_a_shared_file_sender_race), which would fail these tests at random
-    from msprobe.pytorch.api_accuracy_checker.tensor_transport_layer import client as _msprobe_client
-    from twisted.protocols.basic import FileSender
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples",
+                                    "online_client"))
+    from sender_fix import one_file_sender_per_transfer
 
-    _send_large_data = _msprobe_client.ClientProtocol.send_large_data
-
-    def send_large_data(self, data):
-        self.file_sender = FileSender()
-        self.file_sender.CHUNK_SIZE = 655360  # msprobe's own
-        return _send_large_data(self, data)
-
-    _msprobe_client.ClientProtocol.send_large_data = send_large_data
+    one_file_sender_per_transfer()
 
 if args.trace:
     # What the client itself puts on the wire, counted on its side (not the receiver's): each frame handed to
