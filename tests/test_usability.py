@@ -13,37 +13,32 @@ from tests.helpers import device_side_conftest, make_dump, records, tensor
 LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
 
 
-def test_a_dump_given_by_path_leaves_its_folder_without_a_pytest_cache(pytester: pytest.Pytester) -> None:
+def _run_from_elsewhere(pytester: pytest.Pytester, text: str, *args: str) -> pytest.RunResult:
+    """pytest on shared/dump.json (holding `text`), started in the folder here/ as a user beside the dump would."""
     shared = pytester.mkdir("shared")
-    (shared / "dump.json").write_text("{")  # a collection error: pytest's cache records it as last failed
-    here = pytester.mkdir("here")
+    (shared / "dump.json").write_text(text)
     with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(here)
-        result = pytester.runpytest_subprocess(str(shared / "dump.json"), *LEAN)
+        mp.chdir(pytester.mkdir("here"))
+        return pytester.runpytest_subprocess(str(shared / "dump.json"), *args, *LEAN)
+
+
+def test_a_dump_given_by_path_leaves_its_folder_without_a_pytest_cache(pytester: pytest.Pytester) -> None:
+    result = _run_from_elsewhere(pytester, "{")  # a collection error: pytest's cache records it as last failed
     assert result.ret != pytest.ExitCode.OK  # the collection error
+    here = pytester.path / "here"
     caches = sorted(pytester.path.rglob(".pytest_cache"))
     assert caches == [here / ".pytest_cache"], caches
     assert "shared/dump.json" in (here / ".pytest_cache" / "v" / "cache" / "lastfailed").read_text()
 
 
 def test_a_run_without_the_cacheprovider_still_runs(pytester: pytest.Pytester) -> None:
-    shared = pytester.mkdir("shared")
-    (shared / "dump.json").write_text("")
-    here = pytester.mkdir("here")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(here)
-        result = pytester.runpytest_subprocess(str(shared / "dump.json"), "-p", "no:cacheprovider", *LEAN)
+    result = _run_from_elsewhere(pytester, "", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*dump.json: the file is empty (0 bytes)*"])  # collected, not an internal error
     assert not list(pytester.path.rglob(".pytest_cache"))
 
 
 def test_a_cache_dir_the_user_sets_is_kept(pytester: pytest.Pytester) -> None:
-    shared = pytester.mkdir("shared")
-    (shared / "dump.json").write_text("{")
-    here = pytester.mkdir("here")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(here)
-        pytester.runpytest_subprocess(str(shared / "dump.json"), "-o", f"cache_dir={pytester.path / 'mine'}", *LEAN)
+    _run_from_elsewhere(pytester, "{", "-o", f"cache_dir={pytester.path / 'mine'}")
     assert sorted(p.name for p in pytester.path.rglob(".pytest_cache")) == []
     assert (pytester.path / "mine" / "v" / "cache" / "lastfailed").is_file()
 
