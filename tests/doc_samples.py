@@ -2,7 +2,10 @@
 against one: both texts are normalised the same way (the checkout's folder reads `...`, timings `<t>s`,
 result-file timestamps `<ts>`, pytest's `=== text ===` banners lose their padding); a sample is a list of
 segments separated by lines of `...`, each of which must appear in the output as consecutive lines (blank lines
-aside), the segments in order."""
+aside), the segments in order. A line of a sample matches an output line that is the same but for decimal numbers
+(a token with a fraction part) within a relative 1e-3 of the page's: the page shows a host's value, and the last
+digits of a bench's fp32 sum are the host's BLAS's choice (another CPU vendor's kernels sum in another order).
+Counts, indices, shapes and words are held exactly."""
 from __future__ import annotations
 
 import re
@@ -33,11 +36,26 @@ def segments(sample: list[str]) -> list[list[str]]:
     return [p for p in parts if p]
 
 
+DECIMAL = re.compile(r"(?<![\w.])([-+]?\d+\.\d+(?:e[-+]?\d+)?)(?![\w.])")
+REL = 1e-3  # decimals agree to three significant digits: every figure the samples discuss
+
+
+def same_line(page: str, output: str) -> bool:
+    """The page's line and the output's: equal, or equal but for decimals within REL (column padding aside)."""
+    if page == output:
+        return True
+    a, b = DECIMAL.split(page), DECIMAL.split(output)  # text, decimal, text, ..., text
+    if len(a) != len(b) or [" ".join(t.split()) for t in a[::2]] != [" ".join(t.split()) for t in b[::2]]:
+        return False
+    return all(abs(float(x) - float(y)) <= REL * max(abs(float(x)), abs(float(y))) for x, y in zip(a[1::2], b[1::2]))
+
+
 def find_in_order(output: list[str], parts: list[list[str]]) -> str | None:
     """None when every part appears in `output` as consecutive lines, in order; else the first part that does not."""
     start = 0
     for part in parts:
-        at = next((i for i in range(start, len(output) - len(part) + 1) if output[i:i + len(part)] == part), None)
+        at = next((i for i in range(start, len(output) - len(part) + 1)
+                   if all(same_line(p, o) for p, o in zip(part, output[i:i + len(part)]))), None)
         if at is None:
             return "\n".join(part)
         start = at + len(part)
