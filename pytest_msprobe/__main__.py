@@ -14,17 +14,27 @@ from .session import baseline
 from .session.journal import final_records
 
 
-def records_of(source: Path) -> list[dict[str, Any]]:
-    """A records file, or the newest msprobe_records_*.jsonl of a result folder."""
+def records_file(source: Path) -> tuple[Path, str]:
+    """(the records file, which result set it is): a records file, or the newest msprobe_records_*.jsonl of a
+    result folder (each run leaves one set there, stamped with its time)."""
     if source.is_dir():
         files = sorted(source.glob(f"{JSONL_PREFIX}*.jsonl"))
         if not files:
             raise SystemExit(f"{source}: no {JSONL_PREFIX}*.jsonl here; did that run finish? "
                              f"(resume it with --msprobe-resume)")
-        source = files[-1]
+        stamp = files[-1].stem[len(JSONL_PREFIX):]
+        when = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[8:10]}:{stamp[10:12]}:{stamp[12:14]}" \
+            if len(stamp) == 14 and stamp.isdigit() else stamp
+        which = "the only result set there" if len(files) == 1 else f"the newest of {len(files)} result sets there"
+        return files[-1], f"{which}, written {when}"
     if not source.is_file():
         raise SystemExit(f"{source}: no such file or folder")
-    return read_jsonl(source)
+    return source, "as given"
+
+
+def records_of(source: Path) -> list[dict[str, Any]]:
+    """A records file, or the newest msprobe_records_*.jsonl of a result folder."""
+    return read_jsonl(records_file(source)[0])
 
 
 def merge(args: argparse.Namespace) -> int:
@@ -46,10 +56,15 @@ def merge(args: argparse.Namespace) -> int:
 
 
 def write_baseline(args: argparse.Namespace) -> int:
-    records = final_records(*(records_of(Path(p)) for p in args.results))
+    batches = []
+    for source in args.results:
+        path, which = records_file(Path(source))
+        print(f"read {path} ({which})")
+        batches.append(read_jsonl(path))
+    records = final_records(*batches)
     entries = baseline.failures(records, warning_as_error=args.warning_as_error)
     Path(args.output).write_text(baseline.dump_yaml(entries), encoding="utf-8")
-    print(f"{len(entries)} failing item(s) written to {args.output}")
+    print(baseline.written_line(entries, records, args.output, warning_as_error=args.warning_as_error))
     return 0
 
 
@@ -108,8 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-o", "--output", required=True, help="folder for the merged CSVs and JSON lines")
     m.set_defaults(run=merge)
     b = command("baseline", "write the failing items of finished runs as a baseline file",
-                "one entry per failing item, with its failing check as the reason, to review and pass to "
-                "--msprobe-baseline (listed failures then run as strict xfails)")
+                "one entry per failing call (named so that it matches the call in every dump; per dump where "
+                "the call passes in another), with its failing check as the reason, to review and pass to "
+                "--msprobe-baseline (listed failures then run as strict xfails); reads the newest result set "
+                "of each folder")
     b.add_argument("results", nargs="+", help="result folders or msprobe_records_*.jsonl files")
     b.add_argument("-o", "--output", required=True, help="baseline file to write (YAML)")
     b.add_argument("--warning-as-error", action="store_true", help="also list items whose verdict is Warning")

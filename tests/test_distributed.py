@@ -346,7 +346,7 @@ def test_baseline_is_a_strict_xfail_both_ways(pytester: pytest.Pytester, monkeyp
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert cli.main(["baseline", str(pytester.path / "msprobe_results"), "-o", str(pytester.path / "bl.yaml")]) == 0
     entries = baseline.load(pytester.path / "bl.yaml")
-    assert [api for api, _ in entries] == ["Functional.gelu.0.forward"]
+    assert [e.api for e in entries] == ["Functional.gelu.0.forward"]
     result = pytester.runpytest(str(dump), "--msprobe-baseline", "bl.yaml")  # known failure: the gate is green
     result.assert_outcomes(xfailed=1, passed=2)
     assert result.ret == pytest.ExitCode.OK
@@ -354,18 +354,19 @@ def test_baseline_is_a_strict_xfail_both_ways(pytester: pytest.Pytester, monkeyp
     monkeypatch.delenv("PLANT_BUG")  # the API is fixed: the gate turns red until the line is removed
     result = pytester.runpytest(str(dump), "--msprobe-baseline", "bl.yaml")
     result.assert_outcomes(failed=1, passed=2)
-    result.stdout.fnmatch_lines(["*XPASS(strict)*msprobe baseline: TODO review*"])
+    result.stdout.fnmatch_lines([f"[[]XPASS(strict)] msprobe baseline: passes now; remove {entries[0].lines()} of bl.yaml "
+                                 "(Functional.gelu.0.forward: TODO review: *"])
     (pytester.path / "bad.yaml").write_text("- api: '*relu*'\n")
     result = pytester.runpytest(str(dump), "--msprobe-baseline", "bad.yaml")
     result.stderr.fnmatch_lines(["*entry 0 needs a non-empty 'api' and 'reason'*"])
 
 
 def test_baseline_patterns_match_node_id_entry_or_call_name() -> None:
-    entries = [("*/rank1/*", "rank 1 only"), ("Functional.linear.*", "every linear"), ("Tensor.add_.3", "one call")]
-    assert baseline.match(entries, "s/rank1/dump.json::Torch.sum.0.forward") == "rank 1 only"
-    assert baseline.match(entries, "s/rank0/dump.json::Functional.linear.7.backward") == "every linear"
-    assert baseline.match(entries, "s/rank0/dump.json::Tensor.add_.3.forward") == "one call"
-    assert baseline.match(entries, "s/rank0/dump.json::Tensor.add_.31.forward") is None
+    patterns = ["*/rank1/*", "Functional.linear.*", "Tensor.add_.3"]
+    assert baseline.first_match(patterns, "s/rank1/dump.json::Torch.sum.0.forward") == 0
+    assert baseline.first_match(patterns, "s/rank0/dump.json::Functional.linear.7.backward") == 1
+    assert baseline.first_match(patterns, "s/rank0/dump.json::Tensor.add_.3.forward") == 2
+    assert baseline.first_match(patterns, "s/rank0/dump.json::Tensor.add_.31.forward") is None
     assert re.search("TODO review", baseline.dump_yaml(baseline.failures([
         {"api": "A.b.0", "direction": "forward", "status": "error", "message": "x"},
         {"api": "A.c.0", "direction": "forward", "status": "Warning", "message": "y"}])))

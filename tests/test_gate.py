@@ -186,7 +186,7 @@ def test_baseline_writer_gives_the_failing_check_as_the_reason(pytester: pytest.
     dump = mixed_dump(pytester)
     pytester.runpytest(str(dump), *LEAN).assert_outcomes(failed=1, passed=2)
     assert cli.main(["baseline", str(pytester.path / "msprobe_results"), "-o", str(pytester.path / "bl.yaml")]) == 0
-    ((api, reason),) = baseline.load(pytester.path / "bl.yaml")
+    ((api, reason, *_),) = baseline.load(pytester.path / "bl.yaml")
     assert api == "Functional.gelu.0.forward"
     assert "error: error" not in reason and reason.startswith("TODO review: output.0: "), reason
     (failed,) = [r for r in records(pytester) if r["status"] == "error"]
@@ -198,7 +198,7 @@ def test_baseline_of_a_call_failing_in_one_dump_keeps_the_gate_green(pytester: p
     two_ranks_same_names(pytester)  # the same gelu call passes in rank0 and fails in rank1
     pytester.runpytest("step0", *LEAN).assert_outcomes(failed=1, passed=3)
     assert cli.main(["baseline", str(pytester.path / "msprobe_results"), "-o", str(pytester.path / "bl.yaml")]) == 0
-    assert [api for api, _ in baseline.load(pytester.path / "bl.yaml")] == ["*rank1/dump.json::Functional.gelu.0.forward"]
+    assert [e.api for e in baseline.load(pytester.path / "bl.yaml")] == ["*rank1/dump.json::Functional.gelu.0.forward"]
     result = pytester.runpytest("step0", "--msprobe-baseline", "bl.yaml", *LEAN)
     result.assert_outcomes(xfailed=1, passed=3)  # rank0's passing gelu is no XPASS(strict)
     assert result.ret == pytest.ExitCode.OK

@@ -45,6 +45,13 @@ def tutorial_files() -> tuple[tuple[str, str], ...]:
     return (("stable_softmax.py", softmax), ("kernels.py", kernels))
 
 
+def ci_gate_files() -> tuple[tuple[str, str], ...]:
+    """The CI gate page's fixed softmax: the tutorial's fix and the page's baseline.yaml of the two failures it fixes."""
+    yaml = code_blocks((ROOT / "docs/how-to/ci-gate.md").read_text(encoding="utf-8"), "yaml")
+    (listed,) = [b for b in yaml if "Functional.softmax" in b]
+    return (*tutorial_files(), ("baseline.yaml", listed))
+
+
 BUGGY_FLASH = "pytest examples/fused_attention/ --msprobe-kernels examples/fused_attention/kernels.py:BUGGY"
 FAILING_SOFTMAX = ("pytest examples/approximate_kernel/ --msprobe-kernels examples/approximate_kernel/kernels.py:KERNELS "
                    "--msprobe-html report.html")
@@ -57,6 +64,8 @@ SAMPLES: dict[tuple[str, int], Sample] = {
     ("docs/how-to/own-kernels.md", 0): Sample(
         "pytest examples/approximate_kernel/ --msprobe-kernels examples/approximate_kernel/kernels.py:KERNELS"),
     ("docs/how-to/check-a-fused-kernel.md", 0): Sample(BUGGY_FLASH),
+    ("docs/how-to/ci-gate.md", 0): Sample("pytest examples/approximate_kernel/ --msprobe-kernels kernels.py:KERNELS "
+                                          "--msprobe-baseline baseline.yaml", ci_gate_files()),
     ("docs/how-to/resume.md", 0): Sample("pytest examples/mlp_fp32_tensor/", (("conftest.py", CTRL_C),)),
 }
 # samples held by the test that runs a session with its clients: (page, block) -> (test module, test function)

@@ -245,7 +245,7 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
         nodeid, fuzz = record["nodeid"], record.get("fuzz")
         location = (record["dump"], 0, f"msprobe{' fuzz' if fuzz else ''}: {nodeid.rpartition('::')[2]}")
         outcome, longrepr, wasxfail = _fuzz_outcome(fuzz) if fuzz else \
-            _outcome(record, warning_as_error, baseline.xfail_reason(config, nodeid))
+            _outcome(record, warning_as_error, baseline.strict_xfail(config, nodeid))
         hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
         for when in ("setup", "call", "teardown"):
             report = pytest.TestReport(nodeid, location, {"msprobe": 1, **({"fuzz": 1} if fuzz else {})},
@@ -268,8 +268,10 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
 Outcome = Literal["passed", "failed", "skipped"]
 
 
-def _outcome(record: dict[str, Any], warning_as_error: bool, xfail: str | None) -> tuple[Outcome, Any, str | None]:
-    """(outcome, longrepr, wasxfail) of a journaled record, as ApiItem.runtest and a strict baseline xfail give."""
+def _outcome(record: dict[str, Any], warning_as_error: bool,
+             xfail: tuple[str, str] | None) -> tuple[Outcome, Any, str | None]:
+    """(outcome, longrepr, wasxfail) of a journaled record, as ApiItem.runtest and a strict baseline xfail
+    ((reason, text once it passes)) give."""
     from .items import failure_text
 
     status = record.get("status")
@@ -277,7 +279,7 @@ def _outcome(record: dict[str, Any], warning_as_error: bool, xfail: str | None) 
         return "skipped", (record["dump"], 1, f"Skipped: {record.get('message', '')}"), None
     failed = status == "error" or (status == "Warning" and warning_as_error)
     if xfail is not None:
-        return ("skipped", failure_text(record), xfail) if failed else ("failed", f"[XPASS(strict)] {xfail}", None)
+        return ("skipped", failure_text(record), xfail[0]) if failed else ("failed", xfail[1], None)
     return ("failed", failure_text(record), None) if failed else ("passed", None, None)
 
 
