@@ -1,6 +1,7 @@
 """--msprobe-html: one self-contained page; sorted and filtered by its own JS in a real headless Chromium."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -34,7 +35,8 @@ def run_chromium(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 class Rows(HTMLParser):
-    """Rows of the API table in document order: (status, item text, hidden?)."""
+    """Rows of the API table in document order: {column: the text the row shows, `<column>_title`: the cell's
+    tooltip, `<column>_folded`: what a folded cell opens to, row_status, hidden}."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,6 +44,7 @@ class Rows(HTMLParser):
         self.body: dict[str, str] = {}
         self.table: dict[str, str] = {}
         self.col: str | None = None
+        self.part: str | None = None  # the key the text goes to
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
@@ -52,15 +55,23 @@ class Rows(HTMLParser):
         elif tag == "tr" and "data-order" in a:
             self.rows.append({"row_status": a["data-status"], "hidden": "display: none" in a.get("style", "")})
         elif tag == "td" and self.rows:
-            self.col = a.get("data-col")
+            self.col = self.part = a.get("data-col")
+            if self.col and "title" in a:
+                self.rows[-1][f"{self.col}_title"] = a["title"]
+        elif tag == "summary" and self.col:
+            self.part = self.col
+        elif tag == "details" and self.col:
+            self.part = f"{self.col}_folded"
 
     def handle_data(self, data: str) -> None:
-        if self.col and self.rows:
-            self.rows[-1][self.col] = self.rows[-1].get(self.col, "") + data
+        if self.part and self.rows:
+            self.rows[-1][self.part] = self.rows[-1].get(self.part, "") + data
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "td":
-            self.col = None
+            self.col = self.part = None
+        elif tag == "summary" and self.col:
+            self.part = f"{self.col}_folded"
 
 
 def parse(html_text: str) -> Rows:
@@ -88,6 +99,12 @@ def test_the_page_is_self_contained_and_plots_each_failure(pytester: pytest.Pyte
         ("Functional.gelu.0.forward", "error"), ("Functional.gelu.0.backward", "error"),
         ("Functional.relu.0.forward", "pass"), ("Functional.gelu.0.forward [fuzz]", "error"),
         ("Functional.relu.0.forward [fuzz]", "error")]
+    # the device dtypes of each item's outputs; one dump: no dump column, the header names it
+    assert [r["dtype"] for r in rows] == ["bfloat16", "bfloat16", "float16", "bfloat16", "float16"]
+    assert 'data-col="dump"' not in page and " · dump d/dump.json</p>" in page
+    # a long message folds: the row shows the start of its first line, cut at a word; it opens to all of it
+    shown, folded = rows[0]["message"], rows[0]["message_folded"]
+    assert shown.endswith("…") and len(shown) <= 100 and folded.startswith(shown[:-1]) and len(folded) > 2 * len(shown)
     assert page.count('<svg class="plot heatmap"') == 4 and page.count('<section class="failure"') == 4
     assert "2.998046875 (one ULP below the recorded Max)" in page  # the fuzz failure's shrunk example
     # what judged it: strict and its kind of op, not the algorithm msprobe's own standards would have used
@@ -120,6 +137,16 @@ def test_chromium_loads_sorts_filters_and_renders_the_plots(pytester: pytest.Pyt
     screenshot = run_chromium(f"--screenshot={shot}", "--window-size=1300,1800", report.as_uri())
     assert screenshot.returncode == 0 and shot.stat().st_size > 20_000, screenshot.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every row is one line high: a failing row, its long message folded, is as tall as a passing one
+    probe = ("<script>var h={};Array.prototype.forEach.call(document.querySelectorAll('#apis tbody tr'),function(r){"
+             "var s=r.getAttribute('data-status');h[s]=(h[s]||[]).concat([r.getBoundingClientRect().height]);});"
+             "document.body.setAttribute('data-heights',JSON.stringify(h));</script></body>")
+    (pytester.path / "probe.html").write_text(report.read_text("utf-8").replace("</body>", probe), encoding="utf-8")
+    dom = run_chromium("--dump-dom", "--window-size=1300,1800", "--virtual-time-budget=2000",
+                       (pytester.path / "probe.html").as_uri())
+    heights = json.loads(parse(dom.stdout).body.get("data-heights", "{}"))
+    assert len(heights.get("error", [])) == 4 and len(heights.get("pass", [])) == 1, heights
+    assert max(heights["error"]) <= 1.5 * heights["pass"][0], heights
 
 
 def test_pytest_html_gets_the_same_plots(pytester: pytest.Pytester) -> None:
@@ -161,48 +188,64 @@ def test_plots_draw_stricts_gross_limit_of_the_ops_kind() -> None:
         assert any(colour == "#d9534f" for colour, v in slices) == red_bins
 
 
-# ------------------------------------------------------------------------------ messages in English, wrapped
+# ------------------------------------------------------------------------------ messages in English, folded
 
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+SETTINGS = {"standard": "msprobe", "check_options": {"run_seed": 1, "device": "cpu", "specs_file": None}}
 
 
 def _record(message: str, **extra: object) -> dict:
     out = {"name": "Torch.mul.0.forward.output.0", "status": "pass", "verdict": "error", "algorithm": "absolute_threshold",
-           "verdict_message": message, "metrics": {"cosine": 1.0, "max_abs_err": 0.5}, "worst": None}
+           "verdict_message": message, "metrics": {"cosine": 1.0, "max_abs_err": 0.5}, "worst": None,
+           "device_dtype": "torch.int32"}
     return {"api": "Torch.mul.0", "direction": "forward", "status": "error", "standard": "msprobe", "order": 0,
-            "nodeid": "d/dump.json::Torch.mul.0.forward", "outputs": [out], "message": "", **extra}
+            "nodeid": "d/dump.json::Torch.mul.0.forward", "dump": "d/dump.json", "outputs": [out], "message": "",
+            **extra}
 
 
-def test_messages_are_english_and_the_message_column_wraps(tmp_path: Path) -> None:
+def _page(path: Path, records: list[dict]) -> str:
     from types import SimpleNamespace
 
-    from pytest_msprobe.triage.html import CSS, write_html
+    from pytest_msprobe.triage.html import write_html
+
+    settings = SimpleNamespace(standard=SETTINGS["standard"], check_options=SimpleNamespace(**SETTINGS["check_options"]))
+    return write_html(path, records, [], settings).read_text("utf-8")
+
+
+def test_messages_are_english_and_a_long_message_folds(tmp_path: Path) -> None:
+    from pytest_msprobe.triage.html import CSS
     from pytest_msprobe.verdict.verdicts import ENGLISH
 
     message = "ERROR: inf/nan错误率超过阈值ERROR: 绝对误差错误率超过阈值"  # as msprobe concatenates them
     summary = [{"name": "Torch.mul.0.forward.output.0", "dtype": "torch.int32", "shape": [2], "numel": 2,
                 "kind": "exact", "mismatches": 1}]
-    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu",
-                                                                                     specs_file=None))
-    page = write_html(tmp_path / "r.html", [_record(message, error_summary=summary)], [], settings).read_text("utf-8")
+    page = _page(tmp_path / "r.html", [_record(message, error_summary=summary)])
     assert not CJK.search(page), CJK.findall(page)[:10]
     row = parse(page).rows[0]
-    assert row["message"] == "ERROR: inf/nan error ratio above the threshold; ERROR: absolute error ratio above the threshold"
+    english = "ERROR: inf/nan error ratio above the threshold; ERROR: absolute error ratio above the threshold"
+    assert row["message"] == row["message_folded"] == english  # folded: may not fit the cell; not cut
+    assert row["dtype"] == "int32"
     assert "Torch.mul.0.forward.output.0: ERROR: inf/nan error ratio above the threshold; ERROR: absolute" in page
     assert all(not CJK.search(en) for en in ENGLISH.values())
-    # the message cell wraps: its rule is more specific than the table's nowrap rule for every cell
-    rules = dict(re.findall(r"([^{}]+)\{([^}]*)\}", CSS.replace("\n", "")))
-    rules = {" ".join(sel.split()): body for sels, body in rules.items() for sel in sels.split(",")}
-
-    def specificity(selector: str) -> tuple[int, int]:
-        parts = selector.split()
-        return sum(p.count(".") + p.count("#") for p in parts), sum(1 for p in parts if p[0].isalpha())
-
-    nowrap = [s for s, body in rules.items() if "white-space:nowrap" in body and s.split()[-1].startswith("td")]
-    wrap = [s for s, body in rules.items() if "white-space:normal" in body and s.split()[-1] == "td.msg"]
-    assert nowrap and wrap
-    assert max(specificity(s) for s in wrap) > max(specificity(s) for s in nowrap)
-    assert "overflow-wrap:anywhere" in rules[wrap[0]]  # long API names without spaces break too
+    # over 100 characters, the row shows the start of the first line, cut at a word; it opens to all
+    lines = "device raised: " + "word " * 40 + "end\nTraceback line two"
+    short = "Relative error is below 0.001"  # fits the narrowest cell: as it is
+    rows = parse(_page(tmp_path / "r2.html", [_record(english + " " + english), _record(lines), _record(short),
+                                              _record("a\nb")])).rows
+    assert rows[0]["message"] == english + "…" and rows[0]["message_folded"] == english + " " + english
+    assert rows[1]["message"].startswith("device raised: word") and rows[1]["message"].endswith("word…")
+    assert len(rows[1]["message"]) <= 100 and rows[1]["message_folded"] == lines
+    assert rows[2]["message"] == rows[2]["message_title"] == short and "message_folded" not in rows[2]
+    assert rows[3]["message"] == "a" and rows[3]["message_folded"] == "a\nb"
+    # closed, the row keeps to one line (the table's nowrap, cut with an ellipsis); open, the text wraps
+    rules: dict[str, str] = {}
+    for sels, body in re.findall(r"([^{}]+)\{([^}]*)\}", CSS.replace("\n", "")):
+        for sel in sels.split(","):
+            rules[" ".join(sel.split())] = rules.get(" ".join(sel.split()), "") + ";" + body
+    assert "white-space:nowrap" in rules["table.api td"] and "white-space" not in rules["table.api td.msg"]
+    assert "text-overflow:ellipsis" in rules["table.api td.msg"] and "text-overflow:ellipsis" in rules[
+        "table.api td.msg summary"]
+    assert {"white-space:pre-line", "overflow-wrap:anywhere"} <= set(rules["table.api td.msg details[open]"].split(";"))
     assert "white-space:pre-wrap" in rules["pre"]
 
 
@@ -214,22 +257,60 @@ def test_in_english_keeps_unknown_text_and_order() -> None:
         "ERROR: absolute error ratio above the threshold; ERROR: inf/nan error ratio above the threshold")
 
 
-def test_chromium_wraps_a_long_message_inside_the_window(tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
-    from pytest_msprobe.triage.html import write_html
-
+def test_chromium_folds_a_long_message_to_one_line_and_opens_it_inside_the_window(tmp_path: Path) -> None:
     chromium()
     long = ("The shape of bench torch.Size([4096, 4096]) and npu torch.Size([4096, 4095]) not equal; "
             "Functional.scaled_dot_product_attention.0.forward.output.0.but_also_a_very_long_unbroken_name_" * 3)
-    settings = SimpleNamespace(standard="msprobe", check_options=SimpleNamespace(run_seed=1, device="cpu",
-                                                                                     specs_file=None))
-    page = write_html(tmp_path / "r.html", [_record(long[:290])], [], settings).read_text("utf-8")
-    probe = ("<script>var c=document.querySelector('td.msg');document.body.setAttribute('data-probe',"
-             "[document.documentElement.scrollWidth<=window.innerWidth,c.getBoundingClientRect().height>"
-             "2*parseFloat(getComputedStyle(c).lineHeight)].join(','));</script></body>")
+    page = _page(tmp_path / "r.html", [_record(long[:290]), _record("", status="pass")])
+    probe = ("<script>(function(){var rows=document.querySelectorAll('#apis tbody tr'),c=rows[0].querySelector("
+             "'td.msg'),line=rows[1].getBoundingClientRect().height,fits=function(){return document.documentElement."
+             "scrollWidth<=window.innerWidth;},shut=[fits(),rows[0].getBoundingClientRect().height<=1.5*line];"
+             "c.querySelector('summary').click();var opened=[fits(),c.getBoundingClientRect().height>"
+             "3*parseFloat(getComputedStyle(c).lineHeight)];"
+             "document.body.setAttribute('data-probe',shut.concat(opened).join(','));})();</script></body>")
     (tmp_path / "probe.html").write_text(page.replace("</body>", probe), encoding="utf-8")
     dom = run_chromium("--dump-dom", "--window-size=1300,800", "--virtual-time-budget=2000",
                        (tmp_path / "probe.html").as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert parse(dom.stdout).body.get("data-probe") == "true,true"  # no horizontal overflow; several lines
+    # closed: no horizontal overflow, one line as the passing row; opened: still inside the window, several lines
+    assert parse(dom.stdout).body.get("data-probe") == "true,true,true,true"
+
+
+# ------------------------------------------------------------------------------ which dump, which dtype
+
+
+def test_rows_of_the_same_call_in_two_dumps_read_apart(pytester: pytest.Pytester) -> None:
+    """The dump column names each row's dump past the folders the dumps share (as the CSV sets are named); the
+    dtype column, the device dtypes of its outputs. The records come from two xdist workers."""
+    pytester.makeconftest(PLANTED)
+    dumps = [make_dump(pytester, gelu_bf16(), name="step0/rank0"),
+             make_dump(pytester, {**gelu_bf16(), **relu_fp16()}, name="step0/rank1")]
+    result = pytester.runpytest(*map(str, dumps), "--msprobe-standard", "strict", "-n", "2",
+                                "--msprobe-html", "report.html", *LEAN)
+    result.assert_outcomes(failed=4, passed=1)
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    rows = parse(page).rows
+    assert [(r["dump"], r["item"], r["dtype"]) for r in rows] == [
+        ("rank0", "Functional.gelu.0.forward", "bfloat16"), ("rank0", "Functional.gelu.0.backward", "bfloat16"),
+        ("rank1", "Functional.gelu.0.forward", "bfloat16"), ("rank1", "Functional.gelu.0.backward", "bfloat16"),
+        ("rank1", "Functional.relu.0.forward", "float16")]
+    assert [r["dump_title"] for r in rows] == ["step0/rank0/dump.json"] * 2 + ["step0/rank1/dump.json"] * 3
+    assert '<th data-col="dump">dump</th>' in page and " · dump " not in page
+
+
+def test_chromium_sorts_and_filters_by_dump_and_dtype(tmp_path: Path) -> None:
+    chromium()
+    records = [_record("", status="pass", api=f"Torch.mul.{i}", order=i, dump=f"run/step{s}/rank{r}/dump.json",
+                       nodeid=f"run/step{s}/rank{r}/dump.json::Torch.mul.{i}.forward")
+               for i, (s, r) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)])]
+    records[2]["outputs"][0]["device_dtype"] = "torch.bfloat16"
+    (tmp_path / "r.html").write_text(_page(tmp_path / "r.html", records), encoding="utf-8")
+    seen = {}
+    for view in ("sort=dump&dir=desc", "sort=dump&dir=desc&q=rank1", "sort=dtype&dir=asc"):
+        dom = run_chromium("--dump-dom", "--virtual-time-budget=2000", (tmp_path / "r.html").as_uri() + "#" + view)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        seen[view] = [(r["dump"], r["dtype"]) for r in parse(dom.stdout).rows if not r["hidden"]]
+    assert seen["sort=dump&dir=desc"] == [("step1/rank1", "int32"), ("step1/rank0", "bfloat16"),
+                                          ("step0/rank1", "int32"), ("step0/rank0", "int32")]
+    assert seen["sort=dump&dir=desc&q=rank1"] == [("step1/rank1", "int32"), ("step0/rank1", "int32")]
+    assert seen["sort=dtype&dir=asc"][0] == ("step1/rank0", "bfloat16")

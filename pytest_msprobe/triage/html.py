@@ -5,9 +5,10 @@
   dtype against the bench magnitude, the largest error per slice of the flat index, the worst
   elements). Raw tensors never leave the worker; the summary rides on the record.
 * The controller renders the page once at the end (:func:`write_html`): a table of every item
-  (status, algorithm, key metrics; click a header to sort, type to filter, or put it in the URL:
-  `report.html#sort=max_abs_err&dir=desc&q=gelu&status=error`) and, for each failing API and fuzz
-  failure, the plots. The same plots go into pytest-html's report through its extras when it runs.
+  (dump, status, dtype, algorithm, key metrics, a message folded to one line; click a header to sort, type
+  to filter, or put it in the URL: `report.html#sort=max_abs_err&dir=desc&q=gelu&status=error`) and, for
+  each failing API and fuzz failure, the plots. The same plots go into pytest-html's report through its
+  extras when it runs.
 """
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from typing import Any, Callable
 
 from ..reports.summary import shorten
 from ..verdict.verdicts import in_english
-from .html_summary import devices_used, judged_by, summary_table
+from .html_summary import devices_used, dump_names, judged_by, summary_table
 
 ULP_LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(0, 21)] + [">2^20"]
 MAX_X_BINS = 16
 CHAR_WIDTH = 6.2  # px per character of an 11px sans-serif caption, with room (Chromium: 4.7-5.1 on such text)
-MESSAGE_CHARS = 300  # the table's message cell
+MESSAGE_CHARS = 1000  # the table's message cell, unfolded (the failure sections below hold all of it)
+FOLD_CHARS = 30  # a longer message (the cell is at least 16em wide), or one of several lines, folds
+SUMMARY_CHARS = 100  # behind at most this much of its first line
 POSITION_BUCKETS = 48
 WORST_KEPT = 8
 HIST_AXES = ("error, ULP of the device dtype", "elements (log2)")
@@ -249,9 +252,14 @@ body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 6px} h3{font-size:14px;margin:18px 0 4px}
 h4{font-size:13px;margin:10px 0 4px} small{color:#555;font-weight:normal}
 table.api{border-collapse:collapse;width:100%} table.api th,table.api td{border-bottom:1px solid #ddd;padding:3px 6px;
-text-align:left;white-space:nowrap} table.api th{cursor:pointer;background:#f0f0f0;position:sticky;top:0}
+text-align:left;white-space:nowrap} table.api th{cursor:pointer;background:#f0f0f0;position:sticky;top:0;vertical-align:bottom}
+table.api th[data-col="strict_max_err"]{white-space:normal;min-width:8.5em}
 table.api th.sorted-asc:after{content:" ▲"} table.api th.sorted-desc:after{content:" ▼"}
-table.api td.msg{white-space:normal;overflow-wrap:anywhere;min-width:16em;max-width:480px;color:#444} td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.api td.msg{width:100%;max-width:0;min-width:16em;overflow:hidden;text-overflow:ellipsis;color:#444}
+table.api td.msg summary{overflow:hidden;text-overflow:ellipsis;cursor:pointer}
+table.api td.msg details[open]{white-space:pre-line;overflow-wrap:anywhere}
+table.api td.msg details[open] summary{float:left;margin-right:4px} table.api td.msg details[open] summary span{display:none}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
 .s-error{color:#b00;font-weight:bold} .s-pass{color:#070} .s-Warning{color:#a60} .s-SKIP{color:#777}
 .controls{margin:8px 0} .controls input{width:280px}
 .plots{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
@@ -306,7 +314,8 @@ JS = r"""
 })();
 """
 
-COLUMNS = (("order", "#"), ("item", "API call"), ("status", "status"), ("standard", "standard"),
+COLUMNS = (("order", "#"), ("dump", "dump"), ("item", "API call"), ("status", "status"), ("dtype", "dtype"),
+           ("standard", "standard"),
            ("algorithm", "algorithm"), ("cosine", "min cosine"), ("max_abs_err", "max abs err"),
            ("max_rel_err", "max rel err"), ("strict_max_err", "strict max err (scale units)"), ("device", "device"),
            ("message", "message"))
@@ -328,53 +337,86 @@ def _row_values(rec: Mapping[str, Any], kind: Callable[[str], str] = lambda api:
     rel = [m["max_rel_err"] for m in metrics if isinstance(m.get("max_rel_err"), (int, float))]
     units: list[Any] = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
     units = [u for u in units if isinstance(u, (int, float))]
+    dtypes = dict.fromkeys(str(o["device_dtype"]).removeprefix("torch.") for o in outputs if o.get("device_dtype"))
     message = str(rec.get("message") or "") or "; ".join(
         in_english(str(o.get("verdict_message") or o.get("message") or "")) for o in outputs
         if (o.get("verdict") or o.get("status")) not in ("pass", None)) or ""
     return {"item": f"{rec.get('api')}.{rec.get('direction')}", "status": rec.get("status", ""),
-            "standard": rec.get("standard") or "",
+            "dtype": ",".join(dtypes), "standard": rec.get("standard") or "",
             "algorithm": judged_by(rec, kind(str(rec.get("api") or ""))),
             "cosine": min(cos) if cos else None, "max_abs_err": max(abs_err) if abs_err else None,
             "max_rel_err": max(rel) if rel else None, "strict_max_err": max(units) if units else None,
             "device": rec.get("device") or "",
-            "message": shorten(message.strip().splitlines()[0], MESSAGE_CHARS) if message.strip() else ""}
+            "message": message.strip()}
+
+
+def _message_cell(message: str) -> str:
+    """The message in one line of the row: one that may not fit (or of several lines) folds behind its first
+    line, cut at a word if long and by the cell's width, and opens to all of it."""
+    text = shorten(message, MESSAGE_CHARS)
+    first, _, rest = text.partition("\n")
+    if not rest and len(first) <= FOLD_CHARS:
+        title = f' title="{html.escape(first)}"' if first else ""
+        return f'<td data-col="message" class="msg"{title}>{html.escape(first)}</td>'
+    return (f'<td data-col="message" class="msg"><details><summary><span>{html.escape(shorten(first, SUMMARY_CHARS))}'
+            f'</span></summary>{html.escape(text)}</details></td>')
+
+
+def _entries(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]
+             ) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
+    """The table's rows in order: (record, None) per item, then (its record, fuzz result) per fuzz item."""
+    return [(rec, None) for rec in records] + [(f.get("record") or {}, f) for f in fuzz]
+
+
+def _dump_of(rec: Mapping[str, Any], fz: Mapping[str, Any] | None) -> str:
+    """The dump file of a row: the record's, else the one its node id names."""
+    nodeid = str(rec.get("nodeid") or (fz or {}).get("nodeid") or "")
+    return str(rec.get("dump") or (fz or {}).get("dump") or nodeid.partition("::")[0])
+
+
+def _columns(dumps: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The table's columns: the `dump` column only when the rows come from several dumps (the page's header
+    names a single one)."""
+    return COLUMNS if len(set(dumps)) > 1 else tuple(c for c in COLUMNS if c[0] != "dump")
+
+
+def _cell(col: str, v: Any, title: str = "", link: str | None = None) -> str:
+    if col == "message":
+        return _message_cell(str(v))
+    text = _num(v) if not isinstance(v, str) else v
+    attr = f' data-v="{html.escape(repr(float(v)) if isinstance(v, float) else str(v))}"' \
+        if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+    css = f"s-{text}" if col == "status" else "num" if attr else ""
+    attr += f' title="{html.escape(title)}"' if title else ""
+    text_html = f'<a href="#{link}">{html.escape(text)}</a>' if link else html.escape(text)
+    return f'<td data-col="{col}" class="{css}"{attr}>{text_html}</td>'
 
 
 def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]],
-                kind: Callable[[str], str] = lambda api: "") -> list[str]:
+                kind: Callable[[str], str] = lambda api: "") -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    """The table's columns and rows."""
     rows = []
-    entries = [(rec, None) for rec in records] + [(f.get("record") or {}, f) for f in fuzz]
+    entries = _entries(records, fuzz)
+    dumps = [_dump_of(rec, fz) for rec, fz in entries]
+    names, columns = dump_names(dumps), _columns(dumps)
     for order, (rec, fz) in enumerate(entries):
         values = _row_values(rec, kind)
+        values.update(order=order + 1, dump=names[dumps[order]])
         if fz is not None:
             values.update(item=f"{fz.get('api')} [fuzz]", status=fz.get("status", ""),
-                          message=shorten(str(fz.get("shrunk") or "").replace("\n", "; "), MESSAGE_CHARS)
+                          message=str(fz.get("shrunk") or "").strip()
                           or f"{fz.get('examples', 0)} examples passed (seed {fz.get('seed')})")
-        values["order"] = order + 1
         anchor = f"f{order}" if (values["status"] == "error" and (rec.get("error_summary") or fz)) else None
-        cells = []
-        for col, _ in COLUMNS:
-            v = values.get(col)
-            text = _num(v) if not isinstance(v, str) else v
-            attr = f' data-v="{html.escape(repr(float(v)) if isinstance(v, float) else str(v))}"' \
-                if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-            css = "num" if attr else ("msg" if col == "message" else "")
-            if col == "status":
-                css = f"s-{text}"
-            if col == "item" and anchor:
-                text_html = f'<a href="#{anchor}">{html.escape(text)}</a>'
-            else:
-                text_html = html.escape(text)
-            cells.append(f'<td data-col="{col}" class="{css}"{attr}>{text_html}</td>')
+        cells = "".join(_cell(col, values.get(col), title=dumps[order] if col == "dump" else "",
+                              link=anchor if col == "item" else None) for col, _ in columns)
         rows.append(f'<tr data-order="{order}" data-status="{html.escape(values["status"])}" '
-                    f'title="{html.escape(str(rec.get("nodeid", "")))}">{"".join(cells)}</tr>')
-    return rows
+                    f'title="{html.escape(str(rec.get("nodeid", "")))}">{cells}</tr>')
+    return columns, rows
 
 
 def _failure_sections(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]) -> list[str]:
     sections = []
-    entries = [(rec, None) for rec in records] + [(f.get("record") or {}, f) for f in fuzz]
-    for order, (rec, fz) in enumerate(entries):
+    for order, (rec, fz) in enumerate(_entries(records, fuzz)):
         status = fz.get("status") if fz is not None else rec.get("status")
         if status != "error" or not (rec.get("error_summary") or fz):
             continue
@@ -428,20 +470,22 @@ def write_html(path: Path, records: Iterable[Mapping[str, Any]], fuzz: Iterable[
     opts = settings.check_options
     head = " · ".join(f"{k}: {v}" for k, v in counts.items())
     options = "".join(f'<option value="{s}">{s}</option>' for s in ("", "error", "Warning", "pass", "SKIP"))
-    rows = _table_rows(records, fuzz, _op_kinds(opts.specs_file))
+    columns, rows = _table_rows(records, fuzz, _op_kinds(opts.specs_file))
+    dump = {_dump_of(rec, fz) for rec, fz in _entries(records, fuzz)}
+    one_dump = f" · dump {html.escape(dump.pop())}" if len(columns) < len(COLUMNS) and dump - {""} else ""
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>pytest-msprobe report</title>
 <meta name="generator" content="pytest-msprobe"><style>{CSS}</style></head>
 <body>
 <h1>pytest-msprobe report</h1>
 <p>{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))} · standard <b>{html.escape(str(settings.standard))}</b> ·
-seed {opts.run_seed} · device {html.escape(devices_used(records, str(opts.device)))} · {html.escape(head)}</p>
+seed {opts.run_seed} · device {html.escape(devices_used(records, str(opts.device)))} · {html.escape(head)}{one_dump}</p>
 {summary_table(records)}
 <h2>Items</h2>
 <div class="controls">filter <input id="q" type="search" placeholder="text in any column">
 status <select id="status">{options}</select> · <span id="shown">{len(rows)}</span> shown ·
 click a column header to sort (also <code>#sort=col&amp;dir=desc&amp;q=text&amp;status=error</code>)</div>
-<table class="api" id="apis"><thead><tr>{"".join(f'<th data-col="{c}">{html.escape(t)}</th>' for c, t in COLUMNS)}</tr></thead>
+<table class="api" id="apis"><thead><tr>{"".join(f'<th data-col="{c}">{html.escape(t)}</th>' for c, t in columns)}</tr></thead>
 <tbody>
 {chr(10).join(rows)}
 </tbody></table>

@@ -1,11 +1,14 @@
-"""Parts of the --msprobe-html page that read the records as a whole: the devices the items ran on, what judged
-each item under the strict standard, and the summary by API and status above the table of items."""
+"""Parts of the --msprobe-html page that read the records as a whole: the devices the items ran on, the dump
+of each item, what judged each item under the strict standard, and the summary by API and status above the
+table of items."""
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
+
+from ..reports.results import dump_tails
 
 STATUSES = ("error", "Warning", "pass", "SKIP")
 
@@ -16,6 +19,16 @@ def devices_used(records: Sequence[Mapping[str, Any]], configured: str) -> str:
     if not ran:
         return configured
     return ", ".join(ran) + (f" (--msprobe-device {configured})" if configured not in ran else "")
+
+
+def dump_names(dumps: Sequence[str]) -> dict[str, str]:
+    """{dump path: the `dump` cell}: its folder past the folders all dumps share (`step0/rank1`, as the CSV sets
+    are named), so the same call in two dumps reads apart; with one dump, its folder as the run named it."""
+    names = {}
+    for dump, tail in dump_tails(dumps).items():
+        name = (tail or dump).replace("\\", "/")
+        names[dump] = name[:-len("/dump.json")] if name.endswith("/dump.json") else name
+    return names
 
 
 def judged_by(rec: Mapping[str, Any], kind: str) -> str:
