@@ -2,6 +2,7 @@
 tied values and elements written through repeated indices are judged by validity where they differ from the bench."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -326,3 +327,57 @@ def test_the_factors_of_torch_svd_geqrf_and_an_upper_eigh() -> None:
     flipped = (Q * torch.tensor([1.0, -1.0, 1.0, -1.0])).float()
     assert _judge("eigh", [L, Q], [L.float(), flipped], H, UPLO="U")["outputs"][1]["verdict"] == "pass"
     assert _judge("eigh", [L, Q], [L.float(), flipped], H)["outputs"][1]["verdict"] == "error"  # the lower one
+
+
+def _recorded(pytester: pytest.Pytester, kernels: dict[str, Any], name: str) -> Any:
+    """A tensor dump of the four calls as a device running `kernels` recorded them: their real inputs (ties and
+    repeated indices) and the kernels' outputs, saved as msprobe's dumper saves them."""
+    gen = torch.Generator().manual_seed(7)
+    ints = torch.randint(0, 4, (4, 16), generator=gen)
+    scores = torch.randint(-2, 3, (4, 256), generator=gen).to(torch.bfloat16)
+    index = torch.randint(0, 4, (4, 8), generator=gen)
+    base, src = torch.randn(4, 8, generator=gen), torch.randn(4, 8, generator=gen)
+    calls = {"Torch.sort.0.forward": ([ints], {}), "Tensor.topk.0.forward": ([ints, 5], {"dim": 1}),
+             "Torch.argsort.0.forward": ([scores], {}), "Torch.scatter.0.forward": ([base, 1, index, src], {})}
+    folder = pytester.path / name
+    (folder / "dump_tensor_data").mkdir(parents=True)
+
+    def saved(value: Any, stem: str) -> dict[str, Any]:
+        if not isinstance(value, torch.Tensor):
+            return _int(value)
+        torch.save(value.clone(), folder / "dump_tensor_data" / f"{stem}.pt")
+        return {**tensor(str(value.dtype), list(value.shape), mx=value.max().item(), mn=value.min().item()),
+                "data_name": f"{stem}.pt"}
+
+    data = {}
+    for call, (args, kwargs) in calls.items():
+        out = kernels[call.rsplit(".", 2)[0]](*args, **kwargs)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        data[call] = {"input_args": [saved(a, f"{call}.input.{i}") for i, a in enumerate(args)],
+                      "input_kwargs": {k: saved(v, f"{call}.input.{k}") for k, v in kwargs.items()},
+                      "output": [saved(o, f"{call}.output.{i}") for i, o in enumerate(outs)]}
+    (folder / "dump.json").write_text(json.dumps({"task": "tensor", "level": "L1", "framework": "pytorch",
+                                                  "dump_data_dir": None, "data": data}))
+    return folder / "dump.json"
+
+
+def test_replayed_outputs_that_break_ties_another_valid_way_pass_and_wrong_ones_fail(pytester: pytest.Pytester) -> \
+        None:
+    """Recorded on a device whose kernels break ties and keep writers another valid way, then replayed: judged by
+    validity as a re-run judges them. Wrong indices and written values recorded the same way still fail."""
+    namespace: dict[str, Any] = {}
+    exec(KERNELS, namespace)  # noqa: S102  # the test's own kernels, above
+    valid = _recorded(pytester, namespace["VALID"], "valid")
+    pytester.runpytest(str(valid), "--msprobe-mode", "replay", "--msprobe-out", "valid",
+                       *LEAN).assert_outcomes(passed=4)
+    recs = api_records(pytester, "valid")
+    for call in CALLS:
+        row = recs[call]["outputs"][JUDGED[call]]
+        assert row["status"] == "error" and row["verdict"] == "pass", (call, row)
+        assert row["check"] == ("duplicate_writers" if "scatter" in call else "ties")
+    wrong = _recorded(pytester, namespace["WRONG"], "wrong")
+    pytester.runpytest(str(wrong), "--msprobe-mode", "replay", "--msprobe-out", "wrong",
+                       *LEAN).assert_outcomes(failed=4)
+    recs = api_records(pytester, "wrong")
+    for call in CALLS:
+        assert recs[call]["outputs"][JUDGED[call]]["verdict"] == "error", call

@@ -55,6 +55,7 @@ from ..verdict import ms_results
 from ..verdict.standards import OutputComparison
 from . import calls, compare, gradients, precision, prepare
 from .recorded import MindSporeRun, Recorded, Unsaved, output_dtype, require_saved
+from .unique import judge_by_validity
 
 
 def effective_mode(dump: Dump, options: CheckOptions) -> str:
@@ -325,6 +326,9 @@ def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any]
                        list(range(len(leaves_b))), case.bare, case.specs, case.options, case.dump.framework != "pytorch",
                        scalar_operand=calls.has_scalar_operand(case.args, case.kwargs),
                        summed=summed_outputs(case.summed, case.summed_leaves, False))
+        if not any(isinstance(d, Unsaved) for d in leaves_d):  # ties, writers, factors: as a re-run judges them
+            judge_by_validity(record, name.api_name, case.specs, case.options.standard, leaves_b, leaves_d, case.args,
+                              case.kwargs)
     elif case.by_position:
         compare_by_position(case, reference, leaves_b, ref_leaves, pairs_b, role)
     else:
