@@ -37,7 +37,7 @@ from .session import (
 )
 from .session import triage_hooks as triage
 from .session.collect import DumpFile
-from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem
+from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem, note_dumps
 from .session.options import SCHEDULES, parse_seed
 from .session.options import addoption as add_options
 from .session.stash import SETTINGS_KEY
@@ -230,6 +230,9 @@ class XdistHooks:
         completeness = node.config.pluginmanager.get_plugin(incomplete.PLUGIN_NAME)
         if completeness is not None:
             completeness.collection_finished(ids)
+        resuming = node.config.stash.get(journal.JOURNAL_KEY, None)
+        if resuming is not None and resuming.resume:  # the headings of resumed items name their dump as the workers do
+            note_dumps(node.config, dict.fromkeys(nodeid.split("::", 1)[0] for nodeid in ids))
 
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getvalue("dist") != "load" or _schedule(config) != "cost":

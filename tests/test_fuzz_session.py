@@ -40,8 +40,9 @@ def _counts(text: str) -> dict[str, int]:
 
 
 def _msprobe_counts(text: str) -> dict[str, int]:
-    """pytest's words for the statuses of the msprobe summary's `items:` line, API and [fuzz] items summed."""
-    line = next(x for x in text.splitlines() if x.startswith("items: "))
+    """pytest's words for the statuses of the msprobe summary's `items (<standard> verdicts):` line, API and [fuzz]
+    items summed."""
+    line = next(x for x in text.splitlines() if x.startswith("items ("))
     out: dict[str, int] = {}
     for n, status in re.findall(r"(\d+) (pass|error|SKIP|Warning)", line):
         word = {"pass": "passed", "Warning": "passed", "error": "failed", "SKIP": "skipped"}[status]

@@ -236,7 +236,7 @@ def test_npu_ops_run_bench_functions_and_say_so(pytester: pytest.Pytester) -> No
     assert result.parseoutcomes()["reference"] == 1  # "1 passed, 1 reference-only"
     result.stdout.fnmatch_lines(["*NPU.npu_rms_norm.0.forward PASSED (reference only)*",
                                  "*Functional.relu.0.forward PASSED*",
-                                 "items: 0 SKIP, 0 Warning, 0 error, 1 pass",
+                                 "items (strict verdicts): 0 SKIP, 0 Warning, 0 error, 1 pass",
                                  "1 items checked only the reference (1 pass): NPU ops without an NPU*"])
     rec = by_api(records(pytester))["NPU.npu_rms_norm.0.forward"]
     assert "reference-vs-reference" in " ".join(rec["notes"]) and rec["impl"].startswith("bench_functions.")

@@ -17,9 +17,12 @@ import pytest
 from pytest_msprobe.metrics.vectorised import METRIC_KEYS
 from pytest_msprobe.reports.results import (
     DETAILS_HEADER,
+    DIGEST_LIMIT,
     RESULT_HEADER,
     api_results,
     details_rows,
+    details_statuses,
+    failure_digest,
     format_failure,
     read_jsonl,
     summary_counts,
@@ -311,8 +314,10 @@ def test_format_failure_table() -> None:
     text = format_failure(rec, rerun)
     assert "\x1b" not in text
     lines = text.splitlines()
-    assert lines[0].startswith("Functional.linear.0.forward: error")
-    header, row0, row1 = lines[1:4]
+    # first the digest pytest's short summary shows: the verdict and the worst output's reason
+    assert lines[0] == "error: output.0: Cosine similarity is less than 0.99"
+    assert lines[1].startswith("Functional.linear.0.forward: error")
+    header, row0, row1 = lines[2:5]
     assert header.split() == ["output", "shape", "device", "bench", "verdict", "cosine", "max_abs_err",
                               "max_rel_err", "worst_idx", "worst_device", "worst_bench"]
     assert row0.startswith("output.0 ") and row1.startswith("output.1 ")
@@ -334,10 +339,57 @@ def test_format_failure_table() -> None:
 def test_format_failure_without_outputs() -> None:
     rec = record("Torch.mm.2", "backward", "error", message="Traceback:\n  RuntimeError: boom", seed=7)
     text = format_failure(rec, "pytest x")
-    assert text.splitlines() == ["Torch.mm.2.backward: error  (device=cpu, standard=original)",
+    assert text.splitlines() == ["error: Traceback: RuntimeError: boom",
+                                 "Torch.mm.2.backward: error  (device=cpu, standard=original)",
                                  "message: Traceback:", "      RuntimeError: boom",
                                  "item seed: 7 (this call's inputs, derived from the run seed and the API name)",
                                  "rerun: pytest x"]
+
+
+def test_the_item_seed_is_printed_only_where_it_drew_the_inputs() -> None:
+    """Saved tensors (`data: real`, replay or a tensor dump) need no seed; drawn inputs, or a record that does not
+    say (a crash before its inputs were built), may."""
+    seed_line = "item seed: 7 (this call's inputs, derived from the run seed and the API name)"
+    for data, printed in (("real", False), ("random", True), (None, True)):
+        rec = record("Torch.mm.2", status="error", message="boom", seed=7)
+        if data is not None:
+            rec["data"] = data
+        assert (seed_line in format_failure(rec, "pytest x").splitlines()) is printed, data
+
+
+def test_the_failure_digest_is_one_short_line_of_the_first_reason() -> None:
+    long_reason = "gross error: " + "x " * 200
+    out = output("Functional.gelu.0.forward.output.0", "Warning", message="Relative error is greater than 0.0001")
+    out.update(verdict="error", verdict_message=long_reason)
+    rec = record("Functional.gelu.0", status="error", outputs=[out])
+    digest = failure_digest(rec)
+    assert digest is not None and "\n" not in digest and len(digest) <= DIGEST_LIMIT
+    assert digest.startswith("error: output.0: gross error: x x") and digest.endswith("…")
+    assert "Layer 1" not in digest  # the selected standard's reason, not every reason the table lists
+    assert failure_digest(record("Functional.gelu.0", status="pass")) is None
+
+
+def test_failure_text_keeps_the_digest_above_a_traceback() -> None:
+    from pytest_msprobe.session.items import failure_text
+
+    rec = record("Torch.mm.2", status="error", message="device run raised RuntimeError: boom")
+    rec["traceback"] = "Traceback (most recent call last):\n  ...\nRuntimeError: boom\n"
+    lines = failure_text(rec, "pytest x").splitlines()
+    assert lines[0] == "error: device run raised RuntimeError: boom"
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[lines.index("RuntimeError: boom") + 2].startswith("Torch.mm.2.forward: error")
+
+
+def test_details_statuses_count_the_csv_rows_of_pytorch_records() -> None:
+    recs = [record("Torch.a.0", status="error", outputs=[output("Torch.a.0.forward.output.0", "Warning"),
+                                                          output("Torch.a.0.forward.output.1", "pass")]),
+            record("Torch.b.0", status="SKIP", message="no such API"),  # one row with the item's status
+            {**record("Mint.c.0", status="error", outputs=[output("Mint.c.0.forward.output.0", "error")]),
+             "framework": "mindspore"}]  # MindSpore's files carry the selected standard's verdict
+    recs[0]["layer1_status"] = "Warning"
+    assert details_statuses(recs) == {"Warning": 1, "pass": 1, "SKIP": 1}
+    cells = [row[-2] for row in details_rows(recs[:2])]
+    assert sorted(cells) == sorted(s for s, n in details_statuses(recs).items() for _ in range(n))
 
 
 def test_summary_counts() -> None:

@@ -80,6 +80,17 @@ HELD_ELSEWHERE: dict[tuple[str, int], tuple[str, str]] = {
 INLINE: list[tuple[str, str, str, str, int]] = [
     ("docs/tutorial/first-dump.md", "`2 failed, 328 passed, 20 skipped, 6 reference-only`", "pytest examples/",
      "== 2 failed, 328 passed, 20 skipped, 6 reference-only in <t>s ==", 1),
+    ("docs/tutorial/first-dump.md", "(`MindSpore is not installed (20: MintFunctional.linear, MintFunctional.relu, "
+     "MintFunctional.silu, …): pip install mindspore; ...`)", "pytest examples/",
+     "  MindSpore is not installed (20: MintFunctional.linear, MintFunctional.relu, MintFunctional.silu, …): pip "
+     "install mindspore; a tensor dump is checked without it (--msprobe-mode replay)", 1),
+    ("docs/tutorial/first-dump.md", "(`msprobe: mint_mlp_fp32_tensor/step0/rank0 MintFunctional.silu.0.forward`)",
+     "pytest examples/", "__ msprobe: mint_mlp_fp32_tensor/step0/rank0 MintFunctional.silu.0.forward __", 1),
+    ("docs/tutorial/first-dump.md", "`0 Warning` items and `61 Warning` CSV rows", "pytest examples/",
+     "items (strict verdicts): 20 SKIP, 0 Warning, 2 error, 328 pass", 1),
+    ("docs/tutorial/first-dump.md", "`0 Warning` items and `61 Warning` CSV rows", "pytest examples/",
+     "PyTorch dumps' details CSV rows (msprobe's Layer-1 Status, original standard; one per output): 0 SKIP, "
+     "61 Warning, 2 error, 300 pass", 1),
     ("docs/tutorial/first-dump.md", "`2 xfailed`, exit 0",
      "pytest examples/ --msprobe-baseline examples/baseline.yaml", "== 328 passed, 20 skipped, 2 xfailed, "
      "6 reference-only in <t>s ==", 0),

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..records.columns import DETAILS_HEADER, METRIC_KEYS
 from ..verdict import ms_results
-from .summary import output_reasons, severity, short_name
+from .summary import output_reasons, reason, severity, short_name, shorten
 
 __all__ = [
     "DETAILS_HEADER", "RESULT_HEADER", "STATUSES", "timestamp", "api_results", "details_rows",
@@ -147,9 +147,25 @@ def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> l
                 _shape_cell(out.get("shape")),
             ]
             row += [_cell(metrics.get(key), precision) for key in METRIC_KEYS]
-            row += [str(out.get("status") or BLANK), marked(rec, str(out.get("message") or ""))]
+            row += [_output_status(out), marked(rec, str(out.get("message") or ""))]
             rows.append(row)
     return rows
+
+
+def _output_status(out: Mapping[str, Any]) -> str:
+    return str(out.get("status") or BLANK)
+
+
+def details_statuses(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many rows of the details CSVs carry each Status (run_ut's Layer-1 verdict, one row per output, as
+    details_rows writes them), for the PyTorch records: MindSpore's files carry the selected standard's."""
+    counts: dict[str, int] = {}
+    for rec in records:
+        if ms_results.is_mindspore(rec):
+            continue
+        for status in [_output_status(out) for out in rec.get("outputs") or ()] or [_status(rec)]:
+            counts[status] = counts.get(status, 0) + 1
+    return counts
 
 
 REFERENCE_ONLY_MARK = "[reference only: the device side ran the bench function, no vendor kernel]"
@@ -398,11 +414,26 @@ _FAILURE_COLUMNS = ("output", "shape", "device", "bench", "verdict", "cosine", "
                     "max_rel_err", "worst_idx", "worst_device", "worst_bench")
 
 
+def failure_digest(record: Mapping[str, Any]) -> str | None:
+    """The first line of a failure: its status and why (the worst output's reason), short, because pytest's short
+    summary (`FAILED <node id> - <first line>`) cuts it to the terminal's width; None for a record that passed."""
+    status = str(record.get("status", "?"))
+    if status == PASS:
+        return None
+    return shorten(f"{status}: {reason(record, every=False)}", DIGEST_LIMIT)
+
+
+DIGEST_LIMIT = 160
+
+
 def format_failure(record: Mapping[str, Any], rerun: str) -> str:
-    """Plain-text table for pytest's longrepr: one aligned line per output with the numbers a user
-    needs to judge the failure, then the item message, the seed and a copy-paste rerun command."""
+    """Plain-text table for pytest's longrepr: a one-line digest, one aligned line per output with the numbers
+    a user needs to judge the failure, then the item message, the seed where the inputs were drawn and a
+    copy-paste rerun command."""
     direction = str(record.get("direction", ""))
-    lines = [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
+    digest = failure_digest(record)
+    lines = [] if digest is None else [digest]
+    lines += [f"{record.get('api', '?')}.{direction}: {record.get('status', '?')}"
              f"  (device={record.get('device', '?')}, standard={record.get('standard', '?')}"
              + (f", contract={record['contract']}" if record.get("contract", "torch") != "torch" else "") + ")"]
     if record.get("reference_only"):
@@ -447,10 +478,17 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
                                                              for o in outputs):
         lines.append("cause: the recorded statistics hold NaN, so a NaN was planted in the inputs (note above); "
                      "it reaches the output on both sides, and a cosine over NaN is nan")
-    # the item's own seed, not the run's (--msprobe-seed, in the rerun line and the summary): both labelled
-    lines.append(f"item seed: {record.get('seed')} (this call's inputs, derived from the run seed and the API name)")
+    if drew_inputs(record):  # the item's own seed, not the run's (--msprobe-seed, in the rerun line): both labelled
+        lines.append(f"item seed: {record.get('seed')} (this call's inputs, derived from the run seed and the API "
+                     "name)")
     lines.append(f"rerun: {rerun}")
     return "\n".join(lines)
+
+
+def drew_inputs(record: Mapping[str, Any]) -> bool:
+    """Whether the item's seed made its inputs: not where they are the dump's saved tensors (`data: real`); a
+    record that does not say (a crash before its inputs were built) may have drawn them."""
+    return record.get("data") != "real"
 
 
 def _is_nan(value: Any) -> bool:

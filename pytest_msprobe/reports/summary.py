@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -84,12 +85,14 @@ def output_reasons(out: Mapping[str, Any]) -> list[str]:
     return texts
 
 
-def reason(record: Mapping[str, Any]) -> str:
-    """One line saying why an item got its status: its worst output's reasons, else its message."""
+def reason(record: Mapping[str, Any], every: bool = True) -> str:
+    """One line saying why an item got its status: its worst output's reasons (`every=False`: the first, the
+    selected standard's), else its message."""
     direction = str(record.get("direction", ""))
     for out in sorted(record.get("outputs") or (), key=severity):
         texts = output_reasons(out) if (out.get("verdict") or out.get("status")) not in ("pass", None) else []
         if texts:
+            texts = texts if every else texts[:1]
             return f"{short_name(str(out.get('name', '')), direction)}: " + "; ".join(" ".join(t.split()) for t in texts)
     return " ".join(str(record.get("message") or "").split()) or str(record.get("status", ""))
 
@@ -133,6 +136,83 @@ def nothing_checked(records: Sequence[Mapping[str, Any]]) -> str | None:
     return (f"msprobe: {which} skipped, so nothing was checked (e.g. "
             f"{shorten(reason(records[0]), 160)}): exit status 1; --msprobe-allow-all-skipped (ini "
             "msprobe_allow_all_skipped) accepts such a run")
+
+
+def skip_reason(record: Mapping[str, Any], entry_name: str) -> str:
+    """A skipped item's reason as pytest's `-rs` line prints it, after the dump's path: named by its entry. A
+    message that starts with the call's own name (`Torch.foo: no such API ...`) starts with the entry instead."""
+    message = str(record.get("message") or "skipped").strip()
+    head, sep, rest = message.partition(": ")
+    if sep and entry_name.startswith(head) and entry_name[len(head):len(head) + 1] in ("", ".", "["):
+        return f"{entry_name}: {rest}"
+    if message.startswith(entry_name):
+        return message
+    return f"{entry_name}: {message}"
+
+
+# What a group of skips shares, how its messages say it (those the checks write), and what to do about it.
+SKIP_GROUPS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("MindSpore is not installed", re.compile(r"^MindSpore is not installed"),
+     "pip install mindspore; a tensor dump is checked without it (--msprobe-mode replay)"),
+    ("unknown API, not in the installed torch", re.compile(r"no such API in torch"),
+     "dumped with another torch version? check with the one the model ran on"),
+    ("NPU op without a bench function", re.compile(r"no bench function for"),
+     "register one (bench_functions.register in a conftest.py beside the dump)"),
+    ("MindSpore API without a torch counterpart",
+     re.compile(r"no torch counterpart|not in the MindSpore -> torch table|has no torch bench"),
+     "map it in api_specs/mindspore.yaml, or under mindspore: in --msprobe-specs"),
+    ("missing tensor file", re.compile(r"tensor file .* is missing|not saved in dump_tensor_data/"),
+     "the dump's dump_tensor_data/ folder is incomplete: copy it whole with its dump.json"),
+    ("not implemented on the device", re.compile(r"^not implemented on the device"),
+     "no kernel for the call or its dtype: a device limit, not a precision result"),
+    ("skipped by --msprobe-specs", re.compile(r"\(--msprobe-specs\)$"), "as that file says"),
+    ("replay needs a tensor dump", re.compile(r"^--msprobe-mode replay compares"),
+     "give it a tensor dump, or re-run the calls (--msprobe-mode rerun)"),
+)
+SKIP_GROUPS_SHOWN = 8
+SKIP_NAMES_SHOWN = 3
+
+
+def _skip_group(record: Mapping[str, Any]) -> tuple[str, str]:
+    """(group, advice) of a skipped item: a known group, else its message without the call's own name."""
+    message = " ".join(str(record.get("message") or "skipped").split())
+    for label_, pattern, advice in SKIP_GROUPS:
+        if pattern.search(message):
+            return label_, advice
+    head, sep, rest = message.partition(": ")
+    api_type = str(record.get("api", "")).split(".", 1)[0]
+    if sep and api_type and head.startswith(f"{api_type}."):
+        message = rest
+    return shorten(message, 100), ""
+
+
+def _api_of(record: Mapping[str, Any]) -> str:
+    """`Torch.foo` of Torch.foo.0: the API without its call's index."""
+    api = str(record.get("api") or "?")
+    head, _, index = api.rpartition(".")
+    return head if head and index.isdigit() else api
+
+
+def skip_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The skipped items grouped by reason, each group with its count, the first APIs and what to do: a skip
+    says nothing about precision, and the run still passes, so the summary says why, not only how many."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for rec in records:
+        if rec.get("status") == "SKIP":
+            groups.setdefault(_skip_group(rec), []).append(_api_of(rec))
+    if not groups:
+        return []
+    total = sum(len(apis) for apis in groups.values())
+    lines = [f"skipped {total} item(s), by reason (pytest -rs names each item):"]
+    ranked = sorted(groups.items(), key=lambda kv: -len(kv[1]))  # most first; ties in the order met
+    for (group, advice), apis in ranked[:SKIP_GROUPS_SHOWN]:
+        names = list(dict.fromkeys(apis))
+        shown = ", ".join(names[:SKIP_NAMES_SHOWN]) + (", …" if len(names) > SKIP_NAMES_SHOWN else "")
+        lines.append(f"  {group} ({len(apis)}: {shown})" + (f": {advice}" if advice else ""))
+    rest = ranked[SKIP_GROUPS_SHOWN:]
+    if rest:
+        lines.append(f"  … {sum(len(apis) for _, apis in rest)} more in {len(rest)} other group(s) of reasons")
+    return lines
 
 
 def file_lines(written: Mapping[str, Any], shown: int = 3) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from ..dump.reader import KNOWN_TYPES, Dump, DumpError, load_dump, parse_entry_name
-from .items import KNOWN_DTYPES, ApiItem, _mark, _selection, _want_dtype_markers, entry_markers
+from .items import KNOWN_DTYPES, ApiItem, _mark, _selection, _want_dtype_markers, entry_markers, note_dumps
 from .stash import SETTINGS_KEY
 
 
@@ -116,11 +116,13 @@ def empty_folders(config: pytest.Config, items: list[pytest.Item]) -> list[Path]
 
 
 class EmptyFolders:
-    """Each process that collects reports such folders as collection errors (xdist shows one of each)."""
+    """Each process that collects reports such folders as collection errors (xdist shows one of each), and notes
+    the dumps it collected items from (failure headings name the dump when there are several)."""
 
     @pytest.hookimpl(tryfirst=True)  # before -k/-m, resume and shards drop items
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
+        note_dumps(config, dict.fromkeys(item.parent.nodeid for item in items if isinstance(item.parent, DumpFile)))
         for path in empty_folders(config, items):
             report = pytest.CollectReport(path_id(config, path), "failed", result=[], longrepr=(
                 "no dump.json in this folder argument (it collects the dump.json files below it) and no test file"))

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from ..dump.reader import load_dump, parse_entry_name
+from ..reports.summary import skip_reason
 from . import journal
 from .fuzz_inputs import (  # noqa: F401  (re-exported: the fuzz API of tests and tools)
     MAX_SPECIALS,
@@ -49,7 +50,7 @@ from .fuzz_inputs import (  # noqa: F401  (re-exported: the fuzz API of tests an
     strategy,
     tensor_space,
 )
-from .items import FUZZ_SUFFIX, fuzz_failure_text, rerun_command
+from .items import FUZZ_SUFFIX, fuzz_failure_text, heading, rerun_command
 from .stash import SETTINGS_KEY
 
 
@@ -124,7 +125,7 @@ class FuzzItem(pytest.Item):
         self.target, self.order = target, order
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"msprobe fuzz: {self.target}"
+        return self.path, 0, heading(self.config, self.nodeid.rpartition("::")[0], self.target, "msprobe fuzz")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, FuzzFailed):
@@ -146,8 +147,8 @@ class FuzzItem(pytest.Item):
         result.update(item_id=journal.item_id(self.path, self.name), entry_key=journal.item_key(self),
                       order=self.order, dump=self.nodeid.rpartition("::")[0])  # what --msprobe-resume finds
         self.stash[FUZZ_RESULT_KEY] = result
-        if result["status"] == "SKIP":
-            pytest.skip(result["message"])
+        if result["status"] == "SKIP":  # -rs: at the dump, naming the item
+            raise pytest.skip.Exception(skip_reason(result, self.name), _use_item_location=True)
         if result["status"] == "error":
             raise FuzzFailed(result)
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import functools
 import shlex
 import types
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from ..dump.reader import Dump, DumpError, EntryName, load_dump
-from ..reports.summary import junit_properties
+from ..reports.summary import junit_properties, skip_reason
 from .stash import SETTINGS_KEY
 
 RECORD_KEY = pytest.StashKey[dict[str, Any]]()
@@ -134,19 +135,41 @@ def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] 
     return keep
 
 
+# node id path of each dump the run collected items from -> the label its items' headings carry (two or more dumps)
+DUMP_LABELS_KEY = pytest.StashKey[dict[str, str]]()
+
+
+def note_dumps(config: pytest.Config, dumps: Iterable[str]) -> None:
+    """Add dumps (their node id paths) to those the run collected items from; with two or more, each item's
+    failure heading carries its dump's folder past the folders they share (`step0/rank0`), as the CSV sets do."""
+    from ..reports.results import dump_tails
+
+    known = [*config.stash.get(DUMP_LABELS_KEY, {}), *dumps]
+    config.stash[DUMP_LABELS_KEY] = {dump: tail.removesuffix("/dump.json")
+                                     for dump, tail in dump_tails(list(dict.fromkeys(known))).items()}
+
+
+def heading(config: pytest.Config, dump: str, name: str, kind: str = "msprobe") -> str:
+    """An item's failure heading, `msprobe: <entry>`, or with several dumps `msprobe: <dump> <entry>`."""
+    label = config.stash.get(DUMP_LABELS_KEY, {}).get(dump)
+    return f"{kind}: {label} {name}" if label else f"{kind}: {name}"
+
+
 @functools.cache
 def _mark(name: str) -> pytest.Mark:
     return pytest.Mark(name, (), {}, _ispytest=True)
 
 
 def failure_text(record: dict[str, Any], rerun: str = "") -> str:
-    """What a failed item prints: the failure table, after the traceback of an exception it raised.
-    Also the text of a failure taken from the journal (--msprobe-resume)."""
+    """What a failed item prints: the failure table, after the traceback of an exception it raised (the table's
+    one-line digest stays first: pytest's short summary shows a failure's first line). Also the text of a
+    failure taken from the journal (--msprobe-resume)."""
     from ..reports.results import format_failure
 
     text = format_failure(record, record.get("rerun") or rerun)
     if record.get("traceback"):
-        text = f"{record['traceback'].rstrip()}\n\n{text}"
+        digest, _, table = text.partition("\n")
+        text = f"{digest}\n{record['traceback'].rstrip()}\n\n{table}"
     return text
 
 
@@ -275,8 +298,8 @@ class ApiItem(pytest.Item):
         self.stash[RECORD_KEY] = record
         self.user_properties += junit_properties(record)  # JUnit <property> elements, also under xdist
         status = record["status"]
-        if status == "SKIP":
-            pytest.skip(record["message"])
+        if status == "SKIP":  # -rs: at the dump (not this line), the reason naming the entry
+            raise pytest.skip.Exception(skip_reason(record, self.name), _use_item_location=True)
         if status == "error" or (status == "Warning" and settings.warning_as_error):
             raise ApiCheckFailed(record)
 
@@ -292,4 +315,4 @@ class ApiItem(pytest.Item):
         return str(super().repr_failure(excinfo, style=style))
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"msprobe: {self.name}"
+        return self.path, 0, heading(self.config, self._relpath(), self.name)

@@ -236,15 +236,18 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
     the same hooks a run uses (terminal, short summary, JUnit, --lf cache, exit status)."""
     from ..reports.summary import junit_properties
     from . import baseline
+    from .items import heading, note_dumps
 
     records = sorted(journal.resumed_records() + journal.resumed_records(fuzz=True), key=_order)
     journal.reported = True
+    note_dumps(config, dict.fromkeys(record["dump"] for record in records))  # under xdist this process collected none
     session.testscollected += len(records) - journal.counted  # incomplete.py counted those it knew of
     hook, warning_as_error = config.hook, config.stash[SETTINGS_KEY].warning_as_error
     for record in records:
         nodeid, fuzz = record["nodeid"], record.get("fuzz")
-        location = (record["dump"], 0, f"msprobe{' fuzz' if fuzz else ''}: {nodeid.rpartition('::')[2]}")
-        outcome, longrepr, wasxfail = _fuzz_outcome(fuzz) if fuzz else \
+        name = nodeid.rpartition("::")[2]
+        location = (record["dump"], 0, heading(config, record["dump"], name, "msprobe fuzz" if fuzz else "msprobe"))
+        outcome, longrepr, wasxfail = _fuzz_outcome(fuzz, name) if fuzz else \
             _outcome(record, warning_as_error, baseline.strict_xfail(config, nodeid))
         hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
         for when in ("setup", "call", "teardown"):
@@ -272,23 +275,26 @@ def _outcome(record: dict[str, Any], warning_as_error: bool,
              xfail: tuple[str, str] | None) -> tuple[Outcome, Any, str | None]:
     """(outcome, longrepr, wasxfail) of a journaled record, as ApiItem.runtest and a strict baseline xfail
     ((reason, text once it passes)) give."""
+    from ..reports.summary import skip_reason
     from .items import failure_text
 
     status = record.get("status")
     if status == "SKIP":
-        return "skipped", (record["dump"], 1, f"Skipped: {record.get('message', '')}"), None
+        name = str(record["nodeid"]).rpartition("::")[2]
+        return "skipped", (record["dump"], 1, f"Skipped: {skip_reason(record, name)}"), None
     failed = status == "error" or (status == "Warning" and warning_as_error)
     if xfail is not None:
         return ("skipped", failure_text(record), xfail[0]) if failed else ("failed", xfail[1], None)
     return ("failed", failure_text(record), None) if failed else ("passed", None, None)
 
 
-def _fuzz_outcome(result: dict[str, Any]) -> tuple[Outcome, Any, None]:
+def _fuzz_outcome(result: dict[str, Any], name: str) -> tuple[Outcome, Any, None]:
     """(outcome, longrepr, None) of a journaled [fuzz] item, as FuzzItem.runtest gives."""
+    from ..reports.summary import skip_reason
     from .items import fuzz_failure_text
 
     if result.get("status") == "SKIP":
-        return "skipped", (result.get("dump", ""), 1, f"Skipped: {result.get('message', '')}"), None
+        return "skipped", (result.get("dump", ""), 1, f"Skipped: {skip_reason(result, name)}"), None
     if result.get("status") != "error":
         return "passed", None, None
     return "failed", fuzz_failure_text(result), None

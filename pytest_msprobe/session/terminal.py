@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ..reports.summary import file_lines, worst
+from ..reports.summary import file_lines, skip_lines, worst
 
 
 def header_lines(config: pytest.Config) -> list[str]:
@@ -43,9 +43,11 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
 
     ref_only = reference_only(records)
     counts = summary_counts(r for r in records if not r.get("reference_only"))
-    lines = ["items: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
+    standard = config.stash[SETTINGS_KEY].standard
+    lines = [f"items ({standard} verdicts): " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
     if fuzz_counts:  # <entry>[fuzz] items (--msprobe-fuzz) have no row in msprobe's files
         lines[0] += "; [fuzz] items: " + ", ".join(f"{fuzz_counts[k]} {k}" for k in sorted(fuzz_counts))
+    lines += layer1_lines(records)
     if ref_only:
         lines.append(f"{sum(ref_only.values())} items checked only the reference (" + ", ".join(
             f"{v} {k}" for k, v in sorted(ref_only.items())) + "): NPU ops without an NPU run their bench function "
@@ -55,9 +57,6 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
         notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
     if known:
         notes.append(f"{known} known failure(s) xfailed by the baseline")
-    missing = sum(1 for r in records if r.get("not_implemented"))
-    if missing:
-        notes.append(f"{missing} skipped: not implemented on the device (no kernel for the call or its dtype)")
     reused = sum(1 for r in records if r.get("reused_from"))
     if reused:
         notes.append(f"{reused} reused the result of an identical call (--msprobe-filter-api)")
@@ -66,6 +65,7 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
         notes.append(f"{crash.crashed} crashed or hung item(s)")
     if notes:
         lines.append("; ".join(notes))
+    lines += skip_lines(records)
     info = config.stash.get(DEVICES_KEY, None)
     if info is not None:
         ran_on = sorted({str(r.get("device")) for r in records if r.get("device")})
@@ -81,6 +81,21 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
     if journal is not None:
         lines.append(f"journal: {journal.path}")
     return lines
+
+
+def layer1_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The Status counts of the details CSVs, labelled apart from the items' verdicts above: the CSVs hold
+    run_ut's own (Layer-1, original standard) verdict of each output, which the selected standard may overrule."""
+    from ..reports.results import STATUSES, details_statuses
+    from ..verdict.ms_results import is_mindspore
+
+    rows = details_statuses(records)
+    if not rows:
+        return []
+    rows = {**dict.fromkeys(STATUSES, 0), **rows}  # the items' shape: the four statuses, zeros too
+    which = "PyTorch dumps' details CSV rows" if any(is_mindspore(r) for r in records) else "details CSV rows"
+    return [f"{which} (msprobe's Layer-1 Status, original standard; one per output): "
+            + ", ".join(f"{rows[k]} {k}" for k in sorted(rows))]
 
 
 SLOW_WARM_UP_S = 3.0  # a warm-up from numba's cache takes 0.4-1 s; compiling, 30-60 s on two cores
