@@ -56,7 +56,7 @@ def test_a_listed_item_that_passes_names_the_lines_to_remove(pytester: pytest.Py
     (pytester.path / "bl.yaml").write_text(BASELINE)
     result = pytester.runpytest(str(dump), "--msprobe-baseline", "bl.yaml", *LEAN)
     result.assert_outcomes(failed=1, xfailed=1, passed=1)  # relu.0 is the XPASS(strict) failure
-    result.stdout.fnmatch_lines([ITEM_TEXT, "*= msprobe =*", "items: 0 SKIP, 0 Warning, 1 error, 2 pass", *SUMMARY])
+    result.stdout.fnmatch_lines([ITEM_TEXT, "*= msprobe =*", "items (strict verdicts): 0 SKIP, 0 Warning, 1 error, 2 pass", *SUMMARY])
     resumed = pytester.runpytest(str(dump), "--msprobe-resume", "--msprobe-baseline", "bl.yaml", *LEAN)
     resumed.assert_outcomes(failed=1, xfailed=1, passed=1)  # every item from the journal: the same words
     resumed.stdout.fnmatch_lines([ITEM_TEXT, "*3 taken from the journal*", *SUMMARY])
@@ -76,7 +76,7 @@ def test_an_entry_that_passes_in_one_dump_and_fails_in_another_is_to_narrow(pyte
     result.stdout.fnmatch_lines([
         "[[]XPASS(strict)] msprobe baseline: passes now; remove lines 1-2 of bl.yaml (Functional.gelu.0.forward: "
         "reviewed)",
-        "items: 0 SKIP, 0 Warning, 1 error, 3 pass",
+        "items (strict verdicts): 0 SKIP, 0 Warning, 1 error, 3 pass",
         "baseline: 1 item listed in bl.yaml now passes: counted as pass above, and as failed by pytest "
         "(XPASS(strict): 1 of pytest's 1 failed) until its entry is removed",
         "baseline: 1 entry also matches items that still fail; narrow it in bl.yaml to those:",
