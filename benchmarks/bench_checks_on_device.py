@@ -2,9 +2,9 @@
 
     python benchmarks/bench_checks_on_device.py DUMP_JSON [--device cuda] [--out DIR] [--elements 16777216]
 
-1. Runs pytest-msprobe on the dump twice with `--msprobe-device DEVICE -n 0`: `--msprobe-checks-on device` (the
+1. Runs pytest-msprobe on the dump twice with `--msprobe-device DEVICE -n 0`: `-o msprobe_checks_on=device` (the
    strict pass and msprobe's metric columns in torch ops on DEVICE, only the statistics and the worst elements
-   coming back) and `--msprobe-checks-on host` (the outputs copied to the host for the compiled passes). Prints
+   coming back) and `-o msprobe_checks_on=host` (the outputs copied to the host for the compiled passes). Prints
    each run's wall time and its phase sums (`compare` per compared output element), and compares the records:
    statuses, messages and worst elements must be the same; the cosine and the three columns msprobe sums (RMSE,
    mean relative and mean ULP error) differ by their summation order only.
@@ -42,7 +42,7 @@ def run(dump: str, device: str, where: str, out: Path) -> tuple[float, list[dict
     plugin = [] if installed else ["-p", "pytest_msprobe.plugin"]  # a checkout not installed (an accelerator host)
     began = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", dump, "-q", "-p", "no:cacheprovider", *plugin,
-                           "--msprobe-device", device, "--msprobe-checks-on", where, "--msprobe-out", str(folder)],
+                           "--msprobe-device", device, "-o", f"msprobe_checks_on={where}", "--msprobe-out", str(folder)],
                           cwd=ROOT, check=False, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                                            os.environ.get("PYTHONPATH")]))})

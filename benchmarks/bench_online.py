@@ -14,7 +14,7 @@ own receiver (its twisted TCPServer, which runs on CPU even though its run_ut si
 Without MSPROBE81_PYTHON only our receiver's figures are measured.
 
 `--workers 1 2` measures parallel checking instead (no msprobe needed): our sender streams `--calls` bf16
-`linear` calls whose CPU bench is the bottleneck (`--shape`), and a session with `--msprobe-online-workers N`
+`linear` calls whose CPU bench is the bottleneck (`--shape`), and a session with `-o msprobe_online_workers=N`
 checks them; after 8 untimed warm-up calls and a 20 s pause (torch's imports, the first checks' compiles),
 it prints calls/s checked from the first timed call sent to the session's end, and the peak RSS of
 the session with its workers (summed over the processes, sampled every 0.1 s), for each N in turn,
@@ -155,8 +155,8 @@ def wire_calls(text: str) -> int:
 def session(cwd: Path, port: int, clients: int = 1) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-online",
-                             f"tcp://127.0.0.1:{port}", "--msprobe-online-clients", str(clients),
-                             "--msprobe-online-idle", "300", "--msprobe-out", "results"],
+                             f"tcp://127.0.0.1:{port}", "-o", f"msprobe_online_clients={clients}",
+                             "-o", "msprobe_online_idle=300", "--msprobe-out", "results"],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -216,7 +216,7 @@ def tree_memory(pid: int) -> tuple[float, float, float]:
 def check_workers(workers: int, calls: int, shape: tuple[int, int], cwd: Path) -> tuple[float, list[float], str]:
     """(calls/s checked, peak [summed RSS, summed PSS, largest RSS] in MiB, the summary line) of one session."""
     port = free_port()
-    proc = session(cwd, port, extra=("--msprobe-online-workers", str(workers)))
+    proc = session(cwd, port, extra=("-o", f"msprobe_online_workers={workers}"))
     peak = [0.0, 0.0, 0.0]
     done = threading.Event()
 
@@ -367,7 +367,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the client-step comparison")
     parser.add_argument("--only", choices=["receive", "client", "ranks"], default=None)
     parser.add_argument("--workers", type=int, nargs="*", default=None,
-                        help="measure parallel checking with these --msprobe-online-workers values instead")
+                        help="measure parallel checking with these msprobe_online_workers values instead")
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--shape", type=int, nargs=2, default=(256, 2048), metavar=("ROWS", "WIDTH"))
     parser.add_argument("--repeat", type=int, default=3)

@@ -2,7 +2,7 @@
 output element, on one dump, at -n 0 and -n 2.
 
     python benchmarks/bench_phases.py [DUMP_JSON] [--workers 0 2] [--repeat 3] [--standard strict]
-           [--detail] [--pytest-arg=--msprobe-threads=2 ...]
+           [--detail] [--pytest-arg=--override-ini=msprobe_threads=2 ...]
 
 Each setting runs pytest-msprobe on the dump (`--msprobe-device cpu`), the settings interleaved round by
 round so that a shared machine's load drift hits each alike; the fastest round of each is shown. For

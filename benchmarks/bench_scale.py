@@ -1,5 +1,5 @@
 """A 7B-class call's check, per phase: wall, CPU and peak RSS, whole or in pieces, at -n 0 and -n 2, with the bench
-on the CPU and, where torch sees CUDA, on it (--msprobe-bench-device cuda).
+on the CPU and, where torch sees CUDA, on it (-o msprobe_bench_device=cuda).
 
     python benchmarks/bench_scale.py DUMP_JSON [--only Functional.linear.14.forward] [--workers 0 2]
            [--max-memory 512MiB] [--bench-devices cpu cuda] [--same-as SMALL_DUMP_JSON]
@@ -155,7 +155,7 @@ def run(dump: Path, only: list[str], workers: int, extra: list[str], work: Path)
     targets = [f"{dump.resolve()}::{name}" for name in only] or [str(dump.resolve())]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "benchmarks.bench_scale", *targets,
            "--msprobe-device", "cpu", "--msprobe-out", str(out), "-n", str(workers),
-           "--msprobe-min-work-per-worker", "0", *extra]
+           "-o", "msprobe_min_work_per_worker=0", *extra]
     wall, cpu, rss, code = wait(cmd, work, env)
     if code not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} exited with {code}")
@@ -225,7 +225,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.same_as is not None:
-            base = ["--msprobe-helper-thread", "off", *args.pytest_args]
+            base = ["-o", "msprobe_helper_thread=off", *args.pytest_args]
             whole = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", "1TiB"], work)
             cut = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", args.max_memory], work)
             small = _own_bytes(args.same_as, args.only)
@@ -235,7 +235,7 @@ def main() -> None:
             print(f"records whole vs in pieces: {'the same' if not differ else 'DIFFER: ' + ', '.join(differ)}")
         for device in devices:
             for workers in args.workers:
-                extra = ["--msprobe-max-memory", args.max_memory, "--msprobe-bench-device", device, *args.pytest_args]
+                extra = ["--msprobe-max-memory", args.max_memory, "-o", f"msprobe_bench_device={device}", *args.pytest_args]
                 show(f"-n {workers}, bench on {device}, --msprobe-max-memory {args.max_memory}",
                      run(args.dump, args.only, workers, extra, work), own)
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_vs_msprobe.py [DUMP_JSON] [--standards strict msprobe] [--workers 0 2]
            [--msprobe-python PYTHON_OF_AN_MSPROBE_VENV] [--no-msprobe] [--repeat 1]
-           [--pytest-arg=--msprobe-threads=2 ...]
+           [--pytest-arg=--override-ini=msprobe_threads=2 ...]
 
 For each pytest-msprobe run (one per standard and -n): wall time of the whole command, CPU time and
 peak RSS of its processes (os.wait4: the largest process, controller or worker), and where the wall time
@@ -16,7 +16,7 @@ torch==2.13.0`), and the speed-up.
 
 msprobe checks a forward call and its backward in one step; pytest-msprobe makes them two items (the
 backward item runs the forward again). Both use the device (CPU) in the dumped dtype and the bench in
-raised precision. pytest-msprobe runs torch on 1 thread per process (--msprobe-threads), msprobe on
+raised precision. pytest-msprobe runs torch on 1 thread per process (msprobe_threads), msprobe on
 torch's default. The machine may be shared: the load average is printed before every run.
 """
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--no-msprobe", action="store_true", help="only pytest-msprobe")
     parser.add_argument("--repeat", type=int, default=1, help="pytest-msprobe runs per setting; the fastest is shown")
     parser.add_argument("--pytest-arg", dest="pytest_args", action="append", default=[],
-                        help="one more pytest argument (repeat it), e.g. --pytest-arg=--msprobe-threads=2")
+                        help="one more pytest argument (repeat it), e.g. --pytest-arg=--override-ini=msprobe_threads=2")
     args = parser.parse_args()
     if args.dump is None or not args.dump.is_file():
         raise SystemExit("no dump: give a dump.json")

@@ -12,7 +12,7 @@
 * --shared: the same comparison on the shared msprobe dumps (PyTorch ones).
 * --skewed: 1,000 small calls plus one large matmul at the end of the dump, -n 2 with the plugin's
   cost scheduler (the default) and with xdist's own `load` scheduler in dump order
-  (`--msprobe-schedule xdist -p no:msprobe-cost-order`).
+  (`-o msprobe_schedule=xdist -p no:msprobe-cost-order`).
 
 The probe is this module loaded as a pytest plugin (`-p benchmarks.bench_xdist`); it writes its
 timestamps to $BENCH_PROBE_OUT.
@@ -108,10 +108,10 @@ def timeline(probe: dict[str, Any]) -> str:
 
 def compare(title: str, paths: list[str], repeat: int, work: Path) -> dict[str, Any]:
     """-n 0, -n 2 as a user gets it (the plugin may keep a small run in one process,
-    --msprobe-min-work-per-worker), and -n 2 with both workers started whatever the work; the median
+    msprobe_min_work_per_worker), and -n 2 with both workers started whatever the work; the median
     of --repeat rounds of the three."""
     settings = {"serial": ("-n", "0"), "parallel": ("-n", "2"),
-                "forced": ("-n", "2", "--msprobe-min-work-per-worker", "0")}
+                "forced": ("-n", "2", "-o", "msprobe_min_work_per_worker=0")}
     runs: dict[str, list[tuple[float, dict[str, Any]]]] = {k: [] for k in settings}
     for _ in range(repeat):  # interleaved, so that a change in the machine's load hits every setting alike
         for key, args in settings.items():
@@ -152,10 +152,10 @@ def main() -> None:
             compare(f"shared dumps ({len(shared)})", shared, args.repeat, work)
         if args.skewed:
             skewed = str(write_skewed_dump(work / "skewed"))
-            forced = ("--msprobe-min-work-per-worker", "0")
+            forced = ("-o", "msprobe_min_work_per_worker=0")
             ordered = best([skewed], "2", args.repeat, work, forced)
             plain = best([skewed], "2", args.repeat, work,
-                         (*forced, "--msprobe-schedule", "xdist", "-p", "no:msprobe-cost-order"))
+                         (*forced, "-o", "msprobe_schedule=xdist", "-p", "no:msprobe-cost-order"))
             print(f"skewed dump: {ordered['items']} items, -n 2: cost scheduler {ordered['wall']:.2f} s, "
                   f"xdist load in dump order {plain['wall']:.2f} s")
 

@@ -28,7 +28,7 @@ step real 60 $D/llama_realistic_bf16_statistics --msprobe-device cuda -n 8
 step opinfo_bf16 60 $D/opinfo_bf16 --msprobe-device cuda -n 8
 step opinfo_fp32 60 $D/opinfo_fp32 --msprobe-device cuda -n 8
 L="$D/llama_7b_bf16_statistics/step0/rank0/dump.json::Functional.linear.14.forward"
-step lm_head_bench_cuda 30 "$L" --msprobe-device cuda --msprobe-bench-device cuda -n 0
+step lm_head_bench_cuda 30 "$L" --msprobe-device cuda -o msprobe_bench_device=cuda -n 0
 step lm_head_bench_cpu 60 "$L" --msprobe-device cuda -n 0
-step llama7b_bench_cuda 150 $D/llama_7b_bf16_statistics --msprobe-device cuda --msprobe-bench-device cuda -n 8
+step llama7b_bench_cuda 150 $D/llama_7b_bf16_statistics --msprobe-device cuda -o msprobe_bench_device=cuda -n 8
 tar czf "$OUT/records.tgz" -C /tmp/o . 2>/dev/null

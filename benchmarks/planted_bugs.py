@@ -192,7 +192,7 @@ def main() -> None:
                              "among --arms (strict), instead of planting bugs")
     parser.add_argument("--workers", type=int, default=2, help="xdist workers of the --fuzz runs")
     parser.add_argument("--checks-on", default="auto", choices=("auto", "device", "host"),
-                        help="as --msprobe-checks-on: device runs strict's checks in torch ops on the CPU")
+                        help="as ini msprobe_checks_on: device runs strict's checks in torch ops on the CPU")
     parser.add_argument("--contract", help="as --msprobe-contract: the vendor contract the checks allow for")
     args = parser.parse_args()
     if args.contract:

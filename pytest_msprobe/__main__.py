@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--standard", choices=("msprobe", "msprobe26"), default="msprobe",
                    help="msprobe: 8.x api_precision_compare (default); msprobe26: 26.x (benchmark for every float "
                         "output, its monitoring-level thresholds, blank metric cells read as 0)")
-    c.add_argument("--specs", default=None, help="a --msprobe-specs YAML file with threshold/category overrides")
+    c.add_argument("--specs", default=None, help="an msprobe_specs YAML file with threshold/category overrides")
     c.set_defaults(run=compare)
     from .settings import BENCH_PRECISIONS, DATA_MODES, DEFAULT_SEED, MODES, RECORDED_ON, STANDARDS
 
@@ -154,12 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"run seed, as --msprobe-seed (default {DEFAULT_SEED})")
     w.add_argument("--device", default="auto", help="device under test, as --msprobe-device (default auto)")
     w.add_argument("--standard", choices=STANDARDS, default=STANDARDS[0], help="as --msprobe-standard")
-    w.add_argument("--data-mode", choices=DATA_MODES, default="auto", help="as --msprobe-data-mode")
+    w.add_argument("--data-mode", choices=DATA_MODES, default="auto", help="as ini msprobe_data_mode")
     w.add_argument("--mode", choices=MODES, default="auto", help="as --msprobe-mode")
-    w.add_argument("--recorded-on", choices=RECORDED_ON, default="auto", help="as --msprobe-recorded-on")
-    w.add_argument("--bench-precision", choices=BENCH_PRECISIONS, default="auto", help="as --msprobe-bench-precision")
-    w.add_argument("--threads", type=int, default=1, help="torch intra-op threads, as --msprobe-threads (default 1)")
-    w.add_argument("--specs", default=None, help="a --msprobe-specs YAML file (embedded in the script)")
+    w.add_argument("--recorded-on", choices=RECORDED_ON, default="auto", help="as ini msprobe_recorded_on")
+    w.add_argument("--bench-precision", choices=BENCH_PRECISIONS, default="auto", help="as ini msprobe_bench_precision")
+    w.add_argument("--threads", type=int, default=1, help="torch intra-op threads, as ini msprobe_threads (default 1)")
+    w.add_argument("--specs", default=None, help="an msprobe_specs YAML file (embedded in the script)")
     w.set_defaults(run=write_script)
     return parser
 

@@ -9,6 +9,7 @@ import argparse
 import gc
 import json
 import random
+import sys
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from .session import (
     devices,
     guard,
     incomplete,
+    ini_keys,
     journal,
     kernel_selection,
     msprobe_config,
@@ -38,13 +40,11 @@ from .session import (
 from .session import triage_hooks as triage
 from .session.collect import DumpFile
 from .session.items import KNOWN_DTYPES, RECORD_KEY, ApiItem, note_dumps
-from .session.options import SCHEDULES, parse_seed
 from .session.options import addoption as add_options
+from .session.options import parse_seed
 from .session.stash import SETTINGS_KEY
 from .settings import (
-    CHECKS_ON,
     CONTRACTS,
-    RECORDED_ON,
     STANDARDS,
     CheckOptions,
     Settings,
@@ -88,18 +88,13 @@ def _settings(config: pytest.Config) -> Settings:
     standard = opt.msprobe_standard or config.getini("msprobe_standard")
     if standard not in STANDARDS:
         raise pytest.UsageError(f"ini msprobe_standard: {standard!r} is not one of {', '.join(STANDARDS)}")
-    recorded_on = opt.msprobe_recorded_on or config.getini("msprobe_recorded_on")
-    if recorded_on not in RECORDED_ON:
-        raise pytest.UsageError(f"ini msprobe_recorded_on: {recorded_on!r} is not one of {', '.join(RECORDED_ON)}")
-    checks_on = opt.msprobe_checks_on or config.getini("msprobe_checks_on")
-    if checks_on not in CHECKS_ON:
-        raise pytest.UsageError(f"ini msprobe_checks_on: {checks_on!r} is not one of {', '.join(CHECKS_ON)}")
+    recorded_on = ini_keys.value(config, "msprobe_recorded_on")
+    checks_on = ini_keys.value(config, "msprobe_checks_on")
     contract = opt.msprobe_contract or config.getini("msprobe_contract")
     if contract not in CONTRACTS:
         raise pytest.UsageError(f"ini msprobe_contract: {contract!r} is not one of {', '.join(CONTRACTS)}")
-    bench_device = device_hooks.bench_device_of(opt.msprobe_bench_device or config.getini("msprobe_bench_device"),
-                                                "--msprobe-bench-device" if opt.msprobe_bench_device
-                                                else "ini msprobe_bench_device")
+    bench_device = device_hooks.bench_device_of(ini_keys.value(config, "msprobe_bench_device") or "",
+                                                ini_keys.where(config, "msprobe_bench_device"))
     max_memory = None
     memory = opt.msprobe_max_memory or config.getini("msprobe_max_memory")
     if memory:
@@ -109,7 +104,7 @@ def _settings(config: pytest.Config) -> Settings:
             where = "--msprobe-max-memory" if opt.msprobe_max_memory else "ini msprobe_max_memory"
             raise pytest.UsageError(f"{where}: {exc}") from None
     here = config.invocation_params.dir
-    specs_file = opt.msprobe_specs or config.getini("msprobe_specs") or None
+    specs_file = ini_keys.value(config, "msprobe_specs")
     if specs_file:
         specs_file = str(here / specs_file)
         from .specs.loader import SpecError, load_specs
@@ -117,36 +112,42 @@ def _settings(config: pytest.Config) -> Settings:
         try:
             load_specs(user_file=specs_file)  # reject a bad file before anything runs
         except SpecError as exc:
-            raise pytest.UsageError(f"--msprobe-specs: {exc}") from None
-    reference_results = opt.msprobe_reference_results
+            raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_specs')}: {exc}") from None
+    reference_results = ini_keys.value(config, "msprobe_reference_results")
     if reference_results:
         reference_results = str(here / reference_results)
         if not Path(reference_results).is_file():
-            raise pytest.UsageError(f"--msprobe-reference-results: no such file: {reference_results}")
+            raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_reference_results')}: no such file: "
+                                    f"{reference_results}")
     if opt.msprobe_reference:
         device_hooks.check_name(config, opt.msprobe_reference, "--msprobe-reference", allow_auto=False)
     threads = devices.threads(config)
-    options = CheckOptions(device=device, run_seed=int(seed), data_mode=opt.msprobe_data_mode,
+    data_mode = ini_keys.value(config, "msprobe_data_mode")
+    options = CheckOptions(device=device, run_seed=int(seed), data_mode=data_mode,
                            device_index=devices.device_index(config), threads=threads,
                            work_threads=devices.work_threads(threads, config),
                            standard=standard,
                            reference_device=opt.msprobe_reference, reference_results=reference_results,
                            specs_file=specs_file, kernels=kernel_selection.configure(config), mode=opt.msprobe_mode,
-                           bench_precision=opt.msprobe_bench_precision, recorded_on=recorded_on,
+                           bench_precision=ini_keys.value(config, "msprobe_bench_precision"), recorded_on=recorded_on,
                            checks_on=checks_on, contract=contract, bench_device=bench_device,
                            max_memory=max_memory)
-    if opt.msprobe_mode == "replay" and opt.msprobe_data_mode == "random":
+    if opt.msprobe_mode == "replay" and data_mode == "random":
         raise pytest.UsageError("--msprobe-mode replay compares the recorded outputs, which belong to the recorded "
-                                "inputs: it cannot use --msprobe-data-mode random")
+                                "inputs: it cannot use msprobe_data_mode random")
     out = Path(opt.msprobe_out or config.getini("msprobe_out"))
     if not out.is_absolute():
         out = here / out
-    filter_api = opt.msprobe_filter_api if opt.msprobe_filter_api is not None else config.getini("msprobe_filter_api")
-    return Settings(check_options=options, standard=standard, warning_as_error=opt.msprobe_warning_as_error,
-                    out_dir=out, api_info=[Path(p) for p in opt.msprobe_api_info], filter_api=bool(filter_api))
+    return Settings(check_options=options, standard=standard,
+                    warning_as_error=ini_keys.value(config, "msprobe_warning_as_error"), out_dir=out,
+                    api_info=[Path(p) for p in opt.msprobe_api_info],
+                    filter_api=ini_keys.value(config, "msprobe_filter_api"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # once, on the controller (xdist workers get the same arguments)
+        for line in ini_keys.deprecations(config):
+            sys.stderr.write(line + "\n")
     settings = _settings(config)
     config.stash[SETTINGS_KEY] = settings
     config.addinivalue_line("markers", "msprobe: an API call replayed from an msprobe dump")
@@ -243,10 +244,7 @@ class XdistHooks:
 
 
 def _schedule(config: pytest.Config) -> str:
-    value = config.getoption("msprobe_schedule") or config.getini("msprobe_schedule")
-    if value not in SCHEDULES:
-        raise pytest.UsageError(f"ini msprobe_schedule: {value!r} is not one of {', '.join(SCHEDULES)}")
-    return str(value)
+    return str(ini_keys.value(config, "msprobe_schedule"))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -346,7 +344,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     if report.passed and record.get("reference_only"):  # an NPU op run as its bench on both sides: not counted as passed
         word = "WARNED" if record.get("status") == "Warning" else "PASSED"
         return REFERENCE_ONLY, "r", (f"{word} (reference only)", {"yellow": True})
-    reused = " (reused)" if record.get("reused_from") else ""  # --msprobe-filter-api
+    reused = " (reused)" if record.get("reused_from") else ""  # msprobe_filter_api
     if report.passed and record.get("status") == "Warning":
         return "warned", "W", (f"WARNED{reused}", {"yellow": True})
     if reused and not hasattr(report, "wasxfail"):
@@ -361,7 +359,7 @@ class ResultCollector:
 
     def __init__(self, config: pytest.Config, keep_runs: int) -> None:
         self.config, self.keep_runs = config, keep_runs
-        self.sets: str | None = None  # what --msprobe-keep-runs kept and removed
+        self.sets: str | None = None  # what msprobe_keep_runs kept and removed
         self.records: list[dict[str, Any]] = []
         self.written: dict[str, Path] = {}
         self.removed: list[Path] = []
@@ -395,9 +393,7 @@ class ResultCollector:
             return result
         if self.journal.resumed:
             journal.report_resumed(self.config, session, self.journal)
-        allowed = self.config.option.msprobe_allow_all_skipped
-        if allowed is None:
-            allowed = self.config.getini("msprobe_allow_all_skipped")
+        allowed = ini_keys.value(self.config, "msprobe_allow_all_skipped")
         self.nothing_checked = None if allowed else summary.nothing_checked(self.records)
         if self.nothing_checked:
             session.testsfailed += 1  # exit status 1: a gate that checked nothing is not green

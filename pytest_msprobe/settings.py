@@ -22,7 +22,9 @@ RECORDED_ON = ("auto", "npu", "cuda", "cpu")
 CHECKS_ON = ("auto", "device", "host")
 # whose accuracy contract a correct kernel keeps (api_specs/contracts.yaml); auto: the device's vendor
 CONTRACTS = ("auto", "torch", "cuda", "npu")
-HELPER_THREAD = ("auto", "off")  # --msprobe-helper-thread: off keeps each item's work in one thread
+HELPER_THREAD = ("auto", "off")  # msprobe_helper_thread: off keeps each item's work in one thread
+# under -n: cost deals the most expensive items first (session/schedule.py); xdist: xdist's own load scheduler
+SCHEDULES = ("cost", "xdist")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
           "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
 
@@ -74,5 +76,5 @@ class Settings:
     warning_as_error: bool = False
     out_dir: Path = Path("msprobe_results")
     api_info: list[Path] = field(default_factory=list)
-    filter_api: bool = False  # --msprobe-filter-api: one check per group of identical calls (dedup.py)
+    filter_api: bool = False  # msprobe_filter_api: one check per group of identical calls (dedup.py)
 

@@ -170,7 +170,7 @@ def test_a_precondition_both_sides_break_is_a_skip_beside_too(write_dump, monkey
 
 
 def test_an_item_stopped_by_its_timeout_does_not_wait_for_the_bench(write_dump, monkeypatch) -> None:
-    """--msprobe-timeout's SIGALRM raises a BaseException in the items' thread: the item ends then, not when the
+    """msprobe_timeout's SIGALRM raises a BaseException in the items' thread: the item ends then, not when the
     bench beside it is done (its record is made elsewhere; the helper finishes the bench on its own)."""
     import signal
 
@@ -205,7 +205,7 @@ def test_an_item_stopped_by_its_timeout_does_not_wait_for_the_bench(write_dump, 
 
 
 def test_the_helper_thread_can_be_turned_off(pytester: pytest.Pytester, monkeypatch) -> None:
-    """--msprobe-helper-thread off keeps every item's work in its own thread (for device plugins that change torch
+    """msprobe_helper_thread=off keeps every item's work in its own thread (for device plugins that change torch
     for every thread): no bench beside, the same records; a bad ini value is a usage error naming the choices."""
     from pytest_msprobe.session import devices
     from tests.helpers import EXAMPLES, api_records, copy_dump
@@ -216,7 +216,7 @@ def test_the_helper_thread_can_be_turned_off(pytester: pytest.Pytester, monkeypa
     runs = {}
     for setting in ("auto", "off"):
         result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
-                                              "--msprobe-helper-thread", setting, "--msprobe-out", setting)
+                                              "-o", f"msprobe_helper_thread={setting}", "--msprobe-out", setting)
         assert result.ret == 0
         runs[setting] = api_records(pytester, setting)
     assert any("bench_wait_s" in r["timings"] for r in runs["auto"].values())

@@ -76,7 +76,7 @@ def test_items_checked_in_pieces_have_the_whole_checks_records(pytester: pytest.
                                                                standard: str) -> None:
     pytester.makeconftest(PLANTED)
     dump = make_dump(pytester, _entries(dt))
-    common = ["-p", "no:cacheprovider", "--msprobe-standard", standard, "--msprobe-helper-thread", "off"]
+    common = ["-p", "no:cacheprovider", "--msprobe-standard", standard, "-o", "msprobe_helper_thread=off"]
     pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "64GiB", "--msprobe-out", "whole")
     pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "384KiB", "--msprobe-out", "cut")
     whole, cut = api_records(pytester, "whole"), api_records(pytester, "cut")
@@ -98,7 +98,7 @@ def test_a_composite_bounded_by_its_terms_is_cut_with_its_terms_run(pytester: py
     x = tensor("torch.float32", [1024, 96], mx=2.0, mn=-6.0)
     dump = make_dump(pytester, {"Functional.gelu.0.forward": {
         "input_args": [x], "input_kwargs": {}, "output": [tensor("torch.float32", [1024, 96])]}})
-    common = ["-p", "no:cacheprovider", "--msprobe-contract", "cuda", "--msprobe-helper-thread", "off"]
+    common = ["-p", "no:cacheprovider", "--msprobe-contract", "cuda", "-o", "msprobe_helper_thread=off"]
     pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "64GiB", "--msprobe-out", "whole")
     pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "384KiB", "--msprobe-out", "cut")
     whole = api_records(pytester, "whole")["Functional.gelu.0.forward"]
@@ -112,7 +112,7 @@ def test_a_wide_contraction_is_cut_along_its_weight_too(pytester: pytest.Pyteste
     dump = make_dump(pytester, {"Functional.linear.0.forward": {
         "input_args": [tensor(t, [1, 256, 1024], mx=1.0, mn=-1.0), tensor(t, [1024, 1024], mx=0.1, mn=-0.1)],
         "input_kwargs": {}, "output": [tensor(t, [1, 256, 1024])]}})
-    common = ["-p", "no:cacheprovider", "--msprobe-helper-thread", "off"]
+    common = ["-p", "no:cacheprovider", "-o", "msprobe_helper_thread=off"]
     pytester.runpytest(str(dump), *common, "--msprobe-out", "whole")
     pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "2MiB", "--msprobe-out", "cut")
     whole, cut = api_records(pytester, "whole"), api_records(pytester, "cut")
@@ -124,7 +124,7 @@ def test_a_wide_contraction_is_cut_along_its_weight_too(pytester: pytest.Pyteste
 def test_in_pieces_under_xdist_as_in_one_process(pytester: pytest.Pytester) -> None:
     dump = make_dump(pytester, _entries("torch.bfloat16"))
     pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-max-memory", "384KiB", "--msprobe-out", "one")
-    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "-n", "2", "--msprobe-min-work-per-worker", "0",
+    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "-n", "2", "-o", "msprobe_min_work_per_worker=0",
                        "--msprobe-max-memory", "384KiB", "--msprobe-out", "two")
     one, two = api_records(pytester, "one"), api_records(pytester, "two")
     assert one.keys() == two.keys() and all("pieces" in r for r in two.values())
@@ -155,14 +155,14 @@ def test_what_cannot_be_cut_and_does_not_fit_is_skipped_with_the_reason(pytester
 def test_bench_device_cpu_is_todays_bench_and_a_bad_device_is_one_usage_line(pytester: pytest.Pytester) -> None:
     dump = make_dump(pytester, _entries("torch.bfloat16"))
     pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-out", "default")
-    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-bench-device", "cpu", "--msprobe-out", "cpu")
+    pytester.runpytest(str(dump), "-p", "no:cacheprovider", "-o", "msprobe_bench_device=cpu", "--msprobe-out", "cpu")
     default, cpu = api_records(pytester, "default"), api_records(pytester, "cpu")
     for key, record in default.items():
         assert record["bench_device"] in ("cpu (fp32)", "cpu (fp64)")  # fp64: raise_map_by_api
         _same(record, cpu[key])
-    result = pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-bench-device", "gpu")
+    result = pytester.runpytest(str(dump), "-p", "no:cacheprovider", "-o", "msprobe_bench_device=gpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --msprobe-bench-device: 'gpu' is not a bench device (cpu, cuda, cuda:N, "
+    result.stderr.fnmatch_lines(["ERROR: ini msprobe_bench_device: 'gpu' is not a bench device (cpu, cuda, cuda:N, "
                                  "npu, npu:N)"])
     result = pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-max-memory", "lots")
     result.stderr.fnmatch_lines(["ERROR: --msprobe-max-memory: 'lots' is not a size (e.g. 8GiB, 512MiB, 2000000000)"])

@@ -22,7 +22,7 @@ def test_the_controller_writes_its_causes(pytester: pytest.Pytester, monkeypatch
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     result = pytester.runpytest_subprocess(str(DUMP), "-p", "benchmarks.controller_probe", "-p", "no:hypothesispytest",
                                            "--msprobe-device", "cpu", "-n", str(workers),
-                                           "--msprobe-min-work-per-worker", "0", "--msprobe-out", "out")
+                                           "-o", "msprobe_min_work_per_worker=0", "--msprobe-out", "out")
     outcomes = result.parseoutcomes()
     items = outcomes.get("passed", 0) + outcomes.get("failed", 0)
     assert items > 0

@@ -1,4 +1,4 @@
-"""--msprobe-filter-api: one check per group of identical calls; the others report it, marked as reused."""
+"""msprobe_filter_api: one check per group of identical calls; the others report it, marked as reused."""
 from __future__ import annotations
 
 import csv
@@ -14,7 +14,7 @@ from tests.helpers import make_dump, records, tensor
 # msprobe's standard: the conftest's gelu bug is global, and these tests count device and bench calls
 # (strict's torch run would call gelu a third time, and see the bug too)
 LEAN = ("--msprobe-standard", "msprobe", "-p", "no:hypothesispytest", "-p", "no:benchmark")
-ALL_WORKERS = ("--msprobe-min-work-per-worker", "0")  # a dump this small would otherwise run in one process
+ALL_WORKERS = ("-o", "msprobe_min_work_per_worker=0")  # a dump this small would otherwise run in one process
 
 # The device side of gelu is 5% off (fp32 outputs; the bench is fp64), and every gelu call of a
 # process is counted into calls.txt at exit: one check = one device call + one bench call.
@@ -96,7 +96,7 @@ def test_filter_api_checks_each_group_once_and_marks_the_rest(pytester: pytest.P
         pytest.importorskip("xdist")
     pytester.makeconftest(COUNTING_GELU)
     dump = make_dump(pytester, dump_data())
-    args = [str(dump), "--msprobe-filter-api", "-v", "-rA", "--junitxml", "junit.xml", *LEAN]
+    args = [str(dump), "-o", "msprobe_filter_api=true", "-v", "-rA", "--junitxml", "junit.xml", *LEAN]
     result = pytester.runpytest_subprocess(*args, "-n", str(workers), "-p", "xdist", *ALL_WORKERS) if workers else \
         pytester.runpytest_subprocess(*args)
     recs = {f"{r['api']}.{r['direction']}": r for r in records(pytester)}
@@ -113,7 +113,7 @@ def test_filter_api_checks_each_group_once_and_marks_the_rest(pytester: pytest.P
     assert recs["Functional.gelu.1.forward"]["status"] == "error"  # a reused failure still fails
     result.assert_outcomes(failed=7, passed=1)
     result.stdout.fnmatch_lines(["*message: reused: identical to Functional.gelu.0.forward*",
-                                 "*3 reused the result of an identical call (--msprobe-filter-api)*",
+                                 "*3 reused the result of an identical call (msprobe_filter_api)*",
                                  "FAILED (reused) d/dump.json::Functional.gelu.1.forward*"])
     result.stdout.fnmatch_lines(["PASSED d/dump.json::Functional.relu.0.forward"])
     junit = (pytester.path / "junit.xml").read_text()

@@ -32,7 +32,7 @@ VOLATILE = ("timings", "duration_s")
 # Subprocess runs skip plugins this file does not need (hypothesis' alone costs a second per process).
 LEAN = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
 # These runs test xdist itself: start the workers even for dumps this small.
-ALL_WORKERS = ("--msprobe-min-work-per-worker", "0")
+ALL_WORKERS = ("-o", "msprobe_min_work_per_worker=0")
 XDIST = ("-n", "2", "-p", "xdist", *LEAN, *ALL_WORKERS)
 
 # Corrupts the device's gelu result (inside the device call only) while PLANT_BUG is set: a failure
@@ -158,7 +158,7 @@ def test_xdist_on_pinned_workers_gives_the_same_seeds_verdicts_and_junit_propert
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")  # what -n auto finds, on any machine
     result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "--junitxml", "parallel.xml",
                                            "-n", "auto", "-p", "xdist", *LEAN, *ALL_WORKERS, "--msprobe-devices", "1", "0",
-                                           "--msprobe-workers-per-device", "1")
+                                           "-o", "msprobe_workers_per_device=1")
     # on a CPU-only machine the devices are accepted, pinned and reported; the items run on the CPU
     result.stdout.fnmatch_lines(["*msprobe: devices 1 0, at most 1 workers per device; 3 workers asked for, 2 started*",
                                  "*devices: 1: gw0; 0: gw1; items ran on cpu*"])
@@ -185,7 +185,7 @@ def test_crash_fails_one_item_and_keeps_every_other_result(pytester: pytest.Pyte
                 os.abort()
     """)
     result = pytester.runpytest_subprocess(str(dump), *XDIST, "--msprobe-devices", "0", "1",
-                                           "--msprobe-workers-per-device", "1")
+                                           "-o", "msprobe_workers_per_device=1")
     clean_errors = sum(r["status"] == "error" for r in records(pytester.path / "clean"))
     assert result.parseoutcomes()["failed"] == 1 + clean_errors and ran(result) == 18
     result.stdout.fnmatch_lines(["*worker crashed while running Functional.gelu.0.forward*",
@@ -218,15 +218,15 @@ def test_timeout_fails_a_hung_item_with_and_without_xdist(pytester: pytest.Pytes
     """)
     dump = gelu_dump(pytester)
     started = time.monotonic()
-    result = pytester.runpytest(str(dump), "--msprobe-timeout", "2")  # SIGALRM: the item fails, the run goes on
+    result = pytester.runpytest(str(dump), "-o", "msprobe_timeout=2")  # SIGALRM: the item fails, the run goes on
     result.assert_outcomes(failed=1, passed=2)
-    result.stdout.fnmatch_lines(["*timed out after 2 s (--msprobe-timeout); it was here:*", "*time.sleep(120)*"])
+    result.stdout.fnmatch_lines(["*timed out after 2 s (msprobe_timeout); it was here:*", "*time.sleep(120)*"])
     rec = {r["api"]: r for r in records(pytester.path / "msprobe_results")}["Functional.gelu.0"]
     assert rec["status"] == "error" and rec["message"].startswith("timed out after 2 s")
     monkeypatch.setenv("MASK_ALARM", "1")
-    result = pytester.runpytest_subprocess(str(dump), "--msprobe-timeout", "2", *XDIST)
+    result = pytester.runpytest_subprocess(str(dump), "-o", "msprobe_timeout=2", *XDIST)
     result.assert_outcomes(failed=1, passed=2)
-    result.stdout.fnmatch_lines(["*timed out after 2 s (--msprobe-timeout): the watchdog stopped worker gw*"])
+    result.stdout.fnmatch_lines(["*timed out after 2 s (msprobe_timeout): the watchdog stopped worker gw*"])
     assert time.monotonic() - started < 60
 
 
@@ -373,9 +373,9 @@ def test_baseline_patterns_match_node_id_entry_or_call_name() -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--msprobe-threads", "0"), "--msprobe-threads: '0' is not a positive integer"),
-    (("--msprobe-timeout", "-1"), "--msprobe-timeout: '-1' is not a positive number of seconds"),
-    (("--msprobe-devices", "0", "--msprobe-workers-per-device", "0"), "--msprobe-workers-per-device: '0' is not*"),
+    (("-o", "msprobe_threads=0"), "ini msprobe_threads: '0' is not a positive integer"),
+    (("-o", "msprobe_timeout=-1"), "ini msprobe_timeout: '-1' is not a positive number of seconds"),
+    (("--msprobe-devices", "0", "-o", "msprobe_workers_per_device=0"), "ini msprobe_workers_per_device: '0' is not*"),
     (("--msprobe-shard", "4/3"), "*--msprobe-shard wants K/N with 1 <= K <= N, got '4/3'"),
 ])
 def test_bad_large_run_options_are_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], message: str) -> None:

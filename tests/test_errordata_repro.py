@@ -91,7 +91,7 @@ def test_under_xdist_workers_write_item_files_and_the_controller_writes_dump_jso
     pytest.importorskip("xdist")
     pytester.makeconftest(PLANTED)
     dump = make_dump(pytester, {**gelu_bf16(), **matmul_fp16(), **relu_fp16()})
-    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "--msprobe-min-work-per-worker", "0",
+    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "-o", "msprobe_min_work_per_worker=0",
                                            "-p", "no:hypothesispytest",
                                            "-p", "no:benchmark", "--msprobe-standard", "strict",
                                            "--msprobe-save-error-data", "err", "--msprobe-repro", "rep",

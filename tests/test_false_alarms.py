@@ -73,7 +73,7 @@ def conv_tensor_dump(root: Path, location: str, hf32: bool) -> Path:
 def test_replay_reads_what_recorded_the_dump_from_its_tensors(pytester: pytest.Pytester, location: str,
                                                                hf32: bool) -> None:
     """Replay rounds fp32 convolution inputs to HF32 only for a dump an Ascend NPU recorded: a CPU- or
-    GPU-recorded fp32 conv2d passes, told by its .pt files' device; --msprobe-recorded-on overrides."""
+    GPU-recorded fp32 conv2d passes, told by its .pt files' device; msprobe_recorded_on overrides."""
     dump = conv_tensor_dump(pytester.path / "d", location, hf32)
     result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN)
     result.assert_outcomes(passed=1)
@@ -83,10 +83,10 @@ def test_replay_reads_what_recorded_the_dump_from_its_tensors(pytester: pytest.P
     assert noted == ([] if hf32 else [f"recorded on {device} (the device of its saved tensors): fp32 inputs not "
                                      "rounded to HF32, which only Ascend's convolutions read"])
     wrong = "cpu" if hf32 else "npu"  # the other assumption fails: thousands of ULPs at HF32's resolution
-    told = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "--msprobe-recorded-on", wrong,
+    told = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-o", f"msprobe_recorded_on={wrong}",
                               "--msprobe-out", "told", *LEAN)
     told.assert_outcomes(failed=1)
-    told.stdout.fnmatch_lines(["*gross error*", f"rerun: *--msprobe-recorded-on {wrong}*"])
+    told.stdout.fnmatch_lines(["*gross error*", f"rerun: *-o msprobe_recorded_on={wrong}*"])
 
 
 def test_the_recorded_device_has_an_ini_key(pytester: pytest.Pytester) -> None:

@@ -82,7 +82,7 @@ def test_a_slow_warm_up_from_numbas_cache_does_not_say_compiling(pytester: pytes
     """The cache holds the checks (a busy machine makes loading them slow): no "compiling" notice."""
     dump = make_dump(pytester, {f"Functional.relu.{i}.forward": relu() for i in range(4)})
     slow_warm_up(pytester, "SLOW_FIRST_RESULT_S" if workers else "SLOW_WARM_UP_S", 0.2, sleep=1.0, cached=True)
-    xdist = ("-n", "2", "--msprobe-min-work-per-worker", "0") if workers else ()
+    xdist = ("-n", "2", "-o", "msprobe_min_work_per_worker=0") if workers else ()
     result = pytester.runpytest_subprocess(str(dump), *xdist, *LEAN)
     result.assert_outcomes(passed=4)
     out = result.stdout.str()
@@ -110,6 +110,6 @@ def test_xdist_workers_compiling_is_announced_by_the_controller(pytester: pytest
     """Under xdist the workers' terminals are not seen: the controller says why no result has come yet, once."""
     dump = make_dump(pytester, {f"Functional.relu.{i}.forward": relu() for i in range(4)})
     slow_warm_up(pytester, "SLOW_FIRST_RESULT_S", 0.5, sleep=2.0)
-    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "--msprobe-min-work-per-worker", "0", *LEAN)
+    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-o", "msprobe_min_work_per_worker=0", *LEAN)
     result.assert_outcomes(passed=4)
     assert result.stdout.str().count(WORKERS_COMPILING) == 1

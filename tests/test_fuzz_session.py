@@ -99,6 +99,11 @@ def _rerun_args(text: str) -> list[str]:
     return args[1:]
 
 
+def _has_pair(args: list[str], flag: str, value: str) -> bool:
+    """`flag value` appear together in args (a rerun line may repeat -o)."""
+    return any(a == flag and b == value for a, b in zip(args, args[1:]))
+
+
 def test_the_rerun_line_of_a_fuzz_failure_reproduces_it_with_its_plugin(pytester: pytest.Pytester,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("CI", "BUILD_NUMBER"):  # with either set, pytest repeats whole messages in the short summary
@@ -106,12 +111,12 @@ def test_the_rerun_line_of_a_fuzz_failure_reproduces_it_with_its_plugin(pytester
     pytester.makepyfile(bug=PLANTED)  # loaded with -p bug, not as a conftest
     dump = make_dump(pytester, _two_relus())
     sub = pytester.mkdir("elsewhere")  # another working directory and rootdir: the node id differs
-    result = pytester.runpytest_subprocess(str(dump), "--msprobe-fuzz", "40", "-p", "bug", "--msprobe-threads", "3",
-                                           "--msprobe-warning-as-error", *LEAN)
+    result = pytester.runpytest_subprocess(str(dump), "--msprobe-fuzz", "40", "-p", "bug", "-o", "msprobe_threads=3",
+                                           "-o", "msprobe_warning_as_error=true", *LEAN)
     result.assert_outcomes(passed=2, failed=2)
     rerun = _rerun_args(result.stdout.str())
-    assert rerun[rerun.index("-p") + 1] == "bug" and "--msprobe-warning-as-error" in rerun
-    assert rerun[rerun.index("--msprobe-threads") + 1] == "3"
+    assert rerun[rerun.index("-p") + 1] == "bug" and _has_pair(rerun, "-o", "msprobe_warning_as_error=true")
+    assert _has_pair(rerun, "-o", "msprobe_threads=3")
     alone = pytester.runpytest_subprocess(*rerun, *LEAN)
     alone.assert_outcomes(failed=1)
     shrunk = re.findall(r"shrunk to:\n  (.*)\n", result.stdout.str())[0]
@@ -151,7 +156,7 @@ def test_a_fuzz_item_running_first_gets_the_run_thread_count(pytester: pytest.Py
     dump = make_dump(pytester, relu_fp16())
     threads = 3 if (os.cpu_count() or 1) != 3 else 5  # not torch's default, the core count
     result = pytester.runpytest_subprocess(f"{dump}::Functional.relu.0.forward[fuzz]", "--msprobe-fuzz", "3",
-                                           "--msprobe-threads", str(threads), *LEAN)
+                                           "-o", f"msprobe_threads={threads}", *LEAN)
     result.assert_outcomes(passed=1)
     assert set((pytester.path / "threads.txt").read_text().split()) == {str(threads)}
 
@@ -162,13 +167,14 @@ def test_the_rerun_line_of_an_api_failure_keeps_plugins_and_verdict_options(pyte
     pytester.makepyfile(bug=PLANTED)
     specs = pytester.makefile(".yaml", specs="{}\n")
     dump = make_dump(pytester, gelu_bf16())
-    result = pytester.runpytest_subprocess(f"{dump}::Functional.gelu.0.forward", "-p", "bug", "--msprobe-specs",
-                                           specs.name, "--msprobe-data-mode", "random", "--msprobe-seed", "77", *LEAN)
+    result = pytester.runpytest_subprocess(f"{dump}::Functional.gelu.0.forward", "-p", "bug", "-o",
+                                           f"msprobe_specs={specs.name}", "-o", "msprobe_data_mode=random",
+                                           "--msprobe-seed", "77", *LEAN)
     result.assert_outcomes(failed=1)
     rerun = _rerun_args(result.stdout.str())
-    for flag, value in (("-p", "bug"), ("--msprobe-specs", str(specs)), ("--msprobe-data-mode", "random"),
+    for flag, value in (("-p", "bug"), ("-o", f"msprobe_specs={specs}"), ("-o", "msprobe_data_mode=random"),
                         ("--msprobe-seed", "77"), ("--msprobe-standard", "strict")):
-        assert rerun[rerun.index(flag) + 1] == value, rerun
+        assert _has_pair(rerun, flag, value), rerun
     pytester.runpytest_subprocess(*rerun, *LEAN).assert_outcomes(failed=1)
     without = [a for i, a in enumerate(rerun) if a != "-p" and (i == 0 or rerun[i - 1] != "-p")]
     pytester.runpytest_subprocess(*without, *LEAN).assert_outcomes(passed=1)  # the plugin is what fails it

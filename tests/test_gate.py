@@ -134,8 +134,8 @@ def test_a_run_where_every_item_skips_fails_with_one_line_unless_allowed(pyteste
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     lines = [line for line in result.outlines if "nothing was checked" in line]
     assert len(lines) == 1 and "all 2 API items were skipped" in lines[0], result.outlines
-    assert "--msprobe-allow-all-skipped" in lines[0]
-    allowed = pytester.runpytest(str(dump), "--msprobe-allow-all-skipped", *LEAN)
+    assert "-o msprobe_allow_all_skipped=true" in lines[0]
+    allowed = pytester.runpytest(str(dump), "-o", "msprobe_allow_all_skipped=true", *LEAN)
     assert allowed.ret == pytest.ExitCode.OK
     pytester.makeini("[pytest]\nmsprobe_allow_all_skipped = true\n")
     assert pytester.runpytest(str(dump), *LEAN).ret == pytest.ExitCode.OK

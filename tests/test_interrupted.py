@@ -14,7 +14,7 @@ from tests.helpers import make_dump, tensor
 pytest.importorskip("xdist")
 
 LEAN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark")
-XDIST = ("-n", "2", "-p", "xdist", "--msprobe-min-work-per-worker", "0", *LEAN)
+XDIST = ("-n", "2", "-p", "xdist", "-o", "msprobe_min_work_per_worker=0", *LEAN)
 TOTAL = 12
 
 # After STOP_AFTER items of this process (of worker gw0 under xdist), stop the way STOP_MODE says.
@@ -87,9 +87,10 @@ def test_an_interrupted_run_counts_what_never_ran_and_resumes_it(pytester: pytes
     dump = relu_dump(pytester)
     monkeypatch.setenv("STOP_AFTER", "4")
     monkeypatch.setenv("STOP_MODE", "raise")
-    first = pytester.runpytest_subprocess(str(dump), "--msprobe-seed", "random", *LEAN)
+    first = pytester.runpytest_subprocess(str(dump), "--msprobe-seed", "random", "--msprobe-timeout", "60", *LEAN)
     assert first.ret == pytest.ExitCode.INTERRUPTED
     missing, args = never_ran(first)
+    assert "-o msprobe_timeout=60" in shlex.join(args) and "--msprobe-timeout" not in args  # a former option respelled
     assert missing == TOTAL - 3 == TOTAL - with_result(first)  # the fourth was interrupted in its call
     first.stdout.fnmatch_lines([f"items (strict verdicts): *3 pass; {missing} never ran"])
     seed = re.search(r"msprobe: seed (\d+)", first.stdout.str())

@@ -79,7 +79,7 @@ def test_run_all_keeps_unmapped_apis_with_the_usual_implementation(pytester: pyt
                                  "    return torch.softmax(input, dim)\n")
     pytester.syspathinsert()  # the module form: importable from sys.path
     result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "--msprobe-kernels", "lazy_kernels:KERNELS",
-                                "--msprobe-kernels-run-all")
+                                "-o", "msprobe_kernels_run_all=true")
     result.assert_outcomes(passed=4)
     recs = api_records(pytester)
     assert recs["Functional.softmax.0.forward"]["impl"] == "impl_mod:softmax (substituted)"
@@ -148,9 +148,9 @@ def test_bad_kernels_are_usage_errors(pytester: pytest.Pytester, spec: str, modu
 
 
 def test_run_all_needs_kernels(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--collect-only", "--msprobe-kernels-run-all")
+    result = pytester.runpytest("--collect-only", "-o", "msprobe_kernels_run_all=true")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--msprobe-kernels-run-all needs --msprobe-kernels*"])
+    result.stderr.fnmatch_lines(["*ini msprobe_kernels_run_all needs --msprobe-kernels*"])
 
 
 def test_key_names() -> None:
@@ -360,7 +360,7 @@ def test_bench_is_untouched_by_the_boundary(pytester: pytest.Pytester) -> None:
     # running beside the device call (a spare core) would read as "forward" (own-devices.md: such state must be
     # per thread); the mode itself is per thread either way
     result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "-k", "softmax and forward",
-                                "--msprobe-standard", "strict", "--msprobe-helper-thread", "off")
+                                "--msprobe-standard", "strict", "-o", "msprobe_helper_thread=off")
     result.assert_outcomes(failed=1, deselected=3)
     log = json.loads((pytester.path / "log.json").read_text())
     softmax_calls = [(phase, dtype) for kind, phase, dtype, *_ in log if kind == "softmax"]
@@ -421,7 +421,7 @@ def test_kernels_and_a_conftest_backend_under_xdist(pytester: pytest.Pytester) -
     pytester.makepyfile(lazy_kernels='KERNELS = {"Functional.softmax": "impl_mod:softmax"}\n',
                         impl_mod="import torch\n\ndef softmax(input, dim=None, _stacklevel=3, dtype=None):\n"
                                  "    return torch.softmax(input, dim)\n")
-    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "--msprobe-min-work-per-worker", "0",
+    result = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "-o", "msprobe_min_work_per_worker=0",
                                            "-p", "no:hypothesispytest",
                                            "-p", "no:benchmark", "--msprobe-device", "fancy",
                                            "--msprobe-kernels", "lazy_kernels.py:KERNELS")

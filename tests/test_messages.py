@@ -79,7 +79,7 @@ def test_a_deeply_nested_array_is_one_collection_error_line(pytester: pytest.Pyt
     # shallow enough for the parser, far too deep for an argument: the item's specific skip
     (folder / "dump.json").write_text('{"data": {"Functional.relu.0.forward": {"input_kwargs": {}, "input_args": '
                                       + "[" * 900 + "]" * 900 + "}}}")
-    result = pytester.runpytest("deep", "-rs", "--msprobe-allow-all-skipped", *LEAN)
+    result = pytester.runpytest("deep", "-rs", "-o", "msprobe_allow_all_skipped=true", *LEAN)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*input_args: arguments nested more than 64 levels deep"])
 

@@ -119,8 +119,8 @@ def test_a_failing_accelerator_hands_the_metrics_to_the_host(monkeypatch: pytest
 
 def test_a_run_with_the_checks_on_the_device_takes_msprobes_statistics_there(pytester: pytest.Pytester,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """--msprobe-checks-on device: every float output's statistics come from the device pass, none from the host's
-    compiled one; --msprobe-checks-on host: the reverse."""
+    """msprobe_checks_on=device: every float output's statistics come from the device pass, none from the host's
+    compiled one; msprobe_checks_on=host: the reverse."""
     dump = copy_dump(pytester, EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0", "mlp")
     calls = {"device": 0, "host": 0}
     device_compute, host_compute = on_device.compute, fused.compute
@@ -138,8 +138,8 @@ def test_a_run_with_the_checks_on_the_device_takes_msprobes_statistics_there(pyt
     seen = {}
     for where in ("device", "host"):
         calls.update(device=0, host=0)
-        result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "--msprobe-checks-on", where,
-                                    "--msprobe-helper-thread", "off", "-p", "no:cacheprovider", "--msprobe-out", where)
+        result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "-o", f"msprobe_checks_on={where}",
+                                    "-o", "msprobe_helper_thread=off", "-p", "no:cacheprovider", "--msprobe-out", where)
         assert result.ret == 0
         seen[where] = dict(calls)
     assert seen["device"]["device"] >= 15 and seen["device"]["host"] == 0, seen

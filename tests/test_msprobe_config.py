@@ -1,5 +1,5 @@
 """Migrating from msprobe: --msprobe-config config.json (white/black lists, error_data_path), API names checked as
-msprobe checks them (also in --msprobe-specs), and msprobe's NPU runtime settings as options."""
+msprobe checks them (also in ini msprobe_specs), and msprobe's NPU runtime settings as ini keys."""
 from __future__ import annotations
 
 import importlib
@@ -100,12 +100,12 @@ def test_error_data_path_is_where_save_error_data_without_a_folder_writes(pytest
 def test_a_misspelt_name_in_a_specs_skip_is_rejected(pytester: pytest.Pytester) -> None:
     dump = make_dump(pytester, DATA)
     pytester.makefile(".yaml", specs="apis:\n  gelu_new: {skip: 'flaky on our NPU'}\n")
-    result = pytester.runpytest(str(dump), "--msprobe-specs", "specs.yaml", *LEAN)
+    result = pytester.runpytest(str(dump), "-o", "msprobe_specs=specs.yaml", *LEAN)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--msprobe-specs: *specs.yaml: apis: unknown API name(s) gelu_new (did you mean "
+    result.stderr.fnmatch_lines(["*ini msprobe_specs: *specs.yaml: apis: unknown API name(s) gelu_new (did you mean "
                                  "gelu or *?): not in torch.nn.functional*"])
     pytester.makefile(".yaml", specs="apis:\n  gelu: {skip: 'flaky on our NPU'}\n")
-    pytester.runpytest(str(dump), "--msprobe-specs", "specs.yaml", *LEAN).assert_outcomes(passed=3, skipped=1)
+    pytester.runpytest(str(dump), "-o", "msprobe_specs=specs.yaml", *LEAN).assert_outcomes(passed=3, skipped=1)
 
 
 # ------------------------------------------------------------------------------------------------ NPU runtime
@@ -113,12 +113,12 @@ def test_a_misspelt_name_in_a_specs_skip_is_rejected(pytester: pytest.Pytester) 
 
 def test_npu_settings_without_an_npu_say_so_and_change_nothing(pytester: pytest.Pytester) -> None:
     dump = make_dump(pytester, {"Functional.relu.0.forward": unary()})
-    result = pytester.runpytest(str(dump), "--msprobe-jit-compile", "on", *LEAN)
+    result = pytester.runpytest(str(dump), "-o", "msprobe_jit_compile=on", *LEAN)
     result.assert_outcomes(passed=1)  # auto picks the CPU here; nothing crashes on the missing torch_npu
     result.stdout.fnmatch_lines(["msprobe: NPU runtime jit_compile=on, allow_internal_format=on not applied: "
                                  "torch_npu cannot be imported here (*); the settings only matter for items running "
                                  "on an NPU"])
-    result = pytester.runpytest(str(dump), "--msprobe-device", "npu", "--msprobe-allow-internal-format", "off", "-rs",
+    result = pytester.runpytest(str(dump), "--msprobe-device", "npu", "-o", "msprobe_allow_internal_format=off", "-rs",
                                 *LEAN)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*--msprobe-device npu: torch_npu cannot be imported*"])

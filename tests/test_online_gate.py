@@ -28,7 +28,7 @@ from tests.doc_samples import missing_from  # noqa: E402
 from tests.online_helpers import free_port, wait_for_port  # noqa: E402
 
 ADDRESS = r"127\.0\.0\.1:\d+"  # a client's port, another each run
-SAFETY = ("--msprobe-online-idle", "90", "-p", "no:cacheprovider")  # a hang fails the test instead
+SAFETY = ("-o", "msprobe_online_idle=90", "-p", "no:cacheprovider")  # a hang fails the test instead
 # QUIET: session/online.py is imported here, not first inside a pytester run: modules a run imports first are
 # dropped after it, and a later run would not see a monkeypatch of them
 
@@ -338,8 +338,8 @@ def test_two_clients_under_attack_are_all_checked(pytester: pytest.Pytester) -> 
     _attacks(port, attacked)
     logs: list[list[str]] = [[], []]
     clients = [_client(port, rank, 120, log=logs[rank], after=attacked) for rank in (0, 1)]
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-online-clients",
-                                          "2", *SAFETY)
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-o",
+                                          "msprobe_online_clients=2", *SAFETY)
     for c in clients:
         c.join(60)
     assert attacked.wait(60)
@@ -363,8 +363,8 @@ def test_a_client_that_disconnects_without_stop_fails_the_run(pytester: pytest.P
     ok = _client(port, 0, 30)
     killed = _client(port, 1, 20, kill=True)
     started = time.monotonic()
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-online-clients",
-                                          "2", *SAFETY)
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-o",
+                                          "msprobe_online_clients=2", *SAFETY)
     ok.join(30)
     killed.join(30)
     assert time.monotonic() - started < 80  # ended on the clients' word, not on the idle timeout
@@ -382,14 +382,14 @@ def test_quiet_clients_are_named_once_with_the_idle_option(pytester: pytest.Pyte
     monkeypatch.setattr(online_session, "QUIET_S", 1.0)
     port = free_port()
     _client(port, 3, 90, stop=False, pause=60)  # goes quiet and never stops
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-online-idle", "4",
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-o", "msprobe_online_idle=4",
                                           "-p", "no:cacheprovider")
     out = result.stdout.str()
     live = out.split(" msprobe online ==")[0]  # before the summary, which repeats the session's log
     assert live.count("the clients are quiet") == 1, out
     result.stdout.fnmatch_lines([
         "msprobe online: no call for * s; the clients are quiet. Waiting for: rank3 client 127.0.0.1:* (90 call(s) "
-        "arrived, no STOP_ yet). --msprobe-online-idle 4 ends the session after that long without a call*",
+        "arrived, no STOP_ yet). -o msprobe_online_idle=4 ends the session after that long without a call*",
         "msprobe online: ended after 4 s without a call, before every client stopped; waiting for: rank3 client*"])
     assert result.ret == 1
     progress = [line for line in out.splitlines() if re.fullmatch(r"(online )?\.+( \[\d+ calls\])?", line)]
@@ -399,7 +399,7 @@ def test_quiet_clients_are_named_once_with_the_idle_option(pytester: pytest.Pyte
 
 def test_quiet_clients_that_stop_later_are_named_once(pytester: pytest.Pytester,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without --msprobe-online-idle the notice says how to end the session; the client's STOP_ still ends it."""
+    """Without msprobe_online_idle the notice says how to end the session; the client's STOP_ still ends it."""
     monkeypatch.setattr(online_session, "QUIET_S", 1.0)
     port = free_port()
     client = _client(port, 1, 120, pause=4)

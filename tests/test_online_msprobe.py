@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not PYTHON or not Path(PYTHON).is_file(),
                                        "and its online client's packages (.ci/run builds .ci/venv-msprobe81)")
 SCRIPT = Path(__file__).parent / "data" / "online" / "msprobe81_client.py"
 ROOT = Path(__file__).resolve().parent.parent
-SAFETY = ("--msprobe-online-idle", "150", "-p", "no:cacheprovider")
+SAFETY = ("-o", "msprobe_online_idle=150", "-p", "no:cacheprovider")
 EXAMPLE = ROOT / "examples" / "online_client"
 
 
@@ -107,8 +107,8 @@ def test_tls_every_call_accounted(pytester: pytest.Pytester, monkeypatch: pytest
     monkeypatch.setenv("MSPROBE_TLS_PASSPHRASE", "server-pass")
     port = free_port()
     client = _client(pytester, "--mode", "tls", "--port", str(port), "--tls", str(certs), port=port)
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tls://127.0.0.1:{port}", "--msprobe-online-tls",
-                                          str(certs), *SAFETY)
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tls://127.0.0.1:{port}", "-o",
+                                          f"msprobe_online_tls={certs}", *SAFETY)
     sent = _sent(client)
     result.stdout.fnmatch_lines([f"msprobe online: rank0: received {len(sent)} = *+ refused 0"])
     assert result.ret == 0
@@ -148,8 +148,8 @@ def test_two_ranks_at_once_every_call_accounted(pytester: pytest.Pytester) -> No
     clients = [_client(pytester, "--mode", "tcp", "--port", str(port), "--model", "llama", "--layers", "1",
                        "--world", "2", "--rank", str(rank), "--init", init, "--trace", *(["--lose", "300"] * rank),
                        port=port) for rank in (0, 1)]
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-online-clients",
-                                          "2", *SAFETY)
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-o",
+                                          "msprobe_online_clients=2", *SAFETY)
     wrote = [_wire(c) for c in clients]
     assert min(wrote) >= 400, wrote
     assert [len(_sent(c)) for c in clients] == wrote  # its log agrees: every call it dumped went out
@@ -183,8 +183,8 @@ def _example(pytester: pytest.Pytester, port: int, launcher: list[str], clients:
     (folder / "config_tcp.json").write_text(json.dumps(config))
     client = Client([PYTHON, *launcher, "train.py", "config_tcp.json"], port, folder, dict(os.environ), timeout=400)
     client.start()
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "--msprobe-online-clients",
-                                          str(clients), "--msprobe-out", f"out_{clients}", *SAFETY)
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-o",
+                                          f"msprobe_online_clients={clients}", "--msprobe-out", f"out_{clients}", *SAFETY)
     client.join(450)
     assert client.result is not None and client.result.returncode == 0, client.output()[-3000:]
     return result

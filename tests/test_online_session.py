@@ -20,7 +20,7 @@ from tests.online_helpers import Client, free_port, make_certs
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parent.parent
-SAFETY = ("--msprobe-online-idle", "90")  # a client that dies fails the test instead of hanging it
+SAFETY = ("-o", "msprobe_online_idle=90")  # a client that dies fails the test instead of hanging it
 
 CLIENT = '''
 import sys, torch
@@ -167,8 +167,8 @@ def test_tls_session_with_client_certificates_and_a_crl(pytester: pytest.Pyteste
     client = _client(pytester, f"tls://127.0.0.1:{port}", str(certs), port=port)
     plain = Client([sys.executable, "-c", _PLAIN.format(port=port)], port, pytester.path, _env())
     plain.start()
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tls://127.0.0.1:{port}", "--msprobe-online-tls",
-                                          str(certs), "-p", "no:cacheprovider", *SAFETY)
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tls://127.0.0.1:{port}", "-o",
+                                          f"msprobe_online_tls={certs}", "-p", "no:cacheprovider", *SAFETY)
     sent = _sent(client)
     plain.join(60)
     result.assert_outcomes(passed=sent)
@@ -179,8 +179,8 @@ def test_tls_session_with_client_certificates_and_a_crl(pytester: pytest.Pyteste
     port = free_port()
     client = _client(pytester, f"tls://127.0.0.1:{port}", str(revoked), port=port)
     monkeypatch.delenv("MSPROBE_TLS_PASSPHRASE")
-    result = pytester.runpytest_inprocess("--msprobe-online", f"tls://127.0.0.1:{port}", "--msprobe-online-tls",
-                                          str(revoked), "-p", "no:cacheprovider", "--msprobe-online-idle", "20")
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tls://127.0.0.1:{port}", "-o",
+                                          f"msprobe_online_tls={revoked}", "-p", "no:cacheprovider", "-o", "msprobe_online_idle=20")
     client.join(120)
     assert "SENT 0" in client.output() or "certificate" in client.output().lower(), client.output()
     result.stdout.fnmatch_lines(["*TLS handshake refused*revoked*"])
@@ -203,7 +203,7 @@ def test_bad_online_settings_are_usage_errors(pytester: pytest.Pytester) -> None
                                           "-p", "no:cacheprovider", *SAFETY)
     result.stderr.fnmatch_lines(["*--msprobe-online replays the device result*"])
     result = pytester.runpytest_inprocess("--msprobe-online", "tcp://10.1.2.3:5", "-p", "no:cacheprovider", *SAFETY)
-    result.stderr.fnmatch_lines(["*listening beyond loopback without TLS*--msprobe-online-listen-any*"])
+    result.stderr.fnmatch_lines(["*listening beyond loopback without TLS*-o msprobe_online_listen_any=true*"])
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
@@ -236,7 +236,7 @@ def test_ctrl_c_writes_the_results_so_far(pytester: pytest.Pytester, workers: st
 
     port = free_port()
     session = subprocess.Popen([sys.executable, "-m", "pytest", "--msprobe-online", f"tcp://127.0.0.1:{port}",
-                                "-p", "no:cacheprovider", "--msprobe-online-workers", workers], cwd=pytester.path,
+                                "-p", "no:cacheprovider", "-o", f"msprobe_online_workers={workers}"], cwd=pytester.path,
                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                # as in a terminal: a run started in the background (nohup, `&`) ignores SIGINT,
                                # and its children inherit that

@@ -1,4 +1,4 @@
-"""`--msprobe-online-workers N`: the online session checks in N worker processes and reports in arrival order.
+"""ini `msprobe_online_workers` N: the online session checks in N worker processes and reports in arrival order.
 
 End to end with our own sender (tests/test_online_session.py's client, a bug planted in its gelu) and with a
 raw-socket client: the records of 2 workers equal those of one process; the per-rank summary still adds up
@@ -42,7 +42,7 @@ def test_two_workers_give_the_records_of_one_process(pytester: pytest.Pytester) 
         folder = pytester.path / f"shared{workers}"
         client = _client(pytester, f"nfs://{folder}", "--bug")
         result = pytester.runpytest_inprocess("--msprobe-online", f"nfs://{folder}", "-p", "no:cacheprovider",
-                                              *SAFETY, "--msprobe-online-workers", workers,
+                                              *SAFETY, "-o", f"msprobe_online_workers={workers}",
                                               "--msprobe-out", f"out{workers}")
         sent = _sent(client)
         assert _failed(result) == ["online/rank0/step0::Functional.gelu.0.forward",
@@ -88,7 +88,7 @@ def test_summary_adds_up_per_rank_with_workers(pytester: pytest.Pytester) -> Non
     client = Client([sys.executable, "-c", _RAW_CLIENT, str(port)], port, pytester.path, _env())
     client.start()
     result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider",
-                                          *SAFETY, "--msprobe-online-workers", "2")
+                                          *SAFETY, "-o", "msprobe_online_workers=2")
     client.join(120)
     assert client.output().count("ACK OK___") == 5, client.output()
     result.stdout.fnmatch_lines([
@@ -126,7 +126,7 @@ def test_a_crashing_worker_fails_its_call_and_the_session_goes_on(pytester: pyte
     client = _client(pytester, f"nfs://{folder}")  # no bug, and no plant: the client's own gelu is fine
     monkeypatch.setenv("PYTHONPATH", f"{plant}:{ROOT}")
     result = pytester.runpytest_subprocess("--msprobe-online", f"nfs://{folder}", "-p", "no:cacheprovider",
-                                           *SAFETY, "--msprobe-online-workers", "2")
+                                           *SAFETY, "-o", "msprobe_online_workers=2")
     sent = _sent(client)
     result.assert_outcomes(passed=sent - 2, failed=2)
     result.stdout.fnmatch_lines([
@@ -140,12 +140,12 @@ def test_a_crashing_worker_fails_its_call_and_the_session_goes_on(pytester: pyte
 
 def test_bad_worker_counts_are_usage_errors(pytester: pytest.Pytester) -> None:
     for value in ("0", "two"):
-        result = pytester.runpytest_inprocess("--msprobe-online", "tcp://127.0.0.1:0", "--msprobe-online-workers",
-                                              value, "-p", "no:cacheprovider", *SAFETY)
-        result.stderr.fnmatch_lines([f"*--msprobe-online-workers: '{value}' is not a positive integer*"])
+        result = pytester.runpytest_inprocess("--msprobe-online", "tcp://127.0.0.1:0", "-o",
+                                              f"msprobe_online_workers={value}", "-p", "no:cacheprovider", *SAFETY)
+        result.stderr.fnmatch_lines([f"*ini msprobe_online_workers: '{value}' is not a positive integer*"])
     result = pytester.runpytest_inprocess("--msprobe-online", "tcp://127.0.0.1:0", "-n", "2", "-p",
                                           "no:cacheprovider", *SAFETY)
-    result.stderr.fnmatch_lines(["*leave -n out (--msprobe-online-workers N checks them in N processes)*"])
+    result.stderr.fnmatch_lines(["*leave -n out (-o msprobe_online_workers=N checks them in N processes)*"])
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -155,7 +155,7 @@ def test_reports_of_a_failing_online_call(pytester: pytest.Pytester, workers: st
     folder = pytester.path / "shared"
     client = _client(pytester, f"nfs://{folder}", "--bug")
     result = pytester.runpytest_inprocess("--msprobe-online", f"nfs://{folder}", "-p", "no:cacheprovider", *SAFETY,
-                                          "--msprobe-online-workers", workers, "--html", "report.html",
+                                          "-o", f"msprobe_online_workers={workers}", "--html", "report.html",
                                           "--msprobe-save-error-data", "errors", "--msprobe-repro", "repro",
                                           "--msprobe-html", "msprobe.html")
     sent = _sent(client)
@@ -237,7 +237,7 @@ def test_a_full_queue_still_gets_busy_with_workers(pytester: pytest.Pytester) ->
     client = Client([sys.executable, "-c", _FLOOD, str(port)], port, pytester.path, _env())
     client.start()
     result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider",
-                                          *SAFETY, "--msprobe-online-workers", "2", "--msprobe-online-queue", "2")
+                                          *SAFETY, "-o", "msprobe_online_workers=2", "-o", "msprobe_online_queue=2")
     client.join(300)
     acks = client.output().split("ACKS", 1)[1].split()
     assert acks.count("OK___") == 40 and acks.count("BUSY_") >= 1, client.output()
@@ -275,7 +275,7 @@ def test_stopping_at_the_first_failure_still_accounts_for_every_call(pytester: p
     client = Client([sys.executable, "-c", _FLOOD, str(port), "1.01"], port, pytester.path, _env())
     client.start()
     result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-p", "no:cacheprovider",
-                                          *SAFETY, "--msprobe-online-workers", "2", "-x")
+                                          *SAFETY, "-o", "msprobe_online_workers=2", "-x")
     client.join(300)
     result.assert_outcomes(failed=1)
     line = next(ln for ln in result.outlines if ln.startswith("msprobe online: rank0: received"))
@@ -308,8 +308,8 @@ def test_workers_that_cannot_start_end_the_session_in_one_line(pytester: pytest.
                                             "    os._exit(3)  # every spawned worker dies as it starts\n")
     monkeypatch.setenv("PYTHONPATH", f"{plant}:{ROOT}")
     result = pytester.runpytest_subprocess("--msprobe-online", "tcp://127.0.0.1:0", "-p", "no:cacheprovider",
-                                           *SAFETY, "--msprobe-online-workers", "2")
+                                           *SAFETY, "-o", "msprobe_online_workers=2")
     result.stdout.fnmatch_lines(["*Interrupted: msprobe online: the online workers die as they start (exit code 3);"
-                                 " --msprobe-online-workers 1 checks in the session's own process*"])
+                                 " -o msprobe_online_workers=1 checks in the session's own process*"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.INTERRUPTED

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +167,7 @@ def test_bf16_warning_is_visible_and_can_fail(pytester: pytest.Pytester) -> None
     result = pytester.runpytest(str(dump), "-v", "--msprobe-standard", "original")
     result.stdout.fnmatch_lines(["*Tensor.add.0.forward WARNED*", "*1 warned*"])
     assert result.ret == 0
-    result = pytester.runpytest(str(dump), "--msprobe-warning-as-error", "--msprobe-standard", "original")
+    result = pytester.runpytest(str(dump), "-o", "msprobe_warning_as_error=true", "--msprobe-standard", "original")
     result.assert_outcomes(failed=1)
     # msprobe's new standard judges add by its absolute threshold: exact bf16 rounding passes
     pytester.runpytest(str(dump), "--msprobe-standard", "msprobe").assert_outcomes(passed=1)
@@ -259,10 +261,10 @@ def test_xdist_gives_the_same_records_and_one_set_of_files(pytester: pytest.Pyte
     dump = copy_dump(pytester, BF16_EXAMPLE, "bf16")
     # msprobe's standard: its run also writes the api_precision_compare pair
     pytester.runpytest(str(dump), "--msprobe-out", "serial", "--msprobe-standard", "msprobe",
-                                           "--msprobe-min-work-per-worker", "0")  # a small dump: start the workers
+                                           "-o", "msprobe_min_work_per_worker=0")  # a small dump: start the workers
     result = pytester.runpytest_subprocess(str(dump), "--msprobe-out", "parallel", "-n", "2", "-p", "xdist",
                                            "--msprobe-standard", "msprobe",
-                                           "--msprobe-min-work-per-worker", "0")  # a small dump: start the workers
+                                           "-o", "msprobe_min_work_per_worker=0")  # a small dump: start the workers
     assert result.ret in (0, 1), result.stdout.str()
     serial, parallel = records(pytester, "serial"), records(pytester, "parallel")
     strip = ("timings",)
@@ -292,12 +294,69 @@ def test_bench_precision_option_raises_the_bench_and_reruns_with_it(pytester: py
     assert records(pytester, "auto")[0]["outputs"][0]["bench_dtype"] == "torch.float32"
     pytester.runpytest(str(dump), "--msprobe-out", "strict").assert_outcomes(failed=1)
     assert records(pytester, "strict")[0]["outputs"][0]["bench_dtype"] == "torch.float64"
-    result = pytester.runpytest(str(dump), "--msprobe-out", "fp64", "--msprobe-bench-precision", "fp64")
+    result = pytester.runpytest(str(dump), "--msprobe-out", "fp64", "-o", "msprobe_bench_precision=fp64")
     result.assert_outcomes(failed=1)
     assert records(pytester, "fp64")[0]["outputs"][0]["bench_dtype"] == "torch.float64"
-    result.stdout.fnmatch_lines(["*rerun: pytest*--msprobe-bench-precision fp64*"])
-    result = pytester.runpytest(str(dump), "--msprobe-bench-precision", "fp32")
-    result.stderr.fnmatch_lines(["*--msprobe-bench-precision: invalid choice: 'fp32'*"])
+    result.stdout.fnmatch_lines(["*rerun: pytest*-o msprobe_bench_precision=fp64*"])
+    result = pytester.runpytest(str(dump), "-o", "msprobe_bench_precision=fp32")
+    result.stderr.fnmatch_lines(["*ini msprobe_bench_precision: 'fp32' is not one of auto, fp64*"])
+
+
+# --------------------------------------------------------------------------- the command line
+
+MAX_OPTIONS = 20  # what --help's msprobe group may show; every other setting is an ini key
+
+
+def test_help_shows_a_short_msprobe_group_and_every_ini_key(pytester: pytest.Pytester) -> None:
+    from pytest_msprobe.session.ini_keys import KEYS
+
+    result = pytester.runpytest_subprocess("--help")
+    assert result.ret == 0
+    text = result.stdout.str()
+    group = text.split("\nmsprobe API precision checks", 1)[1].split("\n\n", 1)[0]  # groups end at a blank line
+    shown = re.findall(r"^  (--msprobe-[\w-]+)", group, re.M)
+    assert 10 <= len(shown) <= MAX_OPTIONS, shown
+    assert set(re.findall(r"^\s+(--msprobe-[\w-]+)", text, re.M)) == set(shown)  # none in another group
+    ini_section = re.split(r"^\[pytest\]", text, maxsplit=1, flags=re.M)[1]
+    for key in KEYS:
+        assert key.flag not in text, f"{key.flag} is shown"  # parsed, hidden
+        assert re.search(rf"^\s+{key.name} \((string|bool)\)", ini_section, re.M), key.name
+
+
+def test_a_former_option_still_works_and_says_its_replacement_once(pytester: pytest.Pytester) -> None:
+    from tests.doc_samples import missing_from
+
+    pytest.importorskip("xdist")
+    corrupt_gelu(pytester)
+    dump = make_dump(pytester, {"Functional.gelu.0.forward": unary("gelu", "torch.bfloat16", [32, 32], mx=3.0, mn=0.5)})
+    common = (str(dump), "--msprobe-standard", "msprobe")  # its bench is fp32 unless told fp64
+    # the former spelling wins over -o, as the option won over its ini key; under -n 2 the controller says it once
+    result = pytester.runpytest_subprocess(*common, "--msprobe-bench-precision", "fp64", "-o",
+                                           "msprobe_bench_precision=auto", "--msprobe-out", "old", "-n", "2", "-p",
+                                           "xdist", "-o", "msprobe_min_work_per_worker=0")
+    result.assert_outcomes(failed=1)
+    assert records(pytester, "old")[0]["outputs"][0]["bench_dtype"] == "torch.float64"
+    said = [line for line in result.stderr.lines + result.stdout.lines if "deprecated" in line]
+    assert said == ["msprobe: --msprobe-bench-precision is deprecated; use -o msprobe_bench_precision=fp64 "
+                    "(ini key msprobe_bench_precision)"], said
+    assert missing_from(result.stderr.str(), "docs/reference/options.md", 0) is None
+    rerun = next(line for line in result.stdout.lines if line.startswith("rerun: "))
+    assert "-o msprobe_bench_precision=fp64" in rerun and "--msprobe-bench-precision" not in rerun
+    again = pytester.runpytest_subprocess(*shlex.split(rerun[len("rerun: pytest "):]), "--msprobe-out", "again")
+    again.assert_outcomes(failed=1)  # the printed command reproduces the verdict, in the new spelling
+    assert records(pytester, "again")[0]["outputs"][0]["bench_dtype"] == "torch.float64"
+    assert "deprecated" not in again.stderr.str() + again.stdout.str()
+    pytester.runpytest(*common, "--msprobe-out", "new").assert_outcomes(failed=1)
+    assert records(pytester, "new")[0]["outputs"][0]["bench_dtype"] == "torch.float32"  # the default, to compare
+
+
+def test_a_printed_command_respells_the_former_options() -> None:
+    from pytest_msprobe.session.ini_keys import respell
+
+    assert respell(["d/dump.json", "--msprobe-threads", "2", "--msprobe-timeout=5", "--msprobe-filter-api",
+                    "--msprobe-out", "out", "-o", "msprobe_seed=3", "--msprobe-device=cpu"]) == \
+        ["d/dump.json", "-o", "msprobe_threads=2", "-o", "msprobe_timeout=5", "-o", "msprobe_filter_api=true",
+         "--msprobe-out", "out", "-o", "msprobe_seed=3", "--msprobe-device=cpu"]
 
 
 def test_a_failing_reference_only_item_says_so(pytester: pytest.Pytester) -> None:

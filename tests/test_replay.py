@@ -118,9 +118,9 @@ def test_statistics_dump_cannot_be_replayed(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-rs")
     result.assert_outcomes(skipped=20)
     result.stdout.fnmatch_lines(["*--msprobe-mode replay compares the outputs a tensor dump saved*"])
-    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "--msprobe-data-mode", "random")
+    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-o", "msprobe_data_mode=random")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*cannot use --msprobe-data-mode random*"])
+    result.stderr.fnmatch_lines(["*cannot use msprobe_data_mode random*"])
 
 
 def test_renamed_mint_api_replays_through_the_table(pytester: pytest.Pytester) -> None:

@@ -1,4 +1,4 @@
-"""--msprobe-keep-runs / ini msprobe_keep_runs: msprobe_results/ keeps the newest N result sets."""
+"""ini msprobe_keep_runs: msprobe_results/ keeps the newest N result sets."""
 from __future__ import annotations
 
 import re
@@ -38,21 +38,21 @@ def test_a_run_keeps_the_newest_sets_and_says_what_it_removed(pytester: pytest.P
     result.assert_outcomes(passed=1)
     kept = list(result_sets(out))
     assert len(kept) == 10 and kept[:9] == stamps[3:] and kept[9] > stamps[-1]
-    result.stdout.fnmatch_lines([f"result sets in {out}: 10, the newest 10 are kept (--msprobe-keep-runs 10); "
+    result.stdout.fnmatch_lines([f"result sets in {out}: 10, the newest 10 are kept (msprobe_keep_runs=10); "
                                  f"removed 3 older set(s): {', '.join(stamps[:3])}"])
     assert all((out / name).read_text() == "keep me\n" for name in OTHERS)
     two = pytester.runpytest(str(dump), "-o", "msprobe_keep_runs=2", *workers, *LEAN)
     left = list(result_sets(out))
     assert len(left) == 2 and left[1] >= kept[9] and set(left) <= {stamps[-1], *kept[9:], left[1]}
     assert re.search(r"removed \d+ older set\(s\)", two.stdout.str())
-    every = pytester.runpytest(str(dump), "--msprobe-keep-runs", "0", *LEAN)
-    assert "all are kept (--msprobe-keep-runs 0)" in every.stdout.str()
+    every = pytester.runpytest(str(dump), "-o", "msprobe_keep_runs=0", *LEAN)
+    assert "all are kept (msprobe_keep_runs=0)" in every.stdout.str()
     assert len(result_sets(out)) in (2, 3)  # 3 unless this run had the last run's second
 
 
 def test_a_bad_number_of_sets_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--msprobe-keep-runs", "-1", *LEAN)
-    result.stderr.fnmatch_lines(["*--msprobe-keep-runs wants a number of result sets >= 0, got -1*"])
+    result = pytester.runpytest("-o", "msprobe_keep_runs=-1", *LEAN)
+    result.stderr.fnmatch_lines(["*ini msprobe_keep_runs wants a number of result sets >= 0, got -1*"])
     pytester.makeini("[pytest]\nmsprobe_keep_runs = many\n")
     result = pytester.runpytest(*LEAN)
     result.stderr.fnmatch_lines(["*ini msprobe_keep_runs wants a number of result sets >= 0, got 'many'*"])

@@ -25,7 +25,7 @@ def test_every_process_writes_its_marks_items_and_phases(pytester: pytest.Pytest
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     result = pytester.runpytest_subprocess(str(DUMP), "-p", "benchmarks.run_probe", "-p", "no:hypothesispytest",
                                            "-p", "no:benchmark", "--msprobe-device", "cpu", "-n", str(workers),
-                                           "--msprobe-min-work-per-worker", "0", "--msprobe-out", "out")
+                                           "-o", "msprobe_min_work_per_worker=0", "--msprobe-out", "out")
     outcomes = result.parseoutcomes()
     items = outcomes.get("passed", 0) + outcomes.get("failed", 0)
     assert items > 0

@@ -68,11 +68,12 @@ SAMPLES: dict[tuple[str, int], Sample] = {
                                           "--msprobe-baseline baseline.yaml", ci_gate_files()),
     ("docs/how-to/resume.md", 0): Sample("pytest examples/mlp_fp32_tensor/", (("conftest.py", CTRL_C),)),
 }
-# samples held by the test that runs a session with its clients: (page, block) -> (test module, test function)
+# samples held by the test that runs the session they come from: (page, block) -> (test module, test function)
 HELD_ELSEWHERE: dict[tuple[str, int], tuple[str, str]] = {
     ("docs/how-to/online.md", 0): ("test_online_gate.py", "test_a_client_that_disconnects_without_stop_fails_the_run"),
     ("docs/how-to/online.md", 1): ("test_online_gate.py", "test_quiet_clients_that_stop_later_are_named_once"),
     ("docs/how-to/online.md", 2): ("test_online_msprobe.py", "test_the_example_client_one_process_and_two_ranks"),
+    ("docs/reference/options.md", 0): ("test_plugin.py", "test_a_former_option_still_works_and_says_its_replacement_once"),
 }
 
 
@@ -100,7 +101,7 @@ INLINE: list[tuple[str, str, str, str, int]] = [
      "== 4 passed in <t>s ==", 0),
     ("docs/how-to/many-devices.md", "`msprobe: 18 items, about 0 s of estimated work: in this process instead of -n 2",
      "pytest examples/mlp_fp32_tensor/step0/rank0/dump.json -n 2", "msprobe: 18 items, about 0 s of estimated work: "
-     "in this process instead of -n 2 (a worker costs more to start than it would save; --msprobe-min-work-per-worker "
+     "in this process instead of -n 2 (a worker costs more to start than it would save; -o msprobe_min_work_per_worker="
      "0 starts every worker)", 0),
 ]
 

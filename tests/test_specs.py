@@ -1,4 +1,4 @@
-"""api_specs/ loading and user overrides (--msprobe-specs)."""
+"""api_specs/ loading and user overrides (ini msprobe_specs)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -91,6 +91,6 @@ def test_api_names_of_every_kind_are_known(tmp_path: Path) -> None:
 
 def test_bad_specs_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", my_specs="thresholds: {strict: {grosss: 3}}")
-    result = pytester.runpytest("--msprobe-specs", "my_specs.yaml")
+    result = pytester.runpytest("-o", "msprobe_specs=my_specs.yaml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--msprobe-specs:*my_specs.yaml: thresholds.strict: unknown key 'grosss'*"])
+    result.stderr.fnmatch_lines(["*ini msprobe_specs:*my_specs.yaml: thresholds.strict: unknown key 'grosss'*"])

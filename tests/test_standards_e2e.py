@@ -85,8 +85,8 @@ def test_reference_results_from_an_earlier_run(pytester: pytest.Pytester) -> Non
     (details_csv,) = (pytester.path / "gpu").glob("accuracy_checking_details_*.csv")
     for reference in (jsonl, details_csv):
         out = f"npu_{reference.suffix[1:]}"
-        result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-reference-results",
-                                    str(reference), "--msprobe-out", out)
+        result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "-o",
+                                    f"msprobe_reference_results={reference}", "--msprobe-out", out)
         assert result.ret == 0, result.stdout.str()
         gelu = by_api(records(pytester, out))["Functional.gelu.0.forward"]["outputs"][0]
         # same run, same numbers: the reference metrics read back are the item's own (CSV: 14 decimals)
@@ -106,7 +106,7 @@ def test_reference_results_that_do_not_match_skip_with_the_reason(pytester: pyte
     broken = pytester.path / "broken.csv"
     with broken.open("w", encoding="utf-8-sig", newline="") as fh:
         csv.writer(fh).writerows(rows)
-    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-reference-results", str(broken),
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "-o", f"msprobe_reference_results={broken}",
                                 "-rs", "-k", "gelu or linear")
     text = result.stdout.str()
     assert "no row Functional.linear.1.forward.output.0" in text
@@ -125,8 +125,8 @@ def test_user_specs_change_algorithm_and_skip(pytester: pytest.Pytester) -> None
     dump = copy_dump(pytester, FP32_TENSOR, "mlp")
     pytester.makefile(".yaml", specs="apis:\n  gelu: {algorithm: thousandth_threshold}\n  "
                                      "layer_norm: {skip: 'known vendor issue'}\n")
-    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "--msprobe-specs", "specs.yaml",
+    result = pytester.runpytest(str(dump), "--msprobe-standard", "msprobe", "-o", "msprobe_specs=specs.yaml",
                                 "-k", "gelu or layer_norm", "-rs")
-    result.stdout.fnmatch_lines(["*known vendor issue (--msprobe-specs)*"])
+    result.stdout.fnmatch_lines(["*known vendor issue (msprobe_specs)*"])
     gelu = by_api(records(pytester))["Functional.gelu.0.forward"]["outputs"][0]
     assert gelu["algorithm"] == "thousandth_threshold" and gelu["compare"]["thousandth_status"] == "pass"

@@ -1,4 +1,4 @@
-"""The strict checks in torch ops (verdict/strict_torch.py, --msprobe-checks-on device) against the numpy
+"""The strict checks in torch ops (verdict/strict_torch.py, msprobe_checks_on=device) against the numpy
 oracle (tests/strict_oracle.py) and the compiled host pass, on the CPU through the same code path an
 accelerator runs: the same verdicts and messages, the statistics equal within TOLERANCE (the sums are
 added in torch's order, not numpy's pairwise one)."""
@@ -178,7 +178,7 @@ def _comparable(record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, 
     return record, stats, summed
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2", "--msprobe-min-work-per-worker", "0"]])
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "-o", "msprobe_min_work_per_worker=0"]])
 def test_a_run_with_the_checks_on_the_device_writes_the_records_of_the_host_run(
         pytester: pytest.Pytester, workers: list[str]) -> None:
     """End to end on a small bf16 dump with planted bugs, every kind of op, forward and backward: the same
@@ -187,7 +187,7 @@ def test_a_run_with_the_checks_on_the_device_writes_the_records_of_the_host_run(
     dump = copy_dump(pytester, EXAMPLES / "mlp_bf16_statistics" / "step0" / "rank0", "mlp")
     runs = {}
     for where in ("host", "device"):
-        result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "--msprobe-checks-on", where,
+        result = pytester.runpytest(str(dump), "--msprobe-device", "cpu", "-o", f"msprobe_checks_on={where}",
                                     "--msprobe-out", where, "-p", "no:cacheprovider", *workers)
         runs[where] = (result.parseoutcomes(), by_api(records(pytester, where)))
     (host_outcomes, host), (device_outcomes, device) = runs["host"], runs["device"]

@@ -1,4 +1,4 @@
-"""-n N starts only the workers the estimated work pays for (--msprobe-min-work-per-worker)."""
+"""-n N starts only the workers the estimated work pays for (ini msprobe_min_work_per_worker)."""
 from __future__ import annotations
 
 from typing import Any
@@ -41,7 +41,7 @@ def test_small_work_stays_in_this_process_and_says_why(pytester: pytest.Pytester
     result.assert_outcomes(passed=40)
     result.stdout.fnmatch_lines(["msprobe: 40 items, about 0 s of estimated work: in this process instead of -n 2*"])
     assert "workers" not in result.stdout.str().split("msprobe: 40 items")[0]  # xdist started none
-    forced = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "--msprobe-min-work-per-worker", "0",
+    forced = pytester.runpytest_subprocess(str(dump), "-n", "2", "-p", "xdist", "-o", "msprobe_min_work_per_worker=0",
                                            *LEAN)
     forced.assert_outcomes(passed=40)
     forced.stdout.fnmatch_lines(["created: 2/2 workers"])
@@ -61,7 +61,7 @@ def test_fewer_workers_when_the_work_pays_for_some(pytester: pytest.Pytester) ->
     dump = big_dump(pytester, 8)
     _, seconds = workers.estimate_seconds(configured(pytester, str(dump)))  # type: ignore[misc]
     per_worker = seconds / 3.5  # worth three workers
-    config = configured(pytester, str(dump), "-n", "8", "--msprobe-min-work-per-worker", str(per_worker))
+    config = configured(pytester, str(dump), "-n", "8", "-o", f"msprobe_min_work_per_worker={per_worker}")
     assert config.option.numprocesses == 3 and len(config.option.tx) == 3
     assert "on 3 workers instead of -n 8" in workers.header_line(config)  # type: ignore[operator]
 
@@ -79,5 +79,5 @@ def test_the_estimate_follows_k_and_m_and_gives_up_on_unknown_subsets(pytester: 
 
 def test_bad_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(str(relu_dump(pytester, 2)), "-n", "2", "-p", "xdist",
-                                "--msprobe-min-work-per-worker", "soon")
-    result.stderr.fnmatch_lines(["*--msprobe-min-work-per-worker: 'soon' is not a number of seconds*"])
+                                "-o", "msprobe_min_work_per_worker=soon")
+    result.stderr.fnmatch_lines(["*ini msprobe_min_work_per_worker: 'soon' is not a number of seconds*"])

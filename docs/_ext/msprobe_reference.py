@@ -1,6 +1,7 @@
 """The reference tables of the documentation, generated from the code that is their truth.
 
-* options and ini keys: the plugin's own `pytest_addoption`, driven with a recording parser;
+* options and ini keys: the plugin's own `pytest_addoption`, driven with a recording parser; the former
+  options of ini keys: `pytest_msprobe/session/ini_keys.py`'s table;
 * hooks: the docstrings and signatures of `pytest_msprobe/hookspecs.py`;
 * CSV columns: the header tuples the writers write (`records/columns.py`, `reports/results.py`,
   `verdict/ms_results.py`); JSON-lines keys: the descriptions below, which `tests/test_docs.py` holds
@@ -119,10 +120,15 @@ def option_usage(option: Option) -> str:
     return f"{option.name} {arg}"
 
 
+def shown(options: Iterable[Option]) -> list[Option]:
+    """The options `pytest --help` shows: not the former spellings of ini keys, which parse hidden."""
+    return [o for o in options if o.kwargs.get("help") != argparse.SUPPRESS]
+
+
 def options_markdown() -> str:
     parser = recorded()
     rows = ["| option | ini key | default | meaning |", "|---|---|---|---|"]
-    for option in parser.options:
+    for option in shown(parser.options):
         ini = _ini_for(option, parser.inis)
         default = _default(option.kwargs.get("default"))
         if not default and ini is not None:
@@ -134,7 +140,7 @@ def options_markdown() -> str:
 
 def ini_markdown() -> str:
     parser = recorded()
-    options = {o.name for o in parser.options}
+    options = {o.name for o in shown(parser.options)}
     rows = ["| ini key | type | default | meaning |", "|---|---|---|---|"]
     for ini in parser.inis:
         meaning = ini.help
@@ -142,6 +148,18 @@ def ini_markdown() -> str:
             meaning = re.sub(rf"(?<![`\w-]){re.escape(name)}(?![\w-])", f"`{name}`", meaning)
         rows.append(f"| {_cell(_code(ini.name))} | {_cell(ini.type or 'string')} | {_cell(_default(ini.default))} "
                     f"| {_cell(meaning)} |")
+    return "\n".join(rows) + "\n"
+
+
+def deprecated_markdown() -> str:
+    """The former options of the ini keys (session/ini_keys.py's table): each still parses for one release."""
+    from pytest_msprobe.session.ini_keys import KEYS
+
+    rows = ["| former option | now | ini key |", "|---|---|---|"]
+    for key in KEYS:
+        old = key.flag if key.switch else f"{key.flag} {key.metavar or '|'.join(key.choices)}"
+        new = f"-o {key.name}=true" if key.switch else f"-o {key.name}={key.metavar or '|'.join(key.choices)}"
+        rows.append(f"| {_cell(_code(old))} | {_cell(_code(new))} | {_cell(_code(key.name))} |")
     return "\n".join(rows) + "\n"
 
 
@@ -421,6 +439,7 @@ def api_specs_markdown() -> str:
 GENERATORS = {
     "options": options_markdown,
     "ini": ini_markdown,
+    "deprecated": deprecated_markdown,
     "hooks-intro": hooks_intro_markdown,
     "hooks": hooks_markdown,
     "csv-columns": columns_markdown,

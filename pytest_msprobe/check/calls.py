@@ -94,7 +94,7 @@ def backward_seconds(timings: dict[str, float]) -> float:
 
 def bench_backward(name: Any, leaves_b: list[Any], cotangents: list[Any], grad_index: int | None,
                    timings: dict[str, float], on: str = "cpu") -> int:
-    """The bench's backward (on `on`, --msprobe-bench-device) from the recorded gradients paired with its outputs;
+    """The bench's backward (on `on`, msprobe_bench_device) from the recorded gradients paired with its outputs;
     how many were paired."""
     pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
     if not pairs_b:

@@ -241,7 +241,7 @@ ACCELERATORS = ("cuda", "npu")
 
 def checks_device(options: CheckOptions, device: list[Any], third: list[Any] | None) -> torch.device | None:
     """Where the strict checks of these outputs run in torch ops (strict_torch), or None for the host's
-    compiled pass: with --msprobe-checks-on auto, the accelerator that holds the device output (or else the
+    compiled pass: with msprobe_checks_on auto, the accelerator that holds the device output (or else the
     reference run); with `device`, that one or wherever the device output lives, the CPU included."""
     if options.checks_on == "host" or options.standard != "strict":
         return None
@@ -261,7 +261,7 @@ _WARMED: set[str] = set()  # what this process has loaded: "draw and metrics", a
 
 def warm_up(standard: str) -> None:
     """Load the compiled passes (numba's on-disk cache; on a cold one, compile them) once per process,
-    before its first item, so that no item's --msprobe-timeout pays for it: the random draw of inputs,
+    before its first item, so that no item's msprobe_timeout pays for it: the random draw of inputs,
     msprobe's metric pass and, under `strict`, the strict pass, in the signatures of 16-bit outputs (as their
     storage, metrics/storage.py; beside a float64 bench too). A
     process whose first items were judged by another standard loads the strict pass when first asked for it."""

@@ -22,7 +22,7 @@ from .precision import Inputs
 
 class Placement(NamedTuple):
     """The device under test, the API's callables on each side, the device's accuracy contract, and where the
-    bench, the third run and the magnitude run compute (`bench`: a torch device, --msprobe-bench-device)."""
+    bench, the third run and the magnitude run compute (`bench`: a torch device, msprobe_bench_device)."""
 
     device: Device
     resolved: Resolved

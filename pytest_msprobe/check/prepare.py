@@ -119,7 +119,7 @@ def checkable_entries(dump: Dump, name: Any, specs: dict[str, Any]) -> tuple[Any
             raise NotCheckable(f"{name.full_name}: {specs[group]['reason']}")
     user = api_settings(specs, name.api_name)
     if user.get("skip"):
-        raise NotCheckable(f"{name.full_name}: {user['skip']} (--msprobe-specs)")
+        raise NotCheckable(f"{name.full_name}: {user['skip']} (msprobe_specs)")
     forward = entry_of(dump, name.full_name, "forward")
     backward_entry = entry_of(dump, name.full_name, "backward") if name.direction == "backward" else None
     return user, forward, backward_entry
@@ -215,7 +215,7 @@ def recorded_device(options: CheckOptions, saved_on: set[str]) -> tuple[str, str
     the device its saved tensors were on (msprobe saves them where they were), else Ascend's npu,
     which msprobe assumes (MindSpore's .npy files and statistics do not tell)."""
     if options.recorded_on != "auto":
-        return options.recorded_on, "--msprobe-recorded-on"
+        return options.recorded_on, "msprobe_recorded_on"
     devices = sorted(d for d in saved_on if d != "cpu") or sorted(saved_on)
     if devices:
         return devices[0], "the device of its saved tensors"

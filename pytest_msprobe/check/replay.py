@@ -176,7 +176,7 @@ def choose_bench(case: Case) -> None:
         case.bench_fn, case.bench_label, case.bare = resolved.bench_fn, resolved.label, api
     case.user = {**api_settings(specs, api), **api_settings(specs, case.bare)}
     if case.user.get("skip"):
-        raise NotCheckable(f"{full}: {case.user['skip']} (--msprobe-specs)")
+        raise NotCheckable(f"{full}: {case.user['skip']} (msprobe_specs)")
 
 
 def device_source(case: Case) -> Recorded | MindSporeRun:

@@ -1,2 +1,2 @@
 """Stage 1, the dump: dump.json reading (every version), entry names, safe tensor paths; the byte-range
-index and its cache; groups of identical calls (--msprobe-filter-api)."""
+index and its cache; groups of identical calls (msprobe_filter_api)."""

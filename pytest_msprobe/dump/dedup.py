@@ -1,4 +1,4 @@
-"""`--msprobe-filter-api`: check one of each group of identical calls, report the others with its result.
+"""`msprobe_filter_api`: check one of each group of identical calls, report the others with its result.
 
 A training step repeats the same API with the same shapes and statistics in every layer. msprobe's
 `-f/--filter_api` drops the repeats; here every call keeps its item, and a repeat reports the result
@@ -79,7 +79,7 @@ def reused_record(record: dict[str, Any], representative: str, own_name: str) ->
     """A copy of the representative's check result for a repeat: its own API name in every row, the
     provenance in `reused_from` and in every message, no timings (nothing ran)."""
     rep, own = parse_entry_name(representative).full_name, parse_entry_name(own_name).full_name
-    note = f"reused: identical to {representative} (--msprobe-filter-api)"
+    note = f"reused: identical to {representative} (msprobe_filter_api)"
     copy = dict(record, api=own, reused_from=representative, timings={}, notes=[note, *record.get("notes", ())])
     copy["message"] = f"{note}; {record['message']}" if record.get("message") else note
     rows = []

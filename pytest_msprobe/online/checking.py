@@ -1,6 +1,6 @@
 """What the online session does with a received call besides receiving it: which calls have nothing to
 compare (`skip_reason`), the specs online calls are checked with (`online_specs`), the per-rank accounting
-(`RankCounts`), and `CheckerPool`, the worker processes of `--msprobe-online-workers N`.
+(`RankCounts`), and `CheckerPool`, the worker processes of `msprobe_online_workers` N.
 
 A worker is a spawned process that imports torch once and runs the project's one check
 (`check.check_entry` on the call's one-call tensor dump, the same call the in-process item makes) for
@@ -211,7 +211,7 @@ class CheckerPool:
         now = time.monotonic()
         for worker in self.workers:
             if worker.task is not None and self.timeout is not None and now - worker.since > self.timeout:
-                out.append((worker.task, ("crashed", f"timed out after {self.timeout:g} s (--msprobe-timeout): "
+                out.append((worker.task, ("crashed", f"timed out after {self.timeout:g} s (msprobe_timeout): "
                                                      f"the worker was stopped while running {worker.what}")))
                 worker.task = None
                 self._replace(worker, kill=True)
@@ -237,7 +237,7 @@ class CheckerPool:
         if not worker.ready:
             self.failed_starts += 1
             if self.failed_starts >= 3:
-                raise WorkersFailed(f"the online workers die as they start ({how}); --msprobe-online-workers 1 "
+                raise WorkersFailed(f"the online workers die as they start ({how}); -o msprobe_online_workers=1 "
                                     "checks in the session's own process")
         self._replace(worker, kill=False)
         if worker.task is None:

@@ -61,7 +61,7 @@ def parse(text: str, tls_path: str | None = None) -> Endpoint:
         raise EndpointError(f"{text!r}: expected {scheme}://HOST:PORT with a port in 0..65535")
     if scheme == "tls":
         if not tls_path:
-            raise EndpointError(f"{text!r}: tls:// needs the certificate folder (--msprobe-online-tls DIR)")
+            raise EndpointError(f"{text!r}: tls:// needs the certificate folder (-o msprobe_online_tls=DIR)")
         return Endpoint("tls", host, int(port_text), Path(tls_path))
     return Endpoint("tcp", host, int(port_text))
 

@@ -132,7 +132,7 @@ class NfsReceiver:
         if size > self.max_frame:
             self.stats.refused_frames += 1
             self.log(f"msprobe online: {path.name}: {size} bytes refused unread: the limit is "
-                     f"{self.max_frame} bytes (--msprobe-online-max-frame)")
+                     f"{self.max_frame} bytes (msprobe_online_max_frame)")
             self._remove(path)
             return True
         try:

@@ -304,7 +304,7 @@ class Receiver:
             with self._lock:
                 self.stats.refused_frames += 1
             raise Garbage(f"frame of {h.length} bytes (rank {h.rank}, step {h.step}, sequence {h.sequence}) "
-                          f"refused unread: the limit is {self.max_frame} bytes (--msprobe-online-max-frame)")
+                          f"refused unread: the limit is {self.max_frame} bytes (msprobe_online_max_frame)")
         crc = b""
         if self.check_sum:
             crc = bytes(reader.take(protocol.CRC_WIDTH))

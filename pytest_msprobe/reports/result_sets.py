@@ -1,4 +1,4 @@
-"""`--msprobe-keep-runs N`: each run writes one set of result files stamped `<ts>` into `--msprobe-out`
+"""ini `msprobe_keep_runs` N: each run writes one set of result files stamped `<ts>` into `--msprobe-out`
 (results.py); after writing, the controller keeps the newest N sets and removes the older ones.
 
 A set is every file named `<msprobe prefix><14-digit ts>[_<dump label>].csv|jsonl` with the same stamp
@@ -43,8 +43,8 @@ def keep_newest(out_dir: Path, keep: int) -> tuple[list[str], list[str]]:
 
 def summary_line(out_dir: Path, keep: int, kept: list[str], removed: list[str]) -> str:
     """What the terminal says about the sets in out_dir."""
-    policy = f"the newest {keep} are kept (--msprobe-keep-runs {keep})" if keep > 0 else \
-        "all are kept (--msprobe-keep-runs 0)"
+    policy = f"the newest {keep} are kept (msprobe_keep_runs={keep})" if keep > 0 else \
+        "all are kept (msprobe_keep_runs=0)"
     line = f"result sets in {out_dir}: {len(kept)}, {policy}"
     if removed:
         shown = ", ".join(removed[:5]) + (f" and {len(removed) - 5} more" if len(removed) > 5 else "")

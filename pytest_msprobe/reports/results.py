@@ -440,7 +440,7 @@ def format_failure(record: Mapping[str, Any], rerun: str) -> str:
         lines.append(REFERENCE_ONLY_MARK)
     if record.get("kernel") or record.get("backend", record.get("device")) != record.get("device"):
         lines.append(f"implementation: {record.get('impl')} on {record.get('backend')}")  # --msprobe-kernels/-device
-    if not str(record.get("bench_device", "cpu")).startswith("cpu"):  # --msprobe-bench-device
+    if not str(record.get("bench_device", "cpu")).startswith("cpu"):  # msprobe_bench_device
         lines.append(f"bench: {record['bench_device']}; third run: {record.get('reference') or 'none'}")
     table: list[tuple[str, ...]] = []
     outputs = sorted(record.get("outputs") or (), key=severity)  # worst output first

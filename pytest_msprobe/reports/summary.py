@@ -51,7 +51,7 @@ def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
     props += [(f"msprobe_{k}", f"{v:.6g}") for k, v in key_metrics(record).items()]
     if record.get("seed") is not None:
         props.append(("msprobe_seed", record["seed"]))
-    if record.get("reused_from"):  # --msprobe-filter-api
+    if record.get("reused_from"):  # msprobe_filter_api
         props.append(("msprobe_reused_from", record["reused_from"]))
     return props
 
@@ -124,7 +124,7 @@ def warned_lines(records: Iterable[Mapping[str, Any]], every: bool = False, n: i
     if not warned:
         return []
     more = "" if every or len(warned) <= n else f"; the first {n}, -rA lists all"
-    lines = [f"warned items ({len(warned)}, passed; --msprobe-warning-as-error fails them{more}):"]
+    lines = [f"warned items ({len(warned)}, passed; -o msprobe_warning_as_error=true fails them{more}):"]
     return lines + [f"WARNED {label(r)} - {reason(r)}" for r in (warned if every else warned[:n])]
 
 
@@ -134,8 +134,8 @@ def nothing_checked(records: Sequence[Mapping[str, Any]]) -> str | None:
         return None
     which = f"all {len(records)} API items were" if len(records) > 1 else "the only API item was"
     return (f"msprobe: {which} skipped, so nothing was checked (e.g. "
-            f"{shorten(reason(records[0]), 160)}): exit status 1; --msprobe-allow-all-skipped (ini "
-            "msprobe_allow_all_skipped) accepts such a run")
+            f"{shorten(reason(records[0]), 160)}): exit status 1; -o msprobe_allow_all_skipped=true "
+            "(ini key msprobe_allow_all_skipped) accepts such a run")
 
 
 def skip_reason(record: Mapping[str, Any], entry_name: str) -> str:

@@ -124,7 +124,7 @@ class CudaBackend(Backend):
 
 class NpuBackend(Backend):
     name = kind = "npu"
-    runtime: Any = None  # npu_runtime.NpuRuntime: --msprobe-jit-compile / --msprobe-allow-internal-format
+    runtime: Any = None  # npu_runtime.NpuRuntime: msprobe_jit_compile / msprobe_allow_internal_format
 
     def unavailable(self) -> str | None:
         from ..npu_import import npu_import_error

@@ -1,4 +1,4 @@
-"""Where the bench, the third run and the magnitude run compute (--msprobe-bench-device), and in what.
+"""Where the bench, the third run and the magnitude run compute (msprobe_bench_device), and in what.
 
 The bench must be far more accurate than the output it judges. A 16-bit output's bench in fp32 is: on any device
 whose fp32 arithmetic is IEEE (a GPU's with TF32 off, an NPU's with HF32 off), its error is a few fp32 ULPs of each

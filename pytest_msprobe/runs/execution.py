@@ -216,7 +216,7 @@ class Plan:
 
 def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtype: torch.dtype | None,
                    specs: dict[str, Any], policy: str = "auto", standard: str = "msprobe") -> Plan:
-    """Bench dtypes and autocast for one call. `policy` (--msprobe-bench-precision): "auto" is msprobe's
+    """Bench dtypes and autocast for one call. `policy` (msprobe_bench_precision): "auto" is msprobe's
     raise rule with the per-API tables of api_specs (precision.raise_map_by_api), and under `strict` its own
     per-API tables (precision.strict_raise_map_by_api) and the elementwise functions' table
     (precision.strict_elementwise_raise_map); "fp64" raises every float dtype to fp64."""

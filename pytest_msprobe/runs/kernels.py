@@ -16,7 +16,7 @@ The contract (docs/how-to/own-kernels.md):
   run time, in the process that runs the items.
 
 Items of APIs the mapping does not name are deselected ("N deselected: no kernel") unless
-`--msprobe-kernels-run-all`, which runs them with the usual APIs. For mapped APIs the device side
+`msprobe_kernels_run_all`, which runs them with the usual APIs. For mapped APIs the device side
 calls the kernel (on `--msprobe-device`, with the recorded-dtype inputs, inside the device-call
 boundary); the bench and any reference run stay torch's own API. The record's `impl` and the
 failure report say `<kernel> (substituted)`.

@@ -91,7 +91,7 @@ def torch_twin(api_type: str, api_name: str, specs: Mapping[str, Any]) -> Twin:
     fn = _lookup(path)
     if not callable(fn):
         raise NotCheckable(f"{key}: no torch counterpart ({path} does not exist in torch {torch.__version__}); "
-                           "map it in api_specs/mindspore.yaml (mindspore.apis) or --msprobe-specs")
+                           "map it in api_specs/mindspore.yaml (mindspore.apis) or msprobe_specs")
     rename = {**((namespace or {}).get("rename") or {}), **(entry.get("rename") or {})}
     params = entry.get("params")
     drop = set(entry.get("drop") or ())

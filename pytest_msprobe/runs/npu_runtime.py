@@ -1,5 +1,5 @@
-"""msprobe's NPU runtime settings (the options are session/npu_options.py): `--msprobe-jit-compile on|off` and
-`--msprobe-allow-internal-format on|off` (msprobe run_ut's `-j`, which sets both).
+"""msprobe's NPU runtime settings (session/npu_options.py reads them): ini `msprobe_jit_compile on|off`
+and `msprobe_allow_internal_format on|off` (msprobe run_ut's `-j`, which sets both).
 
 They use torch_npu's documented switches, `torch_npu.npu.set_compile_mode(jit_compile=...)` and
 `torch.npu.config.allow_internal_format = ...`, once per process that runs items on the NPU (the npu

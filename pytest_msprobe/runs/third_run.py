@@ -65,7 +65,7 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     Otherwise `strict` learns what a correct kernel may lose: from torch's own kernel on CPU in the
     recorded dtype, or, for contractions (whose 16-bit CPU kernels are too slow to run), from the
     size of their terms: the API on CPU on the absolute values of its inputs, in fp32 (fp64 for fp64). `on`: the
-    device of these runs (--msprobe-bench-device; the torch run's sampled kernels stay on the CPU).
+    device of these runs (msprobe_bench_device; the torch run's sampled kernels stay on the CPU).
     """
     if options.reference_device:
         ref_device = select_device(options.reference_device)

@@ -110,7 +110,7 @@ BENCH_DEVICES = ("cpu", "cuda", "npu")
 
 
 def bench_device_of(name: str, where: str) -> str:
-    """--msprobe-bench-device as a torch device (`cpu`, `cuda:N`, `npu:N`), usable on this machine: a bad or
+    """msprobe_bench_device as a torch device (`cpu`, `cuda:N`, `npu:N`), usable on this machine: a bad or
     unusable one is one usage error line. torch is imported only to ask an accelerator."""
     kind, _, index = name.strip().partition(":")
     if kind not in BENCH_DEVICES or (index and not index.isdigit()) or (kind == "cpu" and index):

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from ..settings import HELPER_THREAD, CheckOptions, Settings
+from ..settings import CheckOptions, Settings
+from . import ini_keys
 from .items import ApiItem
 
 VISIBLE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -122,7 +123,7 @@ def cap_workers(config: pytest.Config, capacity: int) -> str | None:
         return None
     config.option.tx = tx[:capacity]
     config.option.numprocesses = capacity
-    return f"{len(tx)} workers asked for, {capacity} started (--msprobe-workers-per-device)"
+    return f"{len(tx)} workers asked for, {capacity} started (msprobe_workers_per_device)"
 
 
 _BEFORE_PIN: dict[str, str | None] = {}  # this process's visible-device variables before it pinned itself
@@ -259,9 +260,10 @@ def _info(config: pytest.Config) -> DeviceInfo | None:
         devices = parse_devices(config.getoption("msprobe_devices") or config.getini("msprobe_devices"))
         if not devices:
             return None
-        value = config.getoption("msprobe_workers_per_device") or config.getini("msprobe_workers_per_device")
+        value = ini_keys.value(config, "msprobe_workers_per_device") or ""
         if not str(value).isdigit() or int(value) < 1:
-            raise pytest.UsageError(f"--msprobe-workers-per-device: {value!r} is not a positive integer")
+            raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_workers_per_device')}: {value!r} is not a "
+                                    "positive integer")
         if not hasattr(config, "workerinput"):
             check_visible(devices)
         config.stash[DEVICES_KEY] = DeviceInfo(devices, int(value))
@@ -279,13 +281,10 @@ def device_index(config: pytest.Config) -> int | None:
 
 def work_threads(threads: int, config: pytest.Config | None = None, workers: int | None = None) -> int:
     """2 where this process has a core to spare beside its torch threads, counting every process that runs
-    items (xdist workers, or `workers` online checkers), and --msprobe-helper-thread allows it (the checker's
+    items (xdist workers, or `workers` online checkers), and msprobe_helper_thread allows it (the checker's
     own work then uses two threads: CheckOptions.work_threads), else 1."""
     if config is not None:
-        allowed = config.getoption("msprobe_helper_thread", None) or config.getini("msprobe_helper_thread")
-        if allowed not in HELPER_THREAD:
-            raise pytest.UsageError(f"msprobe_helper_thread: {allowed!r} is not one of {', '.join(HELPER_THREAD)}")
-        if allowed == "off":
+        if ini_keys.value(config, "msprobe_helper_thread") == "off":
             return 1
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -297,15 +296,14 @@ def work_threads(threads: int, config: pytest.Config | None = None, workers: int
 
 
 def threads(config: pytest.Config) -> int:
-    """Intra-op threads for the items: --msprobe-threads, else OMP_NUM_THREADS, else 1. The same in every
+    """Intra-op threads for the items: msprobe_threads, else OMP_NUM_THREADS, else 1. The same in every
     process, because torch's CPU reductions (the bench) round differently with another thread count;
     1 also keeps N workers from oversubscribing the cores (-n 2 on 2 cores: 11-13 s instead of 6-7 s
     for the 1,008-item benchmark dump with two threads per worker). FirstItem
     applies it, so a pytest session without dump items keeps torch's default."""
-    value = config.getoption("msprobe_threads") or config.getini("msprobe_threads") or os.environ.get(
-        "OMP_NUM_THREADS") or "1"
+    value = ini_keys.value(config, "msprobe_threads") or os.environ.get("OMP_NUM_THREADS") or "1"
     if not str(value).strip().isdigit() or int(value) < 1:
-        raise pytest.UsageError(f"--msprobe-threads: {value!r} is not a positive integer")
+        raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_threads')}: {value!r} is not a positive integer")
     return int(value)
 
 

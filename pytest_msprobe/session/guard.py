@@ -1,6 +1,6 @@
 """Hung and crashing items fail with a record, and the run goes on.
 
-Timeout (`--msprobe-timeout T`), two layers because a hung device call may never return to Python:
+Timeout (ini `msprobe_timeout`), two layers because a hung device call may never return to Python:
 
 * SIGALRM after T seconds (main thread, POSIX) raises `ItemTimeout` inside the item: the item fails
   cleanly and the process carries on. It cannot interrupt a native call that blocks or masks signals.
@@ -30,6 +30,7 @@ import pytest
 
 from ..dump.reader import load_dump, parse_entry_name
 from ..inputs.seeds import item_seed
+from . import ini_keys
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
@@ -109,7 +110,7 @@ class Timeout:
                 signal.signal(signal.SIGALRM, previous)
 
     def _expired(self, signum: int, frame: Any) -> None:
-        raise ItemTimeout(f"timed out after {self.seconds:g} s (--msprobe-timeout)")
+        raise ItemTimeout(f"timed out after {self.seconds:g} s (msprobe_timeout)")
 
 
 class CrashHooks:
@@ -132,7 +133,7 @@ class CrashHooks:
         worker = getattr(getattr(report, "node", None), "gateway", None)
         worker_id = getattr(worker, "id", "?")
         if self.timeout is not None and elapsed >= self.timeout:
-            message = (f"timed out after {self.timeout:g} s (--msprobe-timeout): the watchdog stopped worker "
+            message = (f"timed out after {self.timeout:g} s (msprobe_timeout): the watchdog stopped worker "
                        f"{worker_id} while running {api}")
         else:
             message = f"worker crashed while running {api} (worker {worker_id} died)"
@@ -151,13 +152,14 @@ CRASH_KEY = pytest.StashKey[CrashHooks]()
 
 def configure(config: pytest.Config, run_seed: int) -> None:
     """Timeout where items run; crash records on the xdist controller."""
-    value = config.getoption("msprobe_timeout") or config.getini("msprobe_timeout") or None
+    value = ini_keys.value(config, "msprobe_timeout")
     try:
         timeout = float(value) if value is not None else None
     except ValueError:
         timeout = -1.0
     if timeout is not None and not timeout > 0:
-        raise pytest.UsageError(f"--msprobe-timeout: {value!r} is not a positive number of seconds")
+        raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_timeout')}: {value!r} is not a positive number "
+                                "of seconds")
     distributed = bool(getattr(config.option, "tx", None))
     if timeout is not None and (hasattr(config, "workerinput") or not distributed):
         config.pluginmanager.register(Timeout(timeout), "msprobe-timeout")

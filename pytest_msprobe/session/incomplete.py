@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from . import ini_keys
 from .journal import RESUMED_IDS, Journal
 
 PLUGIN_NAME = "msprobe-completeness"
@@ -99,11 +100,11 @@ def is_api_item(nodeid: str) -> bool:
 
 def resume_command(config: pytest.Config) -> str:
     """This run's command line with --msprobe-resume (a random seed pinned to the one this run used, whose
-    journaled results resume would otherwise not match)."""
+    journaled results resume would otherwise not match), former options in their new spelling."""
     from .stash import SETTINGS_KEY
 
     seed = str(config.stash[SETTINGS_KEY].check_options.run_seed)
-    args = [str(a) for a in config.invocation_params.args]
+    args = ini_keys.respell(str(a) for a in config.invocation_params.args)
     out = []
     for i, arg in enumerate(args):
         if arg == "random" and i and args[i - 1] == "--msprobe-seed":

@@ -16,6 +16,7 @@ import pytest
 
 from ..dump.reader import Dump, DumpError, EntryName, load_dump
 from ..reports.summary import junit_properties, skip_reason
+from . import ini_keys
 from .stash import SETTINGS_KEY
 
 RECORD_KEY = pytest.StashKey[dict[str, Any]]()
@@ -195,22 +196,21 @@ def _rerun_options(config: pytest.Config) -> list[str]:
     opts = settings.check_options
     args = ["--msprobe-seed", str(opts.run_seed), "--msprobe-device", opts.device,
             "--msprobe-standard", opts.standard]
-    for flag, value in (("--msprobe-data-mode", None if opts.data_mode == "auto" else opts.data_mode),
+    for flag, value in (("msprobe_data_mode", None if opts.data_mode == "auto" else opts.data_mode),
                         ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
-                        ("--msprobe-recorded-on", None if opts.recorded_on == "auto" else opts.recorded_on),
+                        ("msprobe_recorded_on", None if opts.recorded_on == "auto" else opts.recorded_on),
                         ("--msprobe-contract", None if opts.contract == "auto" else opts.contract),
                         ("--msprobe-reference", opts.reference_device),
-                        ("--msprobe-reference-results", opts.reference_results),
-                        ("--msprobe-specs", opts.specs_file),
+                        ("msprobe_reference_results", opts.reference_results),
+                        ("msprobe_specs", opts.specs_file),
                         ("--msprobe-kernels", getattr(opts, "kernels", None)),
-                        ("--msprobe-threads", str(opts.threads) if opts.threads != 1 else None),
-                        ("--msprobe-bench-precision", None if opts.bench_precision == "auto" else opts.bench_precision),
-                        ("--msprobe-jit-compile", config.getoption("msprobe_jit_compile", None)),
-                        ("--msprobe-allow-internal-format", config.getoption("msprobe_allow_internal_format", None))):
-        if value:
-            args += [flag, value]
-    if settings.warning_as_error:
-        args.append("--msprobe-warning-as-error")
+                        ("msprobe_threads", str(opts.threads) if opts.threads != 1 else None),
+                        ("msprobe_bench_precision", None if opts.bench_precision == "auto" else opts.bench_precision),
+                        ("msprobe_jit_compile", ini_keys.value(config, "msprobe_jit_compile")),
+                        ("msprobe_allow_internal_format", ini_keys.value(config, "msprobe_allow_internal_format")),
+                        ("msprobe_warning_as_error", settings.warning_as_error)):
+        if value:  # an option, or an ini key (-o key=value)
+            args += [flag, str(value)] if flag.startswith("-") else ini_keys.override(flag, value)
     for plugin in dict.fromkeys(config.getoption("plugins", None) or ()):  # -p NAME, in the order given
         if not plugin.startswith(("no:", "xdist")):  # not what -p no:... disables, nor -n's scheduler: same verdicts
             args += ["-p", plugin]

@@ -8,6 +8,7 @@ from typing import Any, cast
 import pytest
 
 from ..runs.kernels import KernelSpecError, KernelTable, api_key, normalize, preload
+from . import ini_keys
 from .items import ApiItem
 
 
@@ -21,7 +22,7 @@ class KernelSelection:
     def pytest_report_header(self, config: pytest.Config) -> str:
         names = self.table.names
         shown = ", ".join(names[:6]) + (f", ... ({len(names)} APIs)" if len(names) > 6 else "")
-        others = "run with the usual APIs (--msprobe-kernels-run-all)" if self.run_all else "deselected"
+        others = "run with the usual APIs (msprobe_kernels_run_all)" if self.run_all else "deselected"
         return f"msprobe kernels: {self.table.spec} substitutes {shown}; other APIs {others}"
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,7 +46,7 @@ class KernelSelection:
     def _line(self) -> str | None:
         if not self.deselected:
             return None
-        return f"msprobe: {self.deselected} deselected: no kernel (--msprobe-kernels-run-all runs them as usual)"
+        return f"msprobe: {self.deselected} deselected: no kernel (-o msprobe_kernels_run_all=true runs them as usual)"
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> str | None:
         return self._line()
@@ -68,15 +69,15 @@ def configure(config: pytest.Config) -> str | None:
         where = "ini msprobe_kernels"
         base = config.inipath.parent if config.inipath else config.rootpath
     if not value:
-        if config.getoption("msprobe_kernels_run_all", False):
-            raise pytest.UsageError("--msprobe-kernels-run-all needs --msprobe-kernels")
+        if ini_keys.value(config, "msprobe_kernels_run_all"):
+            raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_kernels_run_all')} needs --msprobe-kernels")
         return None
     try:
         spec = normalize(str(value), Path(base), where)
         loaded = preload(spec, where)
     except KernelSpecError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.pluginmanager.register(KernelSelection(loaded, bool(config.getoption("msprobe_kernels_run_all", False))),
+    config.pluginmanager.register(KernelSelection(loaded, ini_keys.value(config, "msprobe_kernels_run_all")),
                                   "msprobe-kernels")
     return spec
 

@@ -1,28 +1,18 @@
-"""`--msprobe-jit-compile on|off` and `--msprobe-allow-internal-format on|off`: the options, their
+"""ini `msprobe_jit_compile on|off` and `msprobe_allow_internal_format on|off` (session/ini_keys.py): their
 value on config.stash and the report header line; runs/npu_runtime.py applies them."""
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 
 from ..runs.npu_runtime import NpuRuntime
+from . import ini_keys
 
 RUNTIME_KEY = pytest.StashKey["NpuRuntime | None"]()
-CHOICES = ("on", "off")
-
-
-def addoption(group: Any) -> None:
-    group.addoption("--msprobe-jit-compile", choices=CHOICES, default=None,
-                    help="NPU: torch_npu.npu.set_compile_mode(jit_compile=on|off) before items run (msprobe run_ut "
-                         "-j); also sets allow_internal_format to the same value unless that option is given")
-    group.addoption("--msprobe-allow-internal-format", choices=CHOICES, default=None,
-                    help="NPU: torch.npu.config.allow_internal_format = on|off before items run")
 
 
 def configure(config: pytest.Config) -> NpuRuntime | None:
-    jit = config.getoption("msprobe_jit_compile", None)
-    internal = config.getoption("msprobe_allow_internal_format", None)
+    jit = ini_keys.value(config, "msprobe_jit_compile")
+    internal = ini_keys.value(config, "msprobe_allow_internal_format")
     if jit is None and internal is None:
         runtime = None
     else:

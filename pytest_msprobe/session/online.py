@@ -7,7 +7,7 @@ writes it as a one-call tensor dump (online/spool.py) and runs it as an ordinary
 terminal lines, CSVs, JSON lines, JUnit, HTML, --msprobe-save-error-data and --msprobe-repro are those of a
 dump item. The items are made as calls arrive, so xdist (which collects before it runs) does not fit.
 
-`--msprobe-online-workers N` (N > 1) checks in N worker processes (online/checking.py's CheckerPool, the
+`msprobe_online_workers` N (N > 1) checks in N worker processes (online/checking.py's CheckerPool, the
 same check_entry on the same one-call dump): this process sends each written call to a worker, and runs
 the items in arrival order as their records come back, so reports and files are written here as with one
 process. At most 2 N calls are out at once; beyond that the receiver's queue fills and clients get BUSY_.
@@ -15,7 +15,7 @@ A failing call is checked again here when --msprobe-save-error-data, --msprobe-r
 wants its tensors (they are captured where the check runs); a worker's crash fails only its call.
 
 The session ends on its clients' word (the receiver's `finished`: the expected clients have ended, by STOP_,
-an nfs `end` marker or a closed connection), after --msprobe-online-idle, or on Ctrl-C; the results so far
+an nfs `end` marker or a closed connection), after msprobe_online_idle, or on Ctrl-C; the results so far
 are written either way. A connection is a client once a call of it loads (receiver.accept); what a stranger
 sent is counted apart. The summary accounts for every call per rank: received = checked + skipped (with the
 reasons) + refused, and says per client what it numbered, what arrived and how it ended; the run fails when a
@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from ..online.checking import RankCounts, WorkersFailed
+from . import ini_keys
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
@@ -116,7 +117,7 @@ class OnlineSession:
         self.failed: set[str] = set()
         self.order = 0
         self.interrupted = False
-        self.idle: float | None = config.getoption("msprobe_online_idle")
+        self.idle: float | None = ini_keys.value(config, "msprobe_online_idle")
         self.idle_ended = False
         self.quiet_said = False
         self.shown = 0  # online items reported, for the progress line
@@ -235,7 +236,7 @@ class OnlineSession:
                 self._quiet(time.monotonic() - last)
                 if self.idle is not None and time.monotonic() - last > self.idle:
                     self.idle_ended = True
-                    receiver.log(f"msprobe online: no call for {self.idle:g} s (--msprobe-online-idle): the session "
+                    receiver.log(f"msprobe online: no call for {self.idle:g} s (msprobe_online_idle): the session "
                                  "ends before every client stopped")
                     return
                 continue
@@ -295,8 +296,8 @@ class OnlineSession:
         if self.quiet_said or quiet < QUIET_S:
             return
         self.quiet_said = True
-        hint = (f"--msprobe-online-idle {self.idle:g} ends the session after that long without a call" if self.idle
-                else "--msprobe-online-idle SECONDS would end it after that long without a call (and fail the run)")
+        hint = (f"-o msprobe_online_idle={self.idle:g} ends the session after that long without a call" if self.idle
+                else "-o msprobe_online_idle=SECONDS would end it after that long without a call (and fail the run)")
         self.receiver.log(f"msprobe online: no call for {quiet:.0f} s; the clients are quiet. Waiting for: "
                           f"{self.receiver.waiting_for()}. {hint}; Ctrl-C ends it with the results so far")
 
@@ -416,9 +417,9 @@ class OnlineSession:
 
 
 def _start_pool(config: pytest.Config, workers: int) -> Any:
-    """The worker processes of --msprobe-online-workers, with the items' options (one torch thread each
-    unless --msprobe-threads says otherwise; the helper thread only where the cores allow), pinned to
-    --msprobe-devices in turn as xdist workers are, and --msprobe-timeout, past which a busy worker is
+    """The worker processes of msprobe_online_workers, with the items' options (one torch thread each
+    unless msprobe_threads says otherwise; the helper thread only where the cores allow), pinned to
+    --msprobe-devices in turn as xdist workers are, and msprobe_timeout, past which a busy worker is
     stopped and its call fails."""
     import dataclasses
 
@@ -427,7 +428,7 @@ def _start_pool(config: pytest.Config, workers: int) -> Any:
 
     options = config.stash[SETTINGS_KEY].check_options
     options = dataclasses.replace(options, work_threads=work_threads(options.threads, config, workers))
-    value = config.getoption("msprobe_timeout", None) or config.getini("msprobe_timeout") or None
+    value = ini_keys.value(config, "msprobe_timeout")
 
     return CheckerPool(workers, options, child_slots(config, workers), timeout=float(value) if value else None)
 

@@ -1,5 +1,6 @@
-"""Setting up `--msprobe-online` (session/online.py runs it): its options, msprobe's GPU-side `run_ut` config with
-`is_online`, the receiver (TCP, TLS or shared storage) started before anything is collected."""
+"""Setting up `--msprobe-online` (session/online.py runs it): the option (its settings are the ini keys
+msprobe_online_*, session/ini_keys.py), msprobe's GPU-side `run_ut` config with `is_online`, the receiver (TCP,
+TLS or shared storage) started before anything is collected."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,42 +11,19 @@ from typing import Any
 
 import pytest
 
+from . import ini_keys
+from .ini_keys import DEFAULT_ONLINE_QUEUE as DEFAULT_QUEUE
 from .stash import SETTINGS_KEY
-
-DEFAULT_QUEUE = 50  # msprobe's queue of received calls
 
 
 def addoption(group: Any, parser: pytest.Parser) -> None:
     group.addoption("--msprobe-online", default=None, metavar="ADDRESS",
                     help="check a training job's calls as msprobe's online client sends them: tcp://HOST:PORT, "
-                         "tls://HOST:PORT (with --msprobe-online-tls), or nfs://FOLDER (msprobe's nfs_path); "
-                         "also taken from --msprobe-config's run_ut section when it has is_online")
-    group.addoption("--msprobe-online-tls", default=None, metavar="DIR",
-                    help="msprobe's tls_path: server.key, server.crt, ca.crt, optional crl.pem; the key's "
-                         "passphrase from $MSPROBE_TLS_PASSPHRASE or the terminal")
-    group.addoption("--msprobe-online-queue", type=int, default=None, metavar="N",
-                    help=f"calls held between receiving and checking (default {DEFAULT_QUEUE}); clients get "
-                         "BUSY_ when it is full")
-    group.addoption("--msprobe-online-max-frame", type=int, default=None, metavar="BYTES",
-                    help="refuse a call larger than this before reading it (default 4 GiB)")
-    group.addoption("--msprobe-online-clients", type=int, default=None, metavar="N",
-                    help="end the session only after N clients (ranks) have ended, and every client that "
-                         "connected (default: one per rank of --msprobe-config's rank_list, else 1)")
-    group.addoption("--msprobe-online-listen-any", action="store_true", default=False,
-                    help="allow a plain-TCP address other than loopback (calls then cross the network unencrypted)")
-    group.addoption("--msprobe-online-idle", type=float, default=None, metavar="SECONDS",
-                    help="end the session when no call has arrived for SECONDS before every client stopped (a "
-                         "client that died); such a session fails")
-    group.addoption("--msprobe-online-workers", default=None, metavar="N",
-                    help="check the calls in N worker processes (each imports torch once) while this process "
-                         "reports them in arrival order; default 1: in this process")
-    group.addoption("--msprobe-online-keep", action="store_true", default=False,
-                    help="keep every received call as a one-call tensor dump (by default only failing ones)")
+                         "tls://HOST:PORT (with ini msprobe_online_tls), or nfs://FOLDER (msprobe's nfs_path); "
+                         "also taken from --msprobe-config's run_ut section when it has is_online; its settings: "
+                         "ini msprobe_online_*")
     parser.addini("msprobe_online_spool", "folder of the received calls' one-call dumps (default "
                   "<--msprobe-out>/online_calls)", default="")
-    parser.addini("msprobe_online_workers", "default for --msprobe-online-workers", default="")
-    parser.addini("msprobe_online_clients", "default for --msprobe-online-clients", default="")
-
 
 
 def configure(config: pytest.Config) -> None:
@@ -53,7 +31,7 @@ def configure(config: pytest.Config) -> None:
     modules, ssl among them, are imported only then: 20-40 ms of every other process's start-up)."""
     opt = config.option
     online_cfg = _config_section(config)
-    address, tls_dir = opt.msprobe_online, opt.msprobe_online_tls
+    address, tls_dir = opt.msprobe_online, ini_keys.value(config, "msprobe_online_tls")
     rank_list: tuple[int, ...] | None = None
     if online_cfg is not None:
         rank_list = online_cfg["rank_list"]
@@ -77,7 +55,8 @@ def configure(config: pytest.Config) -> None:
     spool_ini = config.getini("msprobe_online_spool")
     spool = (here / spool_ini) if spool_ini else settings.out_dir / "online_calls"
     selection = Selection(rank_list, config.stash.get(_config_key(), None))
-    online = OnlineSession(config, endpoint, receiver, selection, spool, opt.msprobe_online_keep, _workers(config))
+    keep = ini_keys.value(config, "msprobe_online_keep")
+    online = OnlineSession(config, endpoint, receiver, selection, spool, keep, _workers(config))
     config.stash[ONLINE_KEY] = online
     config.pluginmanager.register(online, "msprobe-online")
     if config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -91,7 +70,7 @@ def _endpoint(config: pytest.Config, address: str, tls_dir: str | None) -> Any:
     opt = config.option
     if getattr(opt, "numprocesses", None) or getattr(opt, "tx", None):
         raise pytest.UsageError("--msprobe-online checks the calls as they arrive: -n/xdist cannot split them ahead "
-                                "of time; leave -n out (--msprobe-online-workers N checks them in N processes)")
+                                "of time; leave -n out (-o msprobe_online_workers=N checks them in N processes)")
     try:
         endpoint = ep.parse(address, tls_dir)
     except ep.EndpointError as exc:
@@ -104,17 +83,16 @@ def _endpoint(config: pytest.Config, address: str, tls_dir: str | None) -> Any:
 
 def _receiver(config: pytest.Config, endpoint: Any, rank_list: tuple[int, ...] | None) -> Any:
     """What receives the clients' calls: a listening socket (TCP or TLS) or a shared folder (nfs), bounded by the
-    queue and frame options and waiting for the clients `rank_list` (or --msprobe-online-clients) names."""
+    queue and frame settings and waiting for the clients `rank_list` (or msprobe_online_clients) names."""
     from ..online import endpoint as ep
     from ..online.protocol import DEFAULT_MAX_FRAME
     from .online import ONLINE_KEY
 
-    opt = config.option
-    size = opt.msprobe_online_queue or DEFAULT_QUEUE
-    max_frame = opt.msprobe_online_max_frame or DEFAULT_MAX_FRAME
+    size = ini_keys.value(config, "msprobe_online_queue") or DEFAULT_QUEUE
+    max_frame = ini_keys.value(config, "msprobe_online_max_frame") or DEFAULT_MAX_FRAME
     clients, ranks = _clients(config, rank_list)
     if size < 1 or max_frame < 1:
-        raise pytest.UsageError("--msprobe-online-queue and --msprobe-online-max-frame must be positive")
+        raise pytest.UsageError("msprobe_online_queue and msprobe_online_max_frame must be positive")
     here = config.invocation_params.dir
 
     def log(line: str) -> None:
@@ -140,10 +118,10 @@ def _receiver(config: pytest.Config, endpoint: Any, rank_list: tuple[int, ...] |
             tls = ep.tls_context(here / endpoint.path)
         except ep.EndpointError as exc:
             raise pytest.UsageError(f"--msprobe-online: {exc}") from None
-    elif not endpoint.loopback and not opt.msprobe_online_listen_any:
+    elif not endpoint.loopback and not ini_keys.value(config, "msprobe_online_listen_any"):
         raise pytest.UsageError(f"--msprobe-online {endpoint}: listening beyond loopback without TLS sends every "
-                                "tensor unencrypted; add --msprobe-online-listen-any to do it anyway, or use "
-                                "tls:// with --msprobe-online-tls")
+                                "tensor unencrypted; add -o msprobe_online_listen_any=true to do it anyway, or "
+                                "use tls:// with -o msprobe_online_tls=DIR")
     if endpoint.kind == "tcp" and not endpoint.loopback:  # before the terminal reporter exists: straight to stderr
         sys.stderr.write(f"msprobe online: WARNING: {endpoint} is not loopback and not TLS: calls arrive unencrypted\n")
     return Receiver(endpoint.host, endpoint.port, queue_size=size, max_frame=max_frame, tls=tls, clients=clients,
@@ -185,22 +163,22 @@ def _config_section(config: pytest.Config) -> dict[str, Any] | None:
 
 
 def _clients(config: pytest.Config, rank_list: tuple[int, ...] | None) -> tuple[int, tuple[int, ...] | None]:
-    """How many clients the session waits for: --msprobe-online-clients (or its ini key) when given, else the
-    ranks of the GPU-side config's rank_list (each must end), else 1."""
-    value = config.getoption("msprobe_online_clients")
-    if value is None:
-        value = config.getini("msprobe_online_clients") or None
+    """How many clients the session waits for: msprobe_online_clients when given, else the ranks of the GPU-side
+    config's rank_list (each must end), else 1."""
+    value = ini_keys.value(config, "msprobe_online_clients")
     if value is None:
         return (len(rank_list), rank_list) if rank_list else (1, None)
     if not str(value).strip().isdigit() or int(value) < 1:
-        raise pytest.UsageError(f"--msprobe-online-clients: {value!r} is not a positive integer")
+        raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_online_clients')}: {value!r} is not a positive "
+                                "integer")
     return int(value), None
 
 
 def _workers(config: pytest.Config) -> int:
-    value = config.getoption("msprobe_online_workers") or config.getini("msprobe_online_workers") or "1"
+    value = ini_keys.value(config, "msprobe_online_workers") or "1"
     if value == "auto":
         return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     if not str(value).strip().isdigit() or int(value) < 1:
-        raise pytest.UsageError(f"--msprobe-online-workers: {value!r} is not a positive integer (or auto)")
+        raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_online_workers')}: {value!r} is not a positive "
+                                "integer (or auto)")
     return int(value)

@@ -1,5 +1,5 @@
-"""The xdist scheduler for dumps (`--msprobe-schedule cost`, the default under `-n`): expensive items first,
-dealt by estimated cost, and each `--msprobe-filter-api` group on one worker.
+"""The xdist scheduler for dumps (`msprobe_schedule = cost`, the default under `-n`): expensive items first,
+dealt by estimated cost, and each `msprobe_filter_api` group on one worker.
 
 xdist's `load` scheduler sends every worker a contiguous quarter of its share up front: with the
 items ordered by cost, the first worker gets all the expensive ones (a Llama step's large matmuls)

@@ -87,7 +87,7 @@ class CostOrder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        # stable: ties keep the collection order, except that a --msprobe-filter-api group stays together
+        # stable: ties keep the collection order, except that an msprobe_filter_api group stays together
         items.sort(key=lambda item: (-item_cost(item), (getattr(item, "reuse", None) or ("",))[0]))
 
 

@@ -59,7 +59,7 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
         notes.append(f"{known} known failure(s) xfailed by the baseline")
     reused = sum(1 for r in records if r.get("reused_from"))
     if reused:
-        notes.append(f"{reused} reused the result of an identical call (--msprobe-filter-api)")
+        notes.append(f"{reused} reused the result of an identical call (msprobe_filter_api)")
     crash = config.stash.get(CRASH_KEY, None)
     if crash is not None and crash.crashed:
         notes.append(f"{crash.crashed} crashed or hung item(s)")

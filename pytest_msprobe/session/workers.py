@@ -1,10 +1,10 @@
-"""How many xdist workers a run is worth (`--msprobe-min-work-per-worker`).
+"""How many xdist workers a run is worth (`msprobe_min_work_per_worker`).
 
 A worker costs its start-up (Python, pytest, collecting the dump, importing torch: 1.5-2 CPU seconds
 here) and the controller's time per item (~1 ms); on a 1,000-call dump of tiny calls (3 s of work)
 `-n 2` is slower than `-n 0`. The controller knows the work before it starts any worker: the dumps'
 indexes hold a cost estimate per call (shard.work_cost). It starts at most one worker per
-`--msprobe-min-work-per-worker` seconds of estimated work, and none (the run stays in this process)
+`msprobe_min_work_per_worker` seconds of estimated work, and none (the run stays in this process)
 when that is fewer than two; the header says so. Only when every argument is a dump file and no
 option picks an unknown subset (--lf, --sw, --msprobe-resume); -k/-m are applied to the entry names and
 markers. Estimated seconds are element-equivalents times SECONDS_PER_UNIT, measured on the project's
@@ -18,24 +18,26 @@ from typing import Callable
 import pytest
 
 from ..dump.reader import DumpError, load_dump, parse_entry_name
+from . import ini_keys
+from .ini_keys import DEFAULT_MIN_WORK_S
 from .items import entry_markers, matcher
 from .shard import work_cost
 
 SECONDS_PER_UNIT = 25e-9
-DEFAULT_MIN_WORK_S = 3.0
 NOTE_KEY = pytest.StashKey[str]()
 
 
 def min_work(config: pytest.Config) -> float:
-    value = config.getoption("msprobe_min_work_per_worker")
+    value = ini_keys.value(config, "msprobe_min_work_per_worker")
     if value is None:
-        value = config.getini("msprobe_min_work_per_worker") or DEFAULT_MIN_WORK_S
+        value = DEFAULT_MIN_WORK_S
+    where = ini_keys.where(config, "msprobe_min_work_per_worker")
     try:
         seconds = float(value)
     except ValueError:
-        raise pytest.UsageError(f"--msprobe-min-work-per-worker: {value!r} is not a number of seconds") from None
+        raise pytest.UsageError(f"{where}: {value!r} is not a number of seconds") from None
     if not math.isfinite(seconds) or seconds < 0:
-        raise pytest.UsageError(f"--msprobe-min-work-per-worker: {value!r} must be 0 or more seconds")
+        raise pytest.UsageError(f"{where}: {value!r} must be 0 or more seconds")
     return seconds
 
 
@@ -111,7 +113,7 @@ def adapt(config: pytest.Config) -> None:
     where = "in this process" if worth < 2 else f"on {worth} workers"
     config.stash[NOTE_KEY] = (f"msprobe: {items} items, about {seconds:.0f} s of estimated work: {where} instead of "
                               f"-n {asked} (a worker costs more to start than it would save; "
-                              f"--msprobe-min-work-per-worker 0 starts every worker)")
+                              f"-o msprobe_min_work_per_worker=0 starts every worker)")
     if worth < 2:
         option.dist, option.tx, option.numprocesses = "no", [], 0
     else:

@@ -1,4 +1,4 @@
-"""Is a bare API name one that a dump can record? For the names a user writes: `--msprobe-specs` `apis:` keys
+"""Is a bare API name one that a dump can record? For the names a user writes: `msprobe_specs` `apis:` keys
 and the white/black lists of msprobe's config.json (`--msprobe-config`).
 
 msprobe rejects list entries that are not in its list of hooked APIs; a misspelt name would otherwise be

@@ -1,6 +1,6 @@
 """The api_specs/ YAML files, loaded once per process into one plain mapping, plus a user's overrides.
 
-A user file (`--msprobe-specs FILE`) may override any shipped number or list, and add per-API
+A user file (ini `msprobe_specs`) may override any shipped number or list, and add per-API
 entries under `apis:` (algorithm, thresholds, skip reason, grad index). It is checked against the
 shipped tree, so a typo or a string where a number belongs is rejected with the file and key.
 """

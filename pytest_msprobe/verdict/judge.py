@@ -65,7 +65,7 @@ def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mappin
         if ref_metrics is None:
             row.verdict = row.status
             row.verdict_message = (f"{algorithm} needs a reference (--msprobe-reference DEVICE or "
-                                   "--msprobe-reference-results PATH): original standard applied")
+                                   "-o msprobe_reference_results=PATH): original standard applied")
             return
         status, message, cells = verdicts.with_reference(algorithm, row.metrics, ref_metrics, row.device_dtype,
                                                          api_name, standard, th)

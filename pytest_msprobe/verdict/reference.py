@@ -1,6 +1,6 @@
 """Reference-device metrics from an earlier run: this plugin's JSON lines, or msprobe's details CSV.
 
-Used by the benchmark and ULP algorithms when `--msprobe-reference-results PATH` is given (the
+Used by the benchmark and ULP algorithms when ini `msprobe_reference_results` is given (the
 msprobe workflow: run on a GPU host, then judge the NPU run against it). Anything that does not
 line up with the dump skips the item with the reason; it is never a silent pass.
 """
@@ -40,7 +40,7 @@ def load(path: str) -> dict[str, ReferenceRow]:
     """Rows by details name (`Functional.linear.0.forward.output.0`)."""
     source = Path(path)
     if not source.is_file():
-        raise NotCheckable(f"--msprobe-reference-results: {source} does not exist")
+        raise NotCheckable(f"msprobe_reference_results: {source} does not exist")
     rows: dict[str, ReferenceRow] = {}
     if source.suffix == ".jsonl":
         with source.open(encoding="utf-8") as fh:
@@ -60,7 +60,7 @@ def load(path: str) -> dict[str, ReferenceRow]:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:len(DETAILS_HEADER)]] != list(DETAILS_HEADER):
-            raise NotCheckable(f"--msprobe-reference-results: {source} is not an msprobe accuracy_checking_details CSV")
+            raise NotCheckable(f"msprobe_reference_results: {source} is not an msprobe accuracy_checking_details CSV")
         first_metric = DETAILS_HEADER.index("余弦相似度")
         for line_no, cells in enumerate(reader, 2):
             if not cells:
