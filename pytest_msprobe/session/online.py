@@ -178,7 +178,8 @@ class OnlineSession:
         or the idle timeout."""
         refused = sum(sum(c.refused.values()) for c in self.counts.values()) + \
             sum(sum(c.values()) for c in self.strangers.values())
-        return bool(refused or self.idle_ended or self.receiver.stats.lost or self.receiver.unstopped())
+        return bool(refused or self.idle_ended or self.receiver.stats.lost or self.receiver.unstopped() or
+                    self.receiver.calls.qsize())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
@@ -380,6 +381,20 @@ class OnlineSession:
                 session, name=nodeid, nodeid=nodeid, path=self.spool / f"rank{rank}" / f"step{step}")
         return node
 
+    def _untaken(self) -> list[str]:
+        """Calls that arrived whole but were still in the receiver's queue when the session ended (Ctrl-C, -x),
+        per rank: never checked, so never silent."""
+        calls = self.receiver.calls
+        with calls.mutex:
+            left = list(calls.queue)
+        ranks: dict[str, list[str]] = {}
+        for call in left:  # a shared-storage call's rank is known once it is loaded: its file names it
+            key = "shared storage" if call.nfs else f"rank{call.rank}"
+            ranks.setdefault(key, []).append(call.peer.removeprefix("nfs:") if call.nfs else str(call.sequence))
+        return [f"msprobe online: {key}: {len(names)} call(s) arrived but were still queued when the session ended, "
+                f"not checked ({'' if key == 'shared storage' else 'sequence '}{_numbers(names)})"
+                for key, names in sorted(ranks.items())]
+
     def summary_lines(self) -> list[str]:
         lines = []
         for rank in sorted(self.counts):
@@ -394,7 +409,8 @@ class OnlineSession:
         for peer, reasons in sorted(self.strangers.items()):
             lines.append(f"msprobe online: {peer}: {sum(reasons.values())} body(ies) refused, no call accepted: not a "
                          f"client, not counted in a rank ({reasons.most_common(1)[0][0][:120]})")
-        lines += self.receiver.client_lines()
+        lines += self.receiver.client_lines(idle=self.idle_ended)
+        lines += self._untaken()
         stats = self.receiver.stats
         lines += stats.lines[-20:]  # bad peers and refused frames, as logged while they happened
         extra = [f"{k} {v}" for k, v in (("connections", stats.connections), ("CRC errors resent", stats.crc_errors),
@@ -413,6 +429,11 @@ class OnlineSession:
         if self.failed:
             lines.append(f"msprobe online: the failing calls are kept as one-call tensor dumps under {self.spool}")
         return lines
+
+
+def _numbers(names: list[str]) -> str:
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return ", ".join(names[:10]) + more
 
 
 def _start_pool(config: pytest.Config, workers: int) -> Any:
