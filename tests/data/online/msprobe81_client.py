@@ -1,7 +1,7 @@
 """A training step under mindstudio-probe 8.1.2's NPU-side client, run on CPU in that version's own virtualenv
 (tests/test_online_msprobe.py, benchmarks/bench_online.py). Not imported by the test-suite itself.
 
-    python msprobe81_client.py --mode tcp --port 59208 [--bug] [--model llama] [--steps 1] [--unfixed]
+    python msprobe81_client.py --mode tcp --port 59208 [--bug] [--model llama] [--steps 1] [--unfixed [--stall-at N]]
     python msprobe81_client.py --mode tls --port 59208 --tls DIR      (client.key/.crt, ca.crt; key passphrase in
                                                                       $CLIENT_KEY_PASSPHRASE, msprobe asks for it)
     python msprobe81_client.py --mode nfs --nfs DIR
@@ -36,6 +36,10 @@ parser.add_argument("--layers", type=int, default=2)
 parser.add_argument("--unfixed", action="store_true",
                     help="msprobe 8.1.2's TCP client as it ships, without examples/online_client/sender_fix.py: it "
                          "stalls for good now and then (docs/how-to/online.md)")
+parser.add_argument("--stall-at", type=int, default=0, metavar="N",
+                    help="with --unfixed: widen the race window of msprobe 8.1.2's shared FileSender at the end of "
+                         "its Nth transfer (the reactor thread pauses between the Deferred's callback and "
+                         "`deferred = None`, as when it is descheduled there), so that the client stalls there")
 parser.add_argument("--trace", action="store_true", help="log each frame the client writes and each ack it reads")
 parser.add_argument("--lose", type=int, default=-1, metavar="SEQUENCE",
                     help="with --trace: the first write of this frame goes nowhere, as when the client's sending thread "
@@ -72,6 +76,32 @@ if args.mode == "tcp" and not args.unfixed:
     from sender_fix import one_file_sender_per_transfer
 
     one_file_sender_per_transfer()
+
+if args.stall_at:
+    # twisted's FileSender.resumeProducing as it is, with a pause between the two lines the race falls between: the
+    # sending thread, polling the Deferred every 10 ms, begins the next transfer in the gap, and its Deferred is lost
+    from twisted.protocols.basic import FileSender
+
+    _ends = [0]
+
+    def resume_producing(self):
+        chunk = self.file.read(self.CHUNK_SIZE) if self.file else b""
+        if not chunk:
+            self.file = None
+            self.consumer.unregisterProducer()
+            if self.deferred:
+                self.deferred.callback(self.lastSent)
+                _ends[0] += 1
+                if _ends[0] == args.stall_at:
+                    time.sleep(0.5)
+                self.deferred = None
+            return
+        if self.transform:
+            chunk = self.transform(chunk)
+        self.consumer.write(chunk)
+        self.lastSent = chunk[-1:]
+
+    FileSender.resumeProducing = resume_producing
 
 if args.trace:
     # What the client itself puts on the wire, counted on its side (not the receiver's): each frame handed to
