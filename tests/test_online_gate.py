@@ -175,6 +175,19 @@ def test_a_client_killed_mid_frame_ends_unstopped_with_its_account() -> None:
                             rf"sequence 5 \(rank 0, step 0\), 50 of its {size:,} bytes", cut), cut
 
 
+def test_a_client_cut_inside_a_header_is_named_with_its_bytes() -> None:
+    with _serving() as (receiver, _):
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as sock:
+            for i in range(3):
+                sock.sendall(protocol.frame(_body(i), i))
+            assert _acks(sock, 3) == [protocol.OK] * 3
+            sock.sendall(protocol.frame(_body(3), 3)[:20])  # killed inside its fourth frame's header
+        assert receiver.finished.wait(5)
+        line, cut = receiver.client_lines()
+        assert "numbered 3 call(s), 3 arrived; ended without its STOP_" in line, line
+        assert cut.endswith(": 1 frame arrived incomplete, not checked: 20 byte(s), less than its header"), cut
+
+
 def test_slow_loris_half_header_is_ended_and_real_clients_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_msprobe.online import receiver as module
 

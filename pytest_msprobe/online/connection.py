@@ -224,10 +224,15 @@ class Reader:
         return body
 
 
+def listed(names: list[str]) -> str:
+    """The first ten names, and how many more."""
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return ", ".join(names[:10]) + more
+
+
 def numbers(missing: dict[int, set[int]]) -> str:
-    shown = sorted(missing)[:10]
-    more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-    return "sequence " + ", ".join(map(str, shown)) + more if shown else "sequence numbers beyond the limit"
+    shown = [str(n) for n in sorted(missing)]
+    return "sequence " + listed(shown) if shown else "sequence numbers beyond the limit"
 
 
 def shutdown(sock: socket.socket) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from ..online.checking import RankCounts, WorkersFailed
+from ..online.connection import listed
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
@@ -392,7 +393,7 @@ class OnlineSession:
             key = "shared storage" if call.nfs else f"rank{call.rank}"
             ranks.setdefault(key, []).append(call.peer.removeprefix("nfs:") if call.nfs else str(call.sequence))
         return [f"msprobe online: {key}: {len(names)} call(s) arrived but were still queued when the session ended, "
-                f"not checked ({'' if key == 'shared storage' else 'sequence '}{_numbers(names)})"
+                f"not checked ({'' if key == 'shared storage' else 'sequence '}{listed(names)})"
                 for key, names in sorted(ranks.items())]
 
     def summary_lines(self) -> list[str]:
@@ -429,11 +430,6 @@ class OnlineSession:
         if self.failed:
             lines.append(f"msprobe online: the failing calls are kept as one-call tensor dumps under {self.spool}")
         return lines
-
-
-def _numbers(names: list[str]) -> str:
-    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
-    return ", ".join(names[:10]) + more
 
 
 def _start_pool(config: pytest.Config, workers: int) -> Any:
