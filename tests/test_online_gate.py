@@ -167,9 +167,25 @@ def test_a_client_killed_mid_frame_ends_unstopped_with_its_account() -> None:
         assert receiver.finished.wait(5)  # the only client ended: nothing more can come from it
         (client,) = receiver.unstopped()
         assert client.arrived == 5
-        (line,) = receiver.client_lines()
+        line, cut = receiver.client_lines()
         assert re.search(r"rank0 client 127\.0\.0\.1:\d+: numbered 5 call\(s\), 5 arrived; ended without its STOP_: "
                          r"the connection closed \(closed in the middle of a frame\)", line), line
+        size = len(protocol.frame(_body(5), 5))  # the sixth call arrived in part: named, not left unsaid
+        assert re.fullmatch(rf"msprobe online: rank0 client 127\.0\.0\.1:\d+: 1 call arrived incomplete, not checked: "
+                            rf"sequence 5 \(rank 0, step 0\), 50 of its {size:,} bytes", cut), cut
+
+
+def test_a_client_cut_inside_a_header_is_named_with_its_bytes() -> None:
+    with _serving() as (receiver, _):
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as sock:
+            for i in range(3):
+                sock.sendall(protocol.frame(_body(i), i))
+            assert _acks(sock, 3) == [protocol.OK] * 3
+            sock.sendall(protocol.frame(_body(3), 3)[:20])  # killed inside its fourth frame's header
+        assert receiver.finished.wait(5)
+        line, cut = receiver.client_lines()
+        assert "numbered 3 call(s), 3 arrived; ended without its STOP_" in line, line
+        assert cut.endswith(": 1 frame arrived incomplete, not checked: 20 byte(s), less than its header"), cut
 
 
 def test_slow_loris_half_header_is_ended_and_real_clients_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -358,23 +374,42 @@ def test_two_clients_under_attack_are_all_checked(pytester: pytest.Pytester) -> 
     assert live.count("the rest are counted in the summary, not shown") == 1  # printed line by line
 
 
-def test_a_client_that_disconnects_without_stop_fails_the_run(pytester: pytest.Pytester) -> None:
+def test_a_client_that_disconnects_without_stop_fails_the_run(pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 is killed in the middle of its 21st frame: that call arrived in part and is named. Rank 2 goes
+    quiet between two frames for longer than a frame may stall, as msprobe 8.1.2's TCP client does when its
+    sending thread waits for ever (its unsent calls stay in its queue), and is then killed: the connection is
+    kept while it is quiet, and the summary says where its stream stopped and what to do."""
+    from pytest_msprobe.online import receiver as module
+
+    monkeypatch.setattr(module, "FRAME_STALL_S", 1.0)
     port = free_port()
     ok = _client(port, 0, 30)
     killed = _client(port, 1, 20, kill=True)
+    stalled = _client(port, 2, 13, stop=False, pause=3)
     started = time.monotonic()
     result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-o",
-                                          "msprobe_online_clients=2", *SAFETY)
-    ok.join(30)
-    killed.join(30)
+                                          "msprobe_online_clients=3", *SAFETY)
+    for client in (ok, killed, stalled):
+        client.join(30)
     assert time.monotonic() - started < 80  # ended on the clients' word, not on the idle timeout
-    result.assert_outcomes(passed=50)
+    result.assert_outcomes(passed=63)
+    cut = len(protocol.frame(_body(20, rank=1), 20, rank=1))
     result.stdout.fnmatch_lines([
         "msprobe online: rank0 client 127.0.0.1:*: numbered 30 call(s), 30 arrived; stopped",
-        "msprobe online: rank1 client 127.0.0.1:*: numbered 20 call(s), 20 arrived; ended without its STOP_*"])
-    assert "without a call" not in result.stdout.str()
+        "msprobe online: rank1 client 127.0.0.1:*: numbered 20 call(s), 20 arrived; ended without its STOP_: the "
+        "connection closed (closed in the middle of a frame)",
+        f"msprobe online: rank1 client 127.0.0.1:*: 1 call arrived incomplete, not checked: sequence 20 (rank 1, "
+        f"step 0), 40 of its {cut:,} bytes",
+        "msprobe online: rank2 client 127.0.0.1:*: numbered 13 call(s), 13 arrived; ended without its STOP_: the "
+        "connection closed",
+        "msprobe online: rank2 client 127.0.0.1:*: no byte came after its call with sequence 12. If its log says "
+        "`send_queue put send_data timeout`, msprobe 8.1.2's client stalled there * examples/online_client/"
+        "sender_fix.py *"])
+    out = result.stdout.str()
+    assert "without a call" not in out and "a frame begun" not in out  # quiet between frames is not a stalled frame
     assert result.ret == 1
-    assert missing_from(result.stdout.str(), "docs/how-to/online.md", 0, variable=(ADDRESS,)) is None
+    assert missing_from(out, "docs/how-to/online.md", 0, variable=(ADDRESS, r"of its [\d,]+ bytes")) is None
 
 
 def test_quiet_clients_are_named_once_with_the_idle_option(pytester: pytest.Pytester,
@@ -390,6 +425,9 @@ def test_quiet_clients_are_named_once_with_the_idle_option(pytester: pytest.Pyte
     result.stdout.fnmatch_lines([
         "msprobe online: no call for * s; the clients are quiet. Waiting for: rank3 client 127.0.0.1:* (90 call(s) "
         "arrived, no STOP_ yet). -o msprobe_online_idle=4 ends the session after that long without a call*",
+        "msprobe online: rank3 client 127.0.0.1:*: numbered 90 call(s), 90 arrived; no STOP_: still connected when "
+        "the session ended",
+        "msprobe online: rank3 client 127.0.0.1:*: no byte came after its call with sequence 89. If its log says*",
         "msprobe online: ended after 4 s without a call, before every client stopped; waiting for: rank3 client*"])
     assert result.ret == 1
     progress = [line for line in out.splitlines() if re.fullmatch(r"(online )?\.+( \[\d+ calls\])?", line)]
@@ -453,3 +491,42 @@ def test_a_tls_client_hears_a_neutral_ack_before_its_first_frame(tmp_path: Any, 
         sock.sendall(protocol.frame(_body(), 0))
         assert protocol.parse_ack(sock.recv(protocol.ACK.size)) == (protocol.OK, 0, 0, 0)
     receiver.close()
+
+
+def test_calls_still_queued_when_the_session_stops_early_are_named(pytester: pytest.Pytester) -> None:
+    """-x stops the session at the first call, which fails, while the client's 29 others wait in the queue,
+    arrived whole: they are counted per rank and named, not dropped from the summary."""
+
+    class Slow:
+        """The first call's check waits until the client's 30 frames are in the queue."""
+
+        def pytest_runtest_logstart(self, nodeid: str) -> None:
+            time.sleep(2)
+
+    port = free_port()
+
+    def send() -> None:
+        assert wait_for_port(port)
+        x = torch.linspace(-1, 1, 8)
+        wrong = encode(safeload.ApiData("Functional.relu.0", (x,), {}, torch.relu(x) + 1, 0, 0))
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+            sock.sendall(b"".join(protocol.frame(wrong if i == 0 else _body(i), i) for i in range(30)))
+            with contextlib.suppress(OSError):
+                while sock.recv(4096):  # the acks, until the session closes the connection
+                    pass
+
+    client = threading.Thread(target=send, daemon=True)
+    client.start()
+    result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-x", *SAFETY,
+                                          plugins=[Slow()])
+    client.join(30)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "msprobe online: rank0: received 1 = checked 1 + skipped 0 + refused 0",
+        "msprobe online: rank0 client 127.0.0.1:*: numbered 30 call(s), 30 arrived; no STOP_: still connected when "
+        "the session ended",
+        # where its stream stopped, without the stall hint: the session stopped, not the client
+        "msprobe online: rank0 client 127.0.0.1:*: no byte came after its call with sequence 29",
+        "msprobe online: rank0: 29 call(s) arrived but were still queued when the session ended, not checked "
+        "(sequence 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 19 more)"])
+    assert result.ret == 1

@@ -173,6 +173,50 @@ def test_the_tcp_client_stall_is_a_shared_file_sender_race(pytester: pytest.Pyte
     assert out.split() == ["SHARED", "False", "FRESH", "True"], out
 
 
+def test_the_unfixed_tcp_client_stalls_with_its_later_calls_unsent_and_the_summary_says_so(
+        pytester: pytest.Pytester) -> None:
+    """msprobe 8.1.2's TCP client as it ships (no sender fix), made to stall at its 18th transfer's end (its
+    FileSender race, the window widened): the transfer begun in the race is sent whole, so each of the 19 frames
+    it began arrived whole and became an item, and the calls after them never left the client (its own trace:
+    the next in its sending thread, 20 more in its queue, nothing in twisted's buffer). The session, ended by
+    msprobe_online_idle, says where the stream stopped and what to do, and fails."""
+    import subprocess
+
+    port = free_port()
+    client = subprocess.Popen([PYTHON, str(SCRIPT), "--mode", "tcp", "--port", str(port), "--unfixed", "--stall-at",
+                               "18", "--trace"], cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        result = pytester.runpytest_inprocess("--msprobe-online", f"tcp://127.0.0.1:{port}", "-o",
+                                              "msprobe_online_idle=25", "-p", "no:cacheprovider")
+        lines: list[str] = []
+        for line in client.stdout or ():  # the client's trace says what it holds once it has sent nothing for 20 s
+            lines.append(line)
+            if line.startswith("WIRE STALL"):
+                break
+    finally:
+        client.kill()
+        client.communicate()
+    out = "".join(lines)
+    begun = re.findall(r"WIRE BEGUN CALL (\d+)", out)
+    assert begun == [str(i) for i in range(19)], out[-3000:]
+    assert re.search(r"^WIRE SEND CALL 19 ", out, re.M)  # taken by its sending thread, never begun
+    stall = re.search(r"^WIRE STALL .* send_queue 20 \[(.*?)\] .* begun (\d+) written (\d+) unflushed 0 unread 0$",
+                      out, re.M)
+    assert stall, out[-3000:]
+    assert stall[1] == ", ".join(map(str, range(20, 40))) and stall[2] == stall[3]  # all it began left it
+    assert len(re.findall(r"tools is dumping api: ", out)) > 19 + 1  # its log names calls that never arrived
+    result.stdout.fnmatch_lines([
+        "msprobe online: rank0: received 19 = checked * + skipped * + refused 0",
+        "msprobe online: rank0 client 127.0.0.1:*: numbered 19 call(s), 19 arrived; no STOP_: still connected when "
+        "the session ended",
+        "msprobe online: rank0 client 127.0.0.1:*: no byte came after its call with sequence 18. If its log says "
+        "`send_queue put send_data timeout`, msprobe 8.1.2's client stalled there * examples/online_client/"
+        "sender_fix.py *",
+        "msprobe online: ended after 25 s without a call, before every client stopped*"])
+    assert result.ret == 1
+
+
 def _example(pytester: pytest.Pytester, port: int, launcher: list[str], clients: int) -> pytest.RunResult:
     """examples/online_client/train.py with its config_tcp.json on `port`, started as `launcher` does, against
     a session waiting for `clients`."""

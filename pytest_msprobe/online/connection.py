@@ -17,6 +17,8 @@ from .protocol import OK
 
 _RECENT = 4096  # (sequence, rank, step) keys remembered per connection to drop resent duplicates
 _MAX_MISSING = 4096  # sequence numbers remembered as missing per connection (a hostile peer's jumps count only)
+STALL_HINT_S = 10.0  # a client still connected, quiet between frames this long when the session ends, may be
+# msprobe 8.1.2's stalled one (it sends about 10 calls a second): its summary line says what to do
 
 
 class Closed(Exception):
@@ -44,6 +46,11 @@ class Conn:
         self.stopped = False
         self.done = False  # counted as finished (Receiver._finish)
         self.arrived = 0  # call frames taken (resent duplicates not counted)
+        self.consumed = 0  # bytes of whole frames read: what the peer sent beyond is an unfinished frame
+        self.current: protocol.Header | None = None  # the header of the frame being read, once it is in ...
+        self.current_size = 0  # ... and that frame's size in bytes, header included
+        self.last_sequence: int | None = None  # of the last whole call frame
+        self.last_frame_at = self.opened  # time.monotonic() when the last whole frame was read
         self.stops = 0  # STOP_ frames: msprobe's client numbers them in the same sequence as its calls
         self.recent: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self.last_ack: tuple[bytes, int, int, int] | None = None  # the last OK___, repeated while idle
@@ -102,20 +109,44 @@ class Conn:
     def lost(self) -> int:
         return len(self.missing) + self.untracked
 
-    def account(self) -> str:
-        """What this client numbered, what arrived and how it ended, in one line of the summary."""
+    def unfinished(self) -> int:
+        """Bytes received beyond the last whole frame: the start of a frame that never finished (so far)."""
+        return self.reader.received - self.consumed
+
+    def account(self, idle: bool = False) -> list[str]:
+        """What this client numbered, what arrived and how it ended, in a line of the summary; for a client
+        that ended (or was left) without its STOP_, a second line: the call it cut off, or where it went quiet
+        (`idle`: the session ended because no call came)."""
         numbered = max(0, self.next_sequence - self.stops)  # its calls and its STOP_ frames share the numbers
         lost = self.lost()
+        head = f"msprobe online: rank{self.rank} client {self.peer}"
         if self.stopped:
             how = "stopped" + (f"; {lost} call(s) it numbered never arrived, though asked for again" if lost else "")
-        else:
-            why = f" ({self.ended})" if self.ended else ""
-            how = f"ended without its STOP_: the connection closed{why}; calls it sent after the last that arrived " \
-                  "are unknown"
-            if lost:
-                how += f"; {lost} call(s) it numbered never arrived"
-        return (f"msprobe online: rank{self.rank} client {self.peer}: numbered {numbered} call(s), "
-                f"{self.arrived} arrived; {how}")
+            return [f"{head}: numbered {numbered} call(s), {self.arrived} arrived; {how}"]
+        why = f" ({self.ended})" if self.ended else ""
+        how = f"ended without its STOP_: the connection closed{why}" if not self.open else \
+            "no STOP_: still connected when the session ended"
+        if lost:
+            how += f"; {lost} call(s) it numbered never arrived"
+        return [f"{head}: numbered {numbered} call(s), {self.arrived} arrived; {how}", f"{head}: {self.cut_off(idle)}"]
+
+    def cut_off(self, idle: bool = False) -> str:
+        """Where the stream of a client without its STOP_ ends: a call that came in part, not checked, or no
+        byte after its last whole frame (what msprobe 8.1.2's stalled sending thread leaves: the calls it
+        dumped after that are still in its queue, never sent)."""
+        got, h = self.unfinished(), self.current
+        if h is not None:
+            return (f"1 call arrived incomplete, not checked: sequence {h.sequence} (rank {h.rank}, step {h.step}), "
+                    f"{got:,} of its {self.current_size:,} bytes")
+        if got:
+            return f"1 frame arrived incomplete, not checked: {got} byte(s), less than its header"
+        after = f"its call with sequence {self.last_sequence}" if self.last_sequence is not None else "its last frame"
+        if self.open and not idle and time.monotonic() - self.last_frame_at < STALL_HINT_S:
+            return f"no byte came after {after}"  # the session ended while it was sending, not while it was stuck
+        return (f"no byte came after {after}. If its log says `send_queue put send_data timeout`, msprobe 8.1.2's "
+                "client stalled there (a race in its twisted FileSender) and the calls it dumped after that never "
+                "left it: apply examples/online_client/sender_fix.py before it starts (docs/how-to/online.md, "
+                "\"msprobe 8.1.2's client: what to expect\")")
 
 
 class Reader:
@@ -131,6 +162,7 @@ class Reader:
         self.sock = sock
         self.view = memoryview(b"")
         self.start = self.end = 0
+        self.received = 0  # bytes the peer sent, all told
 
     def buffered(self) -> int:
         return self.end - self.start
@@ -141,7 +173,8 @@ class Reader:
         if self.end - self.start >= size:
             return True
         if not len(self.view):  # nothing read yet: wait for the first bytes before a buffer is made
-            first = self.sock.recv(size)
+            first = self.sock.recv(max(size, 1 << 16))  # up to BUFFER: a frame's first byte brings what came with it
+            self.received += len(first)
             if not first:
                 if at_start:
                     return False
@@ -159,6 +192,7 @@ class Reader:
             self.start, self.end = 0, tail
         while self.end - self.start < size:
             n = self.sock.recv_into(self.view[self.end:])
+            self.received += n
             if n == 0:
                 if at_start and self.end == self.start:
                     return False
@@ -183,16 +217,22 @@ class Reader:
         target[:got] = self.take(got)
         while got < size:
             n = self.sock.recv_into(target[got:])
+            self.received += n
             if n == 0:
                 raise Closed(mid_frame=True)
             got += n
         return body
 
 
+def listed(names: list[str]) -> str:
+    """The first ten names, and how many more."""
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return ", ".join(names[:10]) + more
+
+
 def numbers(missing: dict[int, set[int]]) -> str:
-    shown = sorted(missing)[:10]
-    more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-    return "sequence " + ", ".join(map(str, shown)) + more if shown else "sequence numbers beyond the limit"
+    shown = [str(n) for n in sorted(missing)]
+    return "sequence " + listed(shown) if shown else "sequence numbers beyond the limit"
 
 
 def shutdown(sock: socket.socket) -> None:

@@ -69,7 +69,7 @@ class NfsReceiver:
     def unstopped(self) -> list[Any]:
         return []
 
-    def client_lines(self) -> list[str]:
+    def client_lines(self, idle: bool = False) -> list[str]:
         return []
 
     def waiting_for(self) -> str:

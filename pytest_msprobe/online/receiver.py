@@ -164,11 +164,12 @@ class Receiver:
         with self._lock:
             return [c for c in self._clients if not c.stopped and not c.open]
 
-    def client_lines(self) -> list[str]:
-        """One line per client: what it numbered, what arrived, how it ended."""
+    def client_lines(self, idle: bool = False) -> list[str]:
+        """Per client: what it numbered, what arrived, how it ended or, still connected without its STOP_,
+        where it went quiet (the session is ending; `idle`: because no call came)."""
         with self._lock:
             clients = list(self._clients)
-        return [c.account() for c in sorted(clients, key=lambda c: (c.rank, c.opened)) if c.done or not c.open]
+        return [line for c in sorted(clients, key=lambda c: (c.rank, c.opened)) for line in c.account(idle)]
 
     def waiting_for(self) -> str:
         """Who the session is waiting for, for the line said when the clients go quiet."""
@@ -290,14 +291,20 @@ class Receiver:
     def _frame(self, conn: Conn) -> bool:
         """Read and answer one frame; False when the peer closed cleanly between frames."""
         reader = conn.reader
-        if not reader.buffered() and not self._wait_for_frame(conn):
-            return False
+        if not reader.buffered():
+            if not self._wait_for_frame(conn):
+                return False
+            # over TCP the frame's first byte is waited for without a timeout: between frames a client may be
+            # quiet as long as it likes (a training step, or a stalled client whose account says where it stopped)
+            if self.tls is None and not reader.fill(1, at_start=True):
+                return False
         conn.repeats = 0
         conn.sock.settimeout(FRAME_STALL_S)  # the frame has begun: the rest must come
         lead = protocol.HEADER.size + (protocol.CRC_WIDTH if self.check_sum else 0)
         if not reader.fill(lead, at_start=True):
             return False
         h = protocol.parse_header(reader.take(protocol.HEADER.size))
+        conn.current, conn.current_size = h, lead + h.length
         if h.rank >= _LIMIT or h.step >= _LIMIT:
             raise Garbage(f"frame header with rank {h.rank}, step {h.step}: not a frame of msprobe's client")
         if h.length == 0 or h.length > self.max_frame:
@@ -312,6 +319,8 @@ class Receiver:
                 raise Garbage(f"CRC field {crc!r} is not 8 hex digits: not a frame of msprobe's client")
         body = reader.body(h.length)
         conn.sock.settimeout(None)
+        conn.consumed += conn.current_size
+        conn.current, conn.last_frame_at = None, time.monotonic()
         if self.check_sum and protocol.crc_text(body) != crc:
             with self._lock:
                 self.stats.crc_errors += 1
@@ -328,6 +337,7 @@ class Receiver:
             return True
         conn.data = True
         conn.arrived += 1
+        conn.last_sequence = h.sequence
         return self._put(conn, h, Call(h.rank, h.step, h.sequence, body, conn.peer, conn=conn))
 
     def _put(self, conn: Conn, h: protocol.Header, call: Call) -> bool:

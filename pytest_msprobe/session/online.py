@@ -35,6 +35,7 @@ import pytest
 
 from ..online.checking import RankCounts, WorkersFailed
 from . import ini_keys
+from ..online.connection import listed
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
@@ -179,7 +180,8 @@ class OnlineSession:
         or the idle timeout."""
         refused = sum(sum(c.refused.values()) for c in self.counts.values()) + \
             sum(sum(c.values()) for c in self.strangers.values())
-        return bool(refused or self.idle_ended or self.receiver.stats.lost or self.receiver.unstopped())
+        return bool(refused or self.idle_ended or self.receiver.stats.lost or self.receiver.unstopped() or
+                    self.receiver.calls.qsize())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
@@ -381,6 +383,20 @@ class OnlineSession:
                 session, name=nodeid, nodeid=nodeid, path=self.spool / f"rank{rank}" / f"step{step}")
         return node
 
+    def _untaken(self) -> list[str]:
+        """Calls that arrived whole but were still in the receiver's queue when the session ended (Ctrl-C, -x),
+        per rank: never checked, so never silent."""
+        calls = self.receiver.calls
+        with calls.mutex:
+            left = list(calls.queue)
+        ranks: dict[str, list[str]] = {}
+        for call in left:  # a shared-storage call's rank is known once it is loaded: its file names it
+            key = "shared storage" if call.nfs else f"rank{call.rank}"
+            ranks.setdefault(key, []).append(call.peer.removeprefix("nfs:") if call.nfs else str(call.sequence))
+        return [f"msprobe online: {key}: {len(names)} call(s) arrived but were still queued when the session ended, "
+                f"not checked ({'' if key == 'shared storage' else 'sequence '}{listed(names)})"
+                for key, names in sorted(ranks.items())]
+
     def summary_lines(self) -> list[str]:
         lines = []
         for rank in sorted(self.counts):
@@ -395,7 +411,8 @@ class OnlineSession:
         for peer, reasons in sorted(self.strangers.items()):
             lines.append(f"msprobe online: {peer}: {sum(reasons.values())} body(ies) refused, no call accepted: not a "
                          f"client, not counted in a rank ({reasons.most_common(1)[0][0][:120]})")
-        lines += self.receiver.client_lines()
+        lines += self.receiver.client_lines(idle=self.idle_ended)
+        lines += self._untaken()
         stats = self.receiver.stats
         lines += stats.lines[-20:]  # bad peers and refused frames, as logged while they happened
         extra = [f"{k} {v}" for k, v in (("connections", stats.connections), ("CRC errors resent", stats.crc_errors),

@@ -1,7 +1,7 @@
 """A training step under mindstudio-probe 8.1.2's NPU-side client, run on CPU in that version's own virtualenv
 (tests/test_online_msprobe.py, benchmarks/bench_online.py). Not imported by the test-suite itself.
 
-    python msprobe81_client.py --mode tcp --port 59208 [--bug] [--model llama] [--steps 1]
+    python msprobe81_client.py --mode tcp --port 59208 [--bug] [--model llama] [--steps 1] [--unfixed [--stall-at N]]
     python msprobe81_client.py --mode tls --port 59208 --tls DIR      (client.key/.crt, ca.crt; key passphrase in
                                                                       $CLIENT_KEY_PASSPHRASE, msprobe asks for it)
     python msprobe81_client.py --mode nfs --nfs DIR
@@ -33,6 +33,13 @@ parser.add_argument("--rank", type=int, default=-1, help="with --world 2: this p
 parser.add_argument("--world", type=int, default=1)
 parser.add_argument("--init", default="")
 parser.add_argument("--layers", type=int, default=2)
+parser.add_argument("--unfixed", action="store_true",
+                    help="msprobe 8.1.2's TCP client as it ships, without examples/online_client/sender_fix.py: it "
+                         "stalls for good now and then (docs/how-to/online.md)")
+parser.add_argument("--stall-at", type=int, default=0, metavar="N",
+                    help="with --unfixed: widen the race window of msprobe 8.1.2's shared FileSender at the end of "
+                         "its Nth transfer (the reactor thread pauses between the Deferred's callback and "
+                         "`deferred = None`, as when it is descheduled there), so that the client stalls there")
 parser.add_argument("--trace", action="store_true", help="log each frame the client writes and each ack it reads")
 parser.add_argument("--lose", type=int, default=-1, metavar="SEQUENCE",
                     help="with --trace: the first write of this frame goes nowhere, as when the client's sending thread "
@@ -60,7 +67,7 @@ if args.world > 1:
 
 from msprobe.pytorch import PrecisionDebugger  # noqa: E402 - after the planted bug, as a model's own code
 
-if args.mode == "tcp":
+if args.mode == "tcp" and not args.unfixed:
     # the example's FileSender per transfer, the workaround docs/how-to/online.md gives: with msprobe 8.1.2's one
     # shared FileSender its TCP client stalls for good now and then (a race in the client, reproduced by
     # test_the_tcp_client_stall_is_a_shared_file_sender_race), which would fail these tests at random
@@ -69,6 +76,32 @@ if args.mode == "tcp":
     from sender_fix import one_file_sender_per_transfer
 
     one_file_sender_per_transfer()
+
+if args.stall_at:
+    # twisted's FileSender.resumeProducing as it is, with a pause between the two lines the race falls between: the
+    # sending thread, polling the Deferred every 10 ms, begins the next transfer in the gap, and its Deferred is lost
+    from twisted.protocols.basic import FileSender
+
+    _ends = [0]
+
+    def resume_producing(self):
+        chunk = self.file.read(self.CHUNK_SIZE) if self.file else b""
+        if not chunk:
+            self.file = None
+            self.consumer.unregisterProducer()
+            if self.deferred:
+                self.deferred.callback(self.lastSent)
+                _ends[0] += 1
+                if _ends[0] == args.stall_at:
+                    time.sleep(0.5)
+                self.deferred = None
+            return
+        if self.transform:
+            chunk = self.transform(chunk)
+        self.consumer.write(chunk)
+        self.lastSent = chunk[-1:]
+
+    FileSender.resumeProducing = resume_producing
 
 if args.trace:
     # What the client itself puts on the wire, counted on its side (not the receiver's): each frame handed to
@@ -80,7 +113,7 @@ if args.trace:
     from msprobe.pytorch.api_accuracy_checker.tensor_transport_layer import client as _client
     from twisted.internet import tcp as _tcp
 
-    _wire = {"queued": 0, "written": 0, "last": time.monotonic()}
+    _wire = {"queued": 0, "begun": 0, "written": 0, "last": time.monotonic()}
     _send, _received = _client.ClientProtocol.send_wrapped_data, _client.ClientProtocol.dataReceived
     _write_some, _tcp_init = _tcp.Connection.writeSomeData, _client.TCPClient.__init__
 
@@ -100,7 +133,10 @@ if args.trace:
             _wire["queued"] -= 32 + (8 if self.check_sum else 0) + len(data)
             print(f"WIRE LOST {sequence_number}", file=sys.stderr, flush=True)
             return None
-        return _send(self, data, sequence_number=sequence_number, rank=rank, step=step)
+        done = _send(self, data, sequence_number=sequence_number, rank=rank, step=step)
+        _wire["begun"] += 32 + (8 if self.check_sum else 0) + len(data)  # its transfer has begun
+        print(f"WIRE BEGUN {kind} {sequence_number}", file=sys.stderr, flush=True)
+        return done
 
     def data_received(self, data):
         for i in range(0, len(data) - 28, 29):
@@ -115,9 +151,14 @@ if args.trace:
             while time.monotonic() - _wire["last"] < 20:
                 time.sleep(2)
             p = self.tcp_manager
+            t, f = p.transport, p.file_sender
+            unflushed = len(t.dataBuffer) - t.offset + t._tempDataLen  # in twisted's buffer, not yet in the kernel
+            unread = len(f.file.getvalue()) - f.file.tell() if f.file is not None else 0  # in the FileSender's file
             print(f"WIRE STALL unacknowledged {sorted(self.resend_dict)} send_queue {self.send_queue.qsize()} "
+                  f"{[d.sequence_number for d in list(self.send_queue.queue)]} "
                   f"ack_queue {p.ack_queue.qsize()} defer_called {getattr(p.defer, 'called', None)} "
-                  f"queued {_wire['queued']} written {_wire['written']}", file=sys.stderr, flush=True)
+                  f"queued {_wire['queued']} begun {_wire['begun']} written {_wire['written']} unflushed {unflushed} unread {unread}",
+                  file=sys.stderr, flush=True)
             faulthandler.dump_traceback(file=sys.stderr)
 
         threading.Thread(target=watch, daemon=True).start()
