@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from ..online.checking import RankCounts, WorkersFailed
-from . import ini_keys
 from ..online.connection import listed
+from . import ini_keys
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
