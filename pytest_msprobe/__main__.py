@@ -4,6 +4,7 @@ one recorded call (script). None of the four needs pytest or torch; the script i
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ def write_script(args: argparse.Namespace) -> int:
         path = write(args.target, Path(args.output) if args.output else None, options, args.iter_times)
     except ScriptError as exc:
         raise SystemExit(f"error: {exc}") from None
-    print(f"wrote {path}: python {path}  (--iter-times N, --device D, --json)")
+    print(f"wrote {path}: python {shlex.quote(str(path))}  (--iter-times N, --device D, --json)")
     return 0
 
 

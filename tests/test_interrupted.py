@@ -1,10 +1,16 @@
 """A run cut short never looks complete: the summary counts the items that never ran and gives the command that
 resumes them, the exit status is not 0, with and without xdist (the controller interrupted, a worker interrupted,
-a worker crashing with restarts off); the resumed run's progress is monotonic and over every item."""
+a worker crashing with restarts off); the resumed run's progress is monotonic and over every item. Ctrl-C stops a
+run at once, also while the bench runs beside the device in the helper thread."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +150,58 @@ def test_another_suites_items_stopped_by_x_are_pytests_business(pytester: pytest
     result = pytester.runpytest("-x", "test_plain.py")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "NOT COMPLETE" not in result.stdout.str()
+
+
+# relu, a minute long in any thread but the main one: the bench beside the device (the helper thread) is slow, as a
+# CPU bench beside a fast device is, so the items' thread waits for it
+SLOW_BENCH = """
+    import os, threading, time
+    from pathlib import Path
+    import torch
+
+    _relu = torch.nn.functional.relu
+
+    def relu(input, inplace=False):
+        if threading.current_thread() is not threading.main_thread():
+            Path(os.environ["BENCH_STARTED"]).touch()
+            for _ in range(6000):
+                time.sleep(0.01)
+        return _relu(input, inplace=inplace)
+
+    torch.nn.functional.relu = relu
+"""
+
+
+def test_ctrl_c_while_the_items_thread_waits_for_a_long_bench_stops_at_once(pytester: pytest.Pytester) -> None:
+    """SIGINT, as Ctrl-C sends it to the run's process group: pytest's interrupted summary names where the items'
+    thread waited (not threading.py), the resume line follows, and the process ends without running the rest of the
+    bench (a minute), its metrics or the next item's inputs."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the bench runs in the items' thread, there is no helper thread to wait for")
+    pytester.makeconftest(SLOW_BENCH)
+    dump = relu_dump(pytester)
+    started = pytester.path / "bench_started"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}  # a core to spare, here
+    run = subprocess.Popen([sys.executable, "-m", "pytest", str(dump), *LEAN], cwd=pytester.path, text=True,
+                           env={**env, "BENCH_STARTED": str(started)}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the bench never ran beside the device"
+        time.sleep(0.5)  # the items' thread is waiting for the bench now
+        sent = time.monotonic()
+        os.killpg(run.pid, signal.SIGINT)
+        out, _ = run.communicate(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert took < 15, f"{took:.1f} s from SIGINT to exit\n{out}"  # the bench alone has 60 s left
+    assert re.search(r"!+ KeyboardInterrupt !+\n\S*pytest_msprobe/\S+\.py:\d+: KeyboardInterrupt\n", out), out
+    assert "threading.py" not in out and "Traceback" not in out and "Exception ignored" not in out, out
+    assert re.search(rf"NOT COMPLETE \(interrupted\): {TOTAL} of {TOTAL} items never ran", out), out
+    assert re.search(rf"to run only those and report all {TOTAL}: pytest .*--msprobe-resume\n", out), out

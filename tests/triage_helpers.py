@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,11 @@ def assert_same_numbers(result: dict[str, Any], record: dict[str, Any]) -> int:
         assert (row["verdict"] or row["status"]) == (exp["verdict"] or exp["status"])
         assert row["status"] == exp["status"]
     return compared
+
+
+def replay_line(text: str, err: Path, dumps: int = 1) -> str:
+    """The summary line a run that saved error data into `err` prints: its replay command is `pytest err` with the
+    options of the run's `rerun:` lines (one set for every item), which decide the device side and the verdict."""
+    options = {re.sub(r"^rerun: pytest \S+", "", line) for line in text.splitlines() if line.startswith("rerun: pytest ")}
+    assert len(options) == 1, options
+    return f"error data: {dumps} dump(s) in {err} (replay: pytest {err}{options.pop()})"

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..dump.reader import Dump, parse_entry_name
-from ..helper import helper
+from ..helper import Stopped, helper
 from ..inputs.build import BuildContext, build, parse_dtype
 from ..inputs.seeds import item_seed
 from ..runs.execution import NotCheckable, Shared, output_leaves
@@ -103,8 +103,11 @@ def build_pending_here() -> None:
 
 
 def _taken(key: _Key) -> Future[Built] | None:
+    """The build started for this item, unless Ctrl-C stopped it (an in-process session that goes on builds again)."""
     found = _pending.pop(key, None)
-    return found[0] if found is not None else None
+    if found is None or found[0].cancelled() or (found[0].done() and isinstance(found[0].exception(), Stopped)):
+        return None
+    return found[0]
 
 
 def _real(dump: Dump, options: CheckOptions) -> bool:

@@ -12,11 +12,17 @@ Timeout (ini `msprobe_timeout`), two layers because a hung device call may never
 Crash: xdist reports the item a dead worker was running through `pytest_handlecrashitem`; the
 controller turns it into an error record ("worker crashed while running <API>"), so it reaches the
 CSVs like any other result.
+
+Ctrl-C (`interrupted`): the helper thread's calls are no longer wanted, so they stop (helper.stop) and the process
+exits without waiting for them; an interrupt that lands while this thread waits (for the helper's result, a lock, a
+queue) is reported where it waited, not in threading.py.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import faulthandler
 import os
+import queue
 import signal
 import sys
 import threading
@@ -29,6 +35,7 @@ from typing import Any
 import pytest
 
 from ..dump.reader import load_dump, parse_entry_name
+from ..helper import stop
 from ..inputs.seeds import item_seed
 from . import ini_keys
 from .items import ApiItem
@@ -150,6 +157,42 @@ class CrashHooks:
 CRASH_KEY = pytest.StashKey[CrashHooks]()
 
 
+# where a waiting thread's interrupt lands: the frames pytest would name as its place
+_WAITING_IN = (threading.__file__, queue.__file__, os.path.dirname(concurrent.futures.__file__) + os.sep)
+
+
+class Interrupted:
+    """Every process: Ctrl-C stops the helper while pytest reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)  # before the terminal formats the traceback
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        interrupted(excinfo, bool(self.config.option.fulltrace))
+
+
+def interrupted(excinfo: pytest.ExceptionInfo[BaseException], full_trace: bool) -> None:
+    """Ctrl-C or pytest.exit in this process (a worker's too): stop the helper, and name the place of the interrupt
+    without the frames of the wait it landed in. Without --full-trace pytest shows only that place, so only it is
+    kept: formatting the rest, source and all, took seconds of a deep traceback through torch."""
+    stop()
+    frames = excinfo.traceback
+    keep = len(frames)
+    while keep > 1 and str(frames[keep - 1].path).startswith(_WAITING_IN):
+        keep -= 1
+    place = frames[keep - 1] if keep else None
+    if not full_trace and place is not None and not _hides(place.frame):
+        excinfo.traceback = frames[keep - 1:keep]
+    elif keep < len(frames):
+        excinfo.traceback = frames[:keep]
+
+
+def _hides(frame: Any) -> bool:
+    """The frame asks pytest to leave it out of tracebacks (then pytest's own choice of the place stands)."""
+    return "__tracebackhide__" in frame.f_locals or "__tracebackhide__" in frame.f_globals
+
+
 def configure(config: pytest.Config, run_seed: int) -> None:
     """Timeout where items run; crash records on the xdist controller."""
     value = ini_keys.value(config, "msprobe_timeout")
@@ -160,6 +203,7 @@ def configure(config: pytest.Config, run_seed: int) -> None:
     if timeout is not None and not timeout > 0:
         raise pytest.UsageError(f"{ini_keys.where(config, 'msprobe_timeout')}: {value!r} is not a positive number "
                                 "of seconds")
+    config.pluginmanager.register(Interrupted(config), "msprobe-interrupted")
     distributed = bool(getattr(config.option, "tx", None))
     if timeout is not None and (hasattr(config, "workerinput") or not distributed):
         config.pluginmanager.register(Timeout(timeout), "msprobe-timeout")

@@ -174,29 +174,32 @@ def failure_text(record: dict[str, Any], rerun: str = "") -> str:
     return text
 
 
-def rerun_command(config: pytest.Config, target: str, *extra: str) -> str:
+def rerun_command(config: pytest.Config, target: str, *extra: str, saved_data: bool = False) -> str:
     """The `rerun:` command of an item: its node, and every option that changes its verdict (seed, device,
     standard, modes, recording device, reference, specs, kernels, threads, NPU runtime, warning-as-error) and the plugins
     `-p` loaded (one may wrap the device call), so that it fails alone as it failed in the run. Like the
     record it belongs to, it does not depend on -n. The options' part is quoted once per process (the
-    settings are fixed once configured)."""
+    settings are fixed once configured). `saved_data`: the command that replays the run's saved error data
+    (a tensor dump) the same way, so without a data mode, which would replace the saved tensors."""
     settings = config.stash[SETTINGS_KEY]
     options = config.stash.get(_RERUN_OPTIONS_KEY, None)
     if options is None or options[0] is not settings.check_options or options[1] != settings.warning_as_error:
         options = config.stash[_RERUN_OPTIONS_KEY] = (settings.check_options, settings.warning_as_error,
-                                                      shlex.join(_rerun_options(config)))
-    return " ".join(["pytest", shlex.quote(target), options[2], *map(shlex.quote, extra)])
+                                                      shlex.join(_rerun_options(config)),
+                                                      shlex.join(_rerun_options(config, saved_data=True)))
+    return " ".join(["pytest", shlex.quote(target), options[3] if saved_data else options[2], *map(shlex.quote, extra)])
 
 
-_RERUN_OPTIONS_KEY = pytest.StashKey[tuple[Any, bool, str]]()
+_RERUN_OPTIONS_KEY = pytest.StashKey[tuple[Any, bool, str, str]]()
 
 
-def _rerun_options(config: pytest.Config) -> list[str]:
+def _rerun_options(config: pytest.Config, saved_data: bool = False) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
     opts = settings.check_options
     args = ["--msprobe-seed", str(opts.run_seed), "--msprobe-device", opts.device,
             "--msprobe-standard", opts.standard]
-    for flag, value in (("msprobe_data_mode", None if opts.data_mode == "auto" else opts.data_mode),
+    data_mode = None if opts.data_mode == "auto" or saved_data else opts.data_mode
+    for flag, value in (("msprobe_data_mode", data_mode),
                         ("--msprobe-mode", None if opts.mode == "auto" else opts.mode),
                         ("msprobe_recorded_on", None if opts.recorded_on == "auto" else opts.recorded_on),
                         ("--msprobe-contract", None if opts.contract == "auto" else opts.contract),

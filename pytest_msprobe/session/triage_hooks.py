@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ FUZZ_REPORT_ATTR = "msprobe_fuzz"
 def addoption(group: Any) -> None:
     group.addoption("--msprobe-save-error-data", default=None, nargs="?", const="", metavar="DIR",
                     help="save each failing item's inputs, device/bench outputs, cotangents and gradients as an "
-                         "msprobe dump in DIR (pytest DIR replays them); without DIR: <error_data_path of "
+                         "msprobe dump in DIR (the printed replay command replays them); without DIR: <error_data_path of "
                          "--msprobe-config, else .>/ut_error_data")
     group.addoption("--msprobe-repro", default=None, metavar="DIR",
                     help="write a Python script per failing item into DIR that reruns it with pytest-msprobe's check")
@@ -189,13 +190,21 @@ class Triage:
         if record and report.failed:
             for key, title in (("repro", "msprobe repro"), ("error_data", "msprobe error data")):
                 if record.get(key):
-                    text = f"python {record[key]}" if key == "repro" else \
-                        f"saved in {self.save_dir / record[key]['dir']} (replay: pytest {self.save_dir}" \
-                        f"{_replay_flag([record])})"
+                    text = f"python {shlex.quote(record[key])}" if key == "repro" else \
+                        f"saved in {self.save_dir / record[key]['dir']} (replay: {self.replay_command()})"
                     report.sections.append((title, text))
             if self.pytest_html and record.get("error_summary"):
                 self._html_extra(report, record)
         return report
+
+    def replay_command(self) -> str:
+        """The command that replays every saved failure as it failed: on the saved tensors, with the options of
+        the `rerun:` line (they decide the device side and the verdict: a substituted kernel, a replay of the
+        recorded outputs, the standard). Without them a tensor dump is checked on the default device and standard."""
+        from .items import rerun_command
+
+        assert self.save_dir is not None
+        return rerun_command(self.config, str(self.save_dir), saved_data=True)
 
     @staticmethod
     def _html_extra(report: pytest.TestReport, record: dict[str, Any]) -> None:
@@ -257,13 +266,11 @@ class Triage:
         lines = []
         if self.written.get("error_data"):
             dumps = self.written["error_data"]
-            saved = [r for r in self.records if r.get("error_data")]
-            lines.append(f"error data: {len(dumps)} dump(s) in {self.save_dir} (replay: pytest {self.save_dir}"
-                         f"{_replay_flag(saved)})")
+            lines.append(f"error data: {len(dumps)} dump(s) in {self.save_dir} (replay: {self.replay_command()})")
         repros = [r["repro"] for r in self.records if r.get("repro")]
         repros += [f["record"]["repro"] for f in self.fuzz_results if (f.get("record") or {}).get("repro")]
         if repros:
-            lines.append(f"repro scripts: {len(repros)}, e.g. python {repros[0]}")
+            lines.append(f"repro scripts: {len(repros)}, e.g. python {shlex.quote(repros[0])}")
         if self.fuzz_results:
             bad = [f for f in self.fuzz_results if f.get("status") == "error"]
             lines.append(f"fuzz: {len(self.fuzz_results)} API(s), {self.fuzz} examples each, {len(bad)} failing; "
@@ -279,14 +286,6 @@ class Triage:
 
 
 FUZZ_RESULT_KEY = pytest.StashKey[dict[str, Any]]()
-
-
-def _replay_flag(records: list[dict[str, Any]]) -> str:
-    """Saved data of PyTorch items checked in replay mode fails the same way in replay mode only (a MindSpore
-    tensor dump is replayed by default)."""
-    saved = [r["error_data"] for r in records if r.get("error_data")]
-    replayed = any(s.get("mode") == "replay" and s.get("framework", "pytorch") == "pytorch" for s in saved)
-    return " --msprobe-mode replay" if replayed else ""
 
 
 def _plain(value: Any) -> Any:

@@ -20,8 +20,8 @@ a contiguous CPU tensor via `torch.save`):
   with the forward item's files; the controller keeps one copy), the cotangents (`backward.input`),
   the device gradients (`backward.output`) and the bench gradients (`....backward.output.bench.{k}.pt`).
 
-The folder is a `task: tensor` dump: `pytest DIR` replays every saved call from these files and fails
-the same way, and msprobe's own tools read it.
+The folder is a `task: tensor` dump: `pytest DIR` with the run's options (the `replay:` command printed with it)
+replays every saved call from these files and fails the same way, and msprobe's own tools read it.
 """
 from __future__ import annotations
 

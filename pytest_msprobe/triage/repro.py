@@ -28,6 +28,7 @@ import io
 import json
 import math
 import re
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -230,7 +231,9 @@ def main(spec: Mapping[str, Any], blob: str, tensors_file: str | None, here: str
     if opts.json:
         print(json.dumps(_json_safe(record), allow_nan=False, default=str))
     else:
-        print(format_failure(record, f"python {Path(sys.argv[0]).name}"))
+        # this run again, from where it was started
+        again = ["python", sys.argv[0], *(["--device", opts.device] if opts.device else [])]
+        print(format_failure(record, shlex.join(again)))
         print(f"verdict: {record['status']} (the item reported {spec['expected']['status']})")
         print("same numbers as the item: " + ("yes" if not found else "NO\n  " + "\n  ".join(found)))
     return 1 if record["status"] == "error" else 0
