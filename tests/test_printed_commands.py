@@ -61,8 +61,9 @@ class Failure:
 
     @property
     def report(self) -> list[str]:
-        """Everything the item printed but the command that reruns it, which names its own node."""
-        return [line for line in self.head if not line.startswith("rerun: ")]
+        """Everything the item printed but the command that reruns it, which names its own node, and the seed of
+        drawn inputs, which a run of the saved tensors (real data) does not print."""
+        return [line for line in self.head if not line.startswith(("rerun: ", "item seed: "))]
 
 
 def failures(text: str) -> dict[str, Failure]:
