@@ -27,8 +27,16 @@ TOTAL = 12
 STOPPER = """
     import os, signal, time
     done = []
+    STARTED = os.path.join(os.path.dirname(__file__), "gw0-started")
     def pytest_runtest_call(item):
         time.sleep(0.05)  # both workers get items before the stop
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        if worker == "gw0":
+            open(STARTED, "w").close()
+        else:  # the other worker waits for gw0's first item: it cannot run every item before gw0 stops (a busy host)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(STARTED) and time.monotonic() < deadline:
+                time.sleep(0.01)
         done.append(item.nodeid)
         after, mode = int(os.environ.get("STOP_AFTER", "0")), os.environ.get("STOP_MODE", "")
         if not after or len(done) != after or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
