@@ -102,7 +102,10 @@ def test_kernels_that_break_ties_or_keep_writers_another_valid_way_pass(pytester
     pytester.makepyfile(kern=KERNELS)
     pytester.runpytest(str(dump), "--msprobe-kernels", "kern.py:VALID", "--msprobe-out", "valid",
                        *LEAN).assert_outcomes(passed=4)
-    recs = api_records(pytester, "valid")
+    judged_valid(api_records(pytester, "valid"))
+
+
+def judged_valid(recs: dict[str, Any]) -> None:
     for call in CALLS:
         row = recs[call]["outputs"][JUDGED[call]]
         # each differs from the bench (msprobe's Layer 1 fails it), and is valid
@@ -113,18 +116,21 @@ def test_kernels_that_break_ties_or_keep_writers_another_valid_way_pass(pytester
     assert "check" not in recs["Torch.sort.0.forward"]["outputs"][0]  # the values: compared as usual
 
 
-def test_kernels_whose_indices_or_written_values_are_wrong_fail(pytester: pytest.Pytester) -> None:
-    dump = _dump(pytester)
-    pytester.makepyfile(kern=KERNELS)
-    pytester.runpytest(str(dump), "--msprobe-kernels", "kern.py:WRONG", "--msprobe-out", "wrong",
-                       *LEAN).assert_outcomes(failed=4)
-    recs = api_records(pytester, "wrong")
+def judged_wrong(recs: dict[str, Any]) -> None:
     for call in CALLS:
         row = recs[call]["outputs"][JUDGED[call]]
         assert row["verdict"] == "error" and row["check"] in ("ties", "duplicate_writers"), (call, row)
     for call in CALLS[:3]:
         assert "point at other values" in recs[call]["outputs"][JUDGED[call]]["verdict_message"]
     assert "1 of " in recs["Torch.scatter.0.forward"]["outputs"][0]["verdict_message"]
+
+
+def test_kernels_whose_indices_or_written_values_are_wrong_fail(pytester: pytest.Pytester) -> None:
+    dump = _dump(pytester)
+    pytester.makepyfile(kern=KERNELS)
+    pytester.runpytest(str(dump), "--msprobe-kernels", "kern.py:WRONG", "--msprobe-out", "wrong",
+                       *LEAN).assert_outcomes(failed=4)
+    judged_wrong(api_records(pytester, "wrong"))
 
 
 def test_a_device_that_agrees_with_the_bench_keeps_its_record(pytester: pytest.Pytester) -> None:
@@ -370,14 +376,8 @@ def test_replayed_outputs_that_break_ties_another_valid_way_pass_and_wrong_ones_
     valid = _recorded(pytester, namespace["VALID"], "valid")
     pytester.runpytest(str(valid), "--msprobe-mode", "replay", "--msprobe-out", "valid",
                        *LEAN).assert_outcomes(passed=4)
-    recs = api_records(pytester, "valid")
-    for call in CALLS:
-        row = recs[call]["outputs"][JUDGED[call]]
-        assert row["status"] == "error" and row["verdict"] == "pass", (call, row)
-        assert row["check"] == ("duplicate_writers" if "scatter" in call else "ties")
+    judged_valid(api_records(pytester, "valid"))
     wrong = _recorded(pytester, namespace["WRONG"], "wrong")
     pytester.runpytest(str(wrong), "--msprobe-mode", "replay", "--msprobe-out", "wrong",
                        *LEAN).assert_outcomes(failed=4)
-    recs = api_records(pytester, "wrong")
-    for call in CALLS:
-        assert recs[call]["outputs"][JUDGED[call]]["verdict"] == "error", call
+    judged_wrong(api_records(pytester, "wrong"))
