@@ -182,7 +182,7 @@ def test_an_unusable_bench_device_is_one_usage_line(pytester: pytest.Pytester) -
 
 
 def test_the_failure_text_says_where_a_bench_off_the_cpu_ran() -> None:
-    from pytest_msprobe.reports.results import format_failure
+    from pytest_msprobe.reports.failure import format_failure
 
     record = {"api": "Functional.linear.0", "direction": "forward", "status": "error", "device": "cpu",
               "standard": "strict", "outputs": [], "bench_device": "cuda:0 (fp32, TF32 off)",

@@ -166,7 +166,8 @@ def test_plots_draw_stricts_gross_limit_of_the_ops_kind() -> None:
     import torch
 
     from pytest_msprobe.specs.loader import load_specs
-    from pytest_msprobe.triage.html import gross_limit, output_plots, summarize
+    from pytest_msprobe.triage.error_summary import gross_limit, summarize
+    from pytest_msprobe.triage.html import output_plots
 
     specs = load_specs()
     rules = specs["thresholds"]["strict"]

@@ -165,7 +165,7 @@ def failure_text(record: dict[str, Any], rerun: str = "") -> str:
     """What a failed item prints: the failure table, after the traceback of an exception it raised (the table's
     one-line digest stays first: pytest's short summary shows a failure's first line). Also the text of a
     failure taken from the journal (--msprobe-resume)."""
-    from ..reports.results import format_failure
+    from ..reports.failure import format_failure
 
     text = format_failure(record, record.get("rerun") or rerun)
     if record.get("traceback"):
@@ -222,7 +222,7 @@ def _rerun_options(config: pytest.Config, saved_data: bool = False) -> list[str]
 
 def fuzz_failure_text(result: dict[str, Any]) -> str:
     """What a failed `[fuzz]` item prints (fuzz.py), also when taken from the journal."""
-    from ..reports.results import format_failure
+    from ..reports.failure import format_failure
 
     record = result["record"]
     lines = [f"fuzzing {result['api']}: hypothesis found a failing input ({result['examples']} checks while "

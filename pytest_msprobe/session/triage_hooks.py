@@ -167,7 +167,7 @@ class Triage:
     def _summary(record: dict[str, Any], captured: dict[str, Any], options: Any) -> None:
         from ..dump.reader import parse_entry_name
         from ..specs.loader import load_specs
-        from ..triage.html import gross_limit, summarize
+        from ..triage.error_summary import gross_limit, summarize
 
         if "compared_device" in captured:
             specs = load_specs(user_file=options.specs_file)

@@ -219,7 +219,7 @@ def _json_safe(value: Any) -> Any:
 def main(spec: Mapping[str, Any], blob: str, tensors_file: str | None, here: str,
          argv: Sequence[str] | None = None) -> int:
     """What a repro script runs: the item again, its numbers, and whether they are the item's."""
-    from ..reports.results import format_failure
+    from ..reports.failure import format_failure
 
     parser = argparse.ArgumentParser(description=f"Rerun {spec['entry']} ({spec['item']}) as pytest-msprobe ran it.")
     parser.add_argument("--device", default=None, help=f"device under test (default: {spec['options']['device']})")
