@@ -15,15 +15,13 @@ from typing import Any
 import pytest
 
 from pytest_msprobe.metrics.vectorised import METRIC_KEYS
+from pytest_msprobe.reports.failure import DIGEST_LIMIT, failure_digest, format_failure
 from pytest_msprobe.reports.results import (
     DETAILS_HEADER,
-    DIGEST_LIMIT,
     RESULT_HEADER,
     api_results,
     details_rows,
     details_statuses,
-    failure_digest,
-    format_failure,
     read_jsonl,
     summary_counts,
     timestamp,
