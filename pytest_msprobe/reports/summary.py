@@ -165,7 +165,7 @@ SKIP_GROUPS: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "the dump's dump_tensor_data/ folder is incomplete: copy it whole with its dump.json"),
     ("not implemented on the device", re.compile(r"^not implemented on the device"),
      "no kernel for the call or its dtype: a device limit, not a precision result"),
-    ("skipped by --msprobe-specs", re.compile(r"\(--msprobe-specs\)$"), "as that file says"),
+    ("skipped by msprobe_specs", re.compile(r"\(msprobe_specs\)$"), "as that file says"),
     ("replay needs a tensor dump", re.compile(r"^--msprobe-mode replay compares"),
      "give it a tensor dump, or re-run the calls (--msprobe-mode rerun)"),
 )
