@@ -318,6 +318,12 @@ def dump_tails(dumps: Sequence[str]) -> dict[str, str]:
     return {dump: "/".join([*folders[dump][shared:], path.name]) for dump, path in paths.items()}
 
 
+def dump_folders(dumps: Sequence[str]) -> dict[str, str]:
+    """{dump path: its folder past the folders all dumps share} (`step0/rank1`): how headings and the HTML page
+    tell dumps apart; "" with one dump."""
+    return {dump: tail.removesuffix("/dump.json") for dump, tail in dump_tails(dumps).items()}
+
+
 def dump_labels(dumps: Sequence[str]) -> dict[str, str]:
     """{dump path: file-name-safe label of its tail} (`rank1`, `step1_rank3`); "" with one dump."""
     labels: dict[str, str] = {}

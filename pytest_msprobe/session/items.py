@@ -143,11 +143,9 @@ DUMP_LABELS_KEY = pytest.StashKey[dict[str, str]]()
 def note_dumps(config: pytest.Config, dumps: Iterable[str]) -> None:
     """Add dumps (their node id paths) to those the run collected items from; with two or more, each item's
     failure heading carries its dump's folder past the folders they share (`step0/rank0`), as the CSV sets do."""
-    from ..reports.results import dump_tails
+    from ..reports.results import dump_folders
 
-    known = [*config.stash.get(DUMP_LABELS_KEY, {}), *dumps]
-    config.stash[DUMP_LABELS_KEY] = {dump: tail.removesuffix("/dump.json")
-                                     for dump, tail in dump_tails(list(dict.fromkeys(known))).items()}
+    config.stash[DUMP_LABELS_KEY] = dump_folders([*config.stash.get(DUMP_LABELS_KEY, {}), *dumps])
 
 
 def heading(config: pytest.Config, dump: str, name: str, kind: str = "msprobe") -> str:

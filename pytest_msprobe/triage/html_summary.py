@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from ..reports.results import dump_tails
+from ..reports.results import dump_folders
 
 STATUSES = ("error", "Warning", "pass", "SKIP")
 
@@ -24,11 +24,8 @@ def devices_used(records: Sequence[Mapping[str, Any]], configured: str) -> str:
 def dump_names(dumps: Sequence[str]) -> dict[str, str]:
     """{dump path: the `dump` cell}: its folder past the folders all dumps share (`step0/rank1`, as the CSV sets
     are named), so the same call in two dumps reads apart; with one dump, its folder as the run named it."""
-    names = {}
-    for dump, tail in dump_tails(dumps).items():
-        name = (tail or dump).replace("\\", "/")
-        names[dump] = name[:-len("/dump.json")] if name.endswith("/dump.json") else name
-    return names
+    return {dump: folder or dump.replace("\\", "/").removesuffix("/dump.json")
+            for dump, folder in dump_folders(dumps).items()}
 
 
 def judged_by(rec: Mapping[str, Any], kind: str) -> str:
