@@ -109,7 +109,7 @@ class NfsReceiver:
             if self._steady(marker) >= _QUIET_S:
                 self._remove(marker)
                 self.stats.connections += 1
-        files = sorted(self.folder.glob("*.pt"), key=_mtime)
+        files = sorted(self.folder.glob("*.pt"), key=_written)
         taken = False
         for path in files:
             if self._closing:
@@ -153,11 +153,14 @@ class NfsReceiver:
         return False
 
 
-def _mtime(path: Path) -> float:
+def _written(path: Path) -> tuple[int, str]:
+    """Files in the order they were written: mtime to the nanosecond, then name, for two files written within one
+    tick of the file system's clock (a sender that numbers its files keeps its order; one that does not is still
+    taken the same way each time)."""
     try:
-        return path.stat().st_mtime
+        return path.stat().st_mtime_ns, path.name
     except OSError:
-        return 0.0
+        return 0, path.name
 
 
 def _remove(path: Path) -> None:
