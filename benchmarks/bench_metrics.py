@@ -88,7 +88,7 @@ def main() -> None:
         algo = layer2.algorithm_for(api, dtype, specs["categories"])
         print(f"  msprobe metrics  {dtype:15} {np.dtype(bench_dtype).name:8} {algo:20} {t:6.3f} s = {t / args.numel * 1e9:5.2f} ns/element "
               f"(numpy {t_numpy / args.numel * 1e9:5.2f})")
-    from pytest_msprobe.verdict.judge import _rules
+    from pytest_msprobe.verdict.judge import element_rules
 
     for dtype, storage in (("torch.float32", np.float32), ("torch.bfloat16", np.float32), ("torch.float16", np.float16)):
         device = as_run(grid.round_to(bench64 * (1 + 2e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
@@ -96,7 +96,7 @@ def main() -> None:
         torch_run = as_run(grid.round_to(bench64, dtype).astype(storage), dtype)
         bench = bench64.astype(np.float64 if dtype == "torch.float32" else np.float32)
         for kind in ("elementwise", "reduction", "contraction"):
-            rules = _rules(specs["thresholds"]["strict"], dtype, kind)
+            rules = element_rules(specs["thresholds"]["strict"], dtype, kind)
             extra = {"magnitude": np.abs(bench) * 8} if kind == "contraction" else {"torch_run": torch_run}
             t = best(functools.partial(strict.strict_compare, bench, device, dtype, rules, kind=kind, row=1024,
                                        **extra), args.repeat)

@@ -28,7 +28,7 @@ from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
 from benchmarks.verify_strict_torch import _agree, _sync  # noqa: E402
 from pytest_msprobe.specs.loader import load_specs  # noqa: E402
 from pytest_msprobe.verdict import strict  # noqa: E402
-from pytest_msprobe.verdict.judge import _rules  # noqa: E402
+from pytest_msprobe.verdict.judge import element_rules  # noqa: E402
 
 
 def arrays(n: int, dtype: str, kind: str) -> tuple[np.ndarray, torch.Tensor, dict[str, Any]]:
@@ -61,7 +61,7 @@ def main() -> None:
     print("|---" * (4 + 2 * len(accelerators)) + "|")
     th = load_specs()["thresholds"]["strict"]
     for kind in args.kinds.split(","):
-        rules = _rules(th, args.dtype, kind)
+        rules = element_rules(th, args.dtype, kind)
         bench, device, third = arrays(args.elements, args.dtype, kind)
         host_third = {k: strict._host(v) for k, v in third.items()}
         host_device = strict._host(device)

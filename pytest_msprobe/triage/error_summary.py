@@ -22,9 +22,9 @@ def gross_limit(specs: dict[str, Any], api_name: str, dtype: str) -> float:
     """strict's gross-error limit for an output of the API (api_specs/thresholds.yaml `strict: gross`, with
     the op kind's and the dtype's overrides), drawn on the plots."""
     from ..specs.loader import error_kind, thresholds_for
-    from ..verdict.judge import _rules
+    from ..verdict.judge import element_rules
 
-    return float(_rules(thresholds_for(specs, api_name)["strict"], dtype, error_kind(api_name, specs))["gross"])
+    return float(element_rules(thresholds_for(specs, api_name)["strict"], dtype, error_kind(api_name, specs))["gross"])
 
 
 def summarize(bench: Sequence[Any], device: Sequence[Any], names: Sequence[Any],

@@ -98,7 +98,7 @@ def strict_rules(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any])
     """The dtype an output is judged in and its strict rules (the kind's, the further section's, the dtype's, the
     contract's allowance)."""
     dtype = arrays.dtype or device_dtype
-    return dtype, contracts.raised(_rules(th["strict"], dtype, arrays.kind, arrays.rules), arrays.allowance)
+    return dtype, contracts.raised(element_rules(th["strict"], dtype, arrays.kind, arrays.rules), arrays.allowance)
 
 
 def _strict(row: OutputComparison, arrays: StrictArrays | None, th: Mapping[str, Any],
@@ -125,8 +125,8 @@ def _mindspore(row: OutputComparison, arrays: StrictArrays | None, rule: Mapping
         ms_results.ms_metrics(widen(arrays.bench), widen(arrays.device), rule["epsilon"]), rule)  # bf16: values
 
 
-def _rules(rules: Mapping[str, Any], dtype: str, kind: str = "elementwise",
-           extra: str | None = None) -> Mapping[str, Any]:
+def element_rules(rules: Mapping[str, Any], dtype: str, kind: str = "elementwise",
+                  extra: str | None = None) -> Mapping[str, Any]:
     """strict rules with the op kind's, a further section's and then the device dtype's sub-mappings
     applied; a kind's or section's own per-dtype mapping right after it."""
     flat = {k: v for k, v in rules.items() if not isinstance(v, Mapping)}
