@@ -110,7 +110,7 @@ def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: st
     first wrongly rounded element, and the bias test's group sums."""
     from pytest_msprobe.specs.loader import load_specs
     from pytest_msprobe.verdict import strict, strict_kernel
-    from pytest_msprobe.verdict.judge import _rules
+    from pytest_msprobe.verdict.judge import element_rules
 
     from .test_strict_kernel import _device_side, _totals, stored
 
@@ -130,7 +130,7 @@ def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: st
         flat["t"] = stored(torch_run) if dtype == "torch.bfloat16" else torch_run
     elif third == "mag":
         flat["mag"] = (np.abs(bench) * 3).astype(np.float32)
-    rules = _rules(load_specs()["thresholds"]["strict"], dtype, kind)
+    rules = element_rules(load_specs()["thresholds"]["strict"], dtype, kind)
     with np.errstate(all="ignore"):
         alone = _totals(strict._judge_blocks(flat, 1000, dtype, rules, kind))
     assert alone["worst"][0] in (300_000, 700_000, 900_000)  # (a row's scale may weigh the two apart)

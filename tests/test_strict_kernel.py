@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import grid, strict
-from pytest_msprobe.verdict.judge import _rules
+from pytest_msprobe.verdict.judge import element_rules
 
 from .strict_oracle import numpy_strict
 
@@ -45,7 +45,7 @@ def both(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, section: 
          **extra: Any) -> tuple[strict.StrictResult, strict.StrictResult]:
     """(compiled, oracle) of the same output; a bf16 output's device, torch run and product reach the compiled
     pass as their 16-bit storage (as in a run), the oracle as float32 values."""
-    rules = _rules(THRESHOLDS, dtype, kind, section)
+    rules = element_rules(THRESHOLDS, dtype, kind, section)
     fed = dict(extra)
     if dtype == "torch.bfloat16":
         device_fed = stored(device)
@@ -179,7 +179,7 @@ def test_group_sums_of_zero_errors_keep_numpys_sign_of_zero(dtype: str) -> None:
 
     bench = grid.round_to(np.linspace(-3, 3, 32), dtype)
     flat = {"b": bench, "d": bench.copy()}
-    rules = _rules(THRESHOLDS, dtype, "exact")
+    rules = element_rules(THRESHOLDS, dtype, "exact")
     fast, slow = strict._judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
     for key in fast.bias:
         assert np.concatenate(fast.bias[key]).tobytes() == np.concatenate(slow.bias[key]).tobytes(), key
@@ -191,7 +191,7 @@ def test_bf16_outputs_held_as_float32_are_judged_as_their_storage() -> None:
     rng = np.random.default_rng(9)
     bench = (rng.standard_normal(70_000) * np.exp(rng.uniform(-30, 30, 70_000))).astype(np.float32)
     device, torch_run = _device_side(rng, bench, "torch.bfloat16", 2), _device_side(rng, bench, "torch.bfloat16", 1)
-    rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction")
+    rules = element_rules(THRESHOLDS, "torch.bfloat16", "reduction")
     held = strict.strict_compare(bench, device, "torch.bfloat16", rules, kind="reduction", torch_run=torch_run,
                                  row=700)
     mixed = strict.strict_compare(bench, stored(device), "torch.bfloat16", rules, kind="reduction",
@@ -247,7 +247,7 @@ def test_settled_chunks_are_bitwise_the_oracles(dtype: str, kind: str, n: int, t
                 target[min(int(where * n), n - 1)] = special if key in ("b", "mag") else \
                     grid.round_to(np.array([special]), dtype)[0]
     fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in flat.items()}
-    rules = _rules(THRESHOLDS, dtype, kind)
+    rules = element_rules(THRESHOLDS, dtype, kind)
     row = min(row, n)
     with np.errstate(all="ignore"):
         assert _totals(strict._judge_blocks(fed, row, dtype, rules, kind)) == \
@@ -267,7 +267,7 @@ def test_a_settled_looking_chunk_with_a_nan_scale_is_not_settled(dtype: str, kin
     wide = np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32
     bench = rng.standard_normal(n).astype(wide)
     rounded = _device_side(rng, bench, dtype, 0)
-    rules = _rules(THRESHOLDS, dtype, kind)
+    rules = element_rules(THRESHOLDS, dtype, kind)
     magnitude = np.abs(bench) * 2
     magnitude[2500] = np.nan
     torch_run = rounded.copy()
@@ -295,7 +295,7 @@ def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dt
     n = 600_000
     flat = _rounded_output(np.random.default_rng(13), n, dtype, third, np.float32)
     bench = flat["b"]
-    rules = _rules(THRESHOLDS, dtype, kind)
+    rules = element_rules(THRESHOLDS, dtype, kind)
     _, block, every, _ = strict.plan(flat, 1000, rules, kind)
     assert every > 1
     skipped = [bi * block + 1000 for bi in range(1, -(-n // block)) if bi % every]  # in blocks the bias test skips
