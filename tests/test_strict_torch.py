@@ -16,7 +16,7 @@ from pytest_msprobe.check.compare import checks_device
 from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.verdict import strict, strict_torch
-from pytest_msprobe.verdict.judge import _rules
+from pytest_msprobe.verdict.judge import element_rules
 
 from .helpers import EXAMPLES, by_api, copy_dump, device_side_conftest, records
 from .strict_oracle import numpy_strict
@@ -50,7 +50,7 @@ def agree(device: strict.StrictResult, host: strict.StrictResult) -> bool:
 def on_torch(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, row: int = 1,
              **extra: Any) -> tuple[strict.StrictResult, strict.StrictResult, strict.StrictResult]:
     """(torch pass on CPU tensors, numpy oracle, compiled pass) of the same arrays."""
-    rules = _rules(THRESHOLDS, dtype, kind)
+    rules = element_rules(THRESHOLDS, dtype, kind)
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in extra.items()}
     result = strict.strict_compare(torch.from_numpy(np.ascontiguousarray(bench)),
                                    torch.from_numpy(np.ascontiguousarray(device)), dtype, rules, kind=kind, row=row,
@@ -112,7 +112,7 @@ def test_flushed_zeros_and_16_bit_tensors_as_they_live_on_a_device() -> None:
         np.float32)
     device, torch_run = _device_side(rng, bench, "torch.bfloat16", 1), _device_side(rng, bench, "torch.bfloat16", 1)
     device[rng.random(device.size) < 0.3] = 0.0
-    rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction")
+    rules = element_rules(THRESHOLDS, "torch.bfloat16", "reduction")
     host = strict.strict_compare(bench, device, "torch.bfloat16", rules, kind="reduction", row=100, torch_run=torch_run)
     result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device).bfloat16(), "torch.bfloat16",
                                    rules, kind="reduction", row=100, torch_run=torch.from_numpy(torch_run).bfloat16())
@@ -214,7 +214,7 @@ def test_an_accelerator_that_lacks_an_op_hands_its_checks_to_the_host(monkeypatc
     rng = np.random.default_rng(2)
     bench = rng.standard_normal(5000).astype(np.float32)
     device = _device_side(rng, bench, "torch.bfloat16", 3)
-    rules = _rules(THRESHOLDS, "torch.bfloat16", "elementwise")
+    rules = element_rules(THRESHOLDS, "torch.bfloat16", "elementwise")
     host = strict.strict_compare(bench, device, "torch.bfloat16", rules, row=50)
 
     def lacking(*args: Any) -> Any:
