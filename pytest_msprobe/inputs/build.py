@@ -90,7 +90,8 @@ def _mindspore_dtype(text: str) -> str:
     return text
 
 
-def _shape(leaf: dict[str, Any], where: str) -> list[int]:
+def leaf_shape(leaf: dict[str, Any], where: str) -> list[int]:
+    """A tensor leaf's recorded shape, refused unless it is a list of sizes (the recorded-output check reads it too)."""
     shape = leaf.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise InputError(f"{where}: shape {shape!r} is not a list of integers")
@@ -166,7 +167,7 @@ def build(value: Any, ctx: BuildContext, where: str, *, kwarg: str | None = None
 
 def _tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> torch.Tensor:
     dtype_text = leaf.get("dtype")
-    shape = _shape(leaf, where)
+    shape = leaf_shape(leaf, where)
     if dtype_text in _FLOAT8:
         dtype = parse_dtype(dtype_text)
         gen_dtype = torch.float32
@@ -181,7 +182,7 @@ def _tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> torch.Tensor
         )
     tensor = None
     if ctx.real_data:
-        tensor = _load_saved(leaf, ctx, where, dtype, shape)
+        tensor = load_saved(leaf, ctx, where, dtype, shape)
     if tensor is None:
         tensor = _random(leaf, ctx, where, gen_dtype, shape)
     if tensor.dtype != dtype:
@@ -191,9 +192,10 @@ def _tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> torch.Tensor
     return tensor
 
 
-def _load_saved(
+def load_saved(
     leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int]
 ) -> torch.Tensor | None:
+    """A leaf's saved tensor file, loaded safely within the size limit; None when the dump did not save it."""
     try:
         path = resolve_tensor_path(ctx.dump, leaf)
     except ValueError as exc:
