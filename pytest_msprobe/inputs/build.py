@@ -264,7 +264,7 @@ def _random(
         flat = _integers(numel, low, high, ctx, where)
         flat[0], flat[-1] = math.floor(lo), math.floor(hi)
         return flat.reshape(shape).to(dtype)
-    return _random_float(leaf, ctx, where, dtype, shape, lo, hi)
+    return _random_float(leaf, ctx, where, dtype, shape, (lo, hi))
 
 
 def finite_range(leaf: dict[str, Any], lo: float, hi: float) -> tuple[float, float]:
@@ -285,8 +285,10 @@ def finite_range(leaf: dict[str, Any], lo: float, hi: float) -> tuple[float, flo
 
 
 def _random_float(
-    leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int], lo: float, hi: float
+    leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int], bounds: tuple[float, float]
 ) -> torch.Tensor:
+    """A float tensor of `shape` drawn within the recorded `bounds` (Min, Max), non-finite ones included."""
+    lo, hi = bounds
     numel = math.prod(shape)
     has_nan = math.isnan(lo) or math.isnan(hi)
     pos_inf = hi == math.inf
