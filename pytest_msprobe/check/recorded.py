@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from ..dump.reader import Dump
-from ..inputs.build import TENSOR_TYPES, BuildContext, InputError, _load_saved, _shape, build, parse_dtype
+from ..inputs.build import TENSOR_TYPES, BuildContext, InputError, build, parse_dtype
+from ..inputs.build import leaf_shape as _shape
+from ..inputs.build import load_saved as _load_saved
 from ..runs import mindspore
 from ..runs.execution import NotCheckable
 from . import calls

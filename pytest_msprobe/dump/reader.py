@@ -21,8 +21,8 @@ from typing import Any
 from . import index as dumpindex
 from .index import Index, iter_leaves
 
-__all__ = ["DIRECTIONS", "Dump", "DumpError", "EntryName", "is_module_entry", "iter_leaves", "load_dump",
-           "parse_entry_name", "resolve_tensor_path"]
+__all__ = ["DIRECTIONS", "Dump", "DumpError", "EntryName", "forget_dumps", "is_module_entry", "iter_leaves",
+           "load_dump", "parse_entry_name", "resolve_tensor_path"]
 
 DIRECTIONS = ("forward", "backward")
 # Types whose entries describe modules/cells, not API calls (L0 / mix dumps).
@@ -223,6 +223,13 @@ def load_dump(path: os.PathLike[str] | str, columns: tuple[str, ...] = ()) -> Du
     if columns:
         dump.with_columns(*columns)
     return dump
+
+
+def forget_dumps(folder: Path) -> None:
+    """Drop the cached dumps under a folder about to be removed (a temporary one-call dump): the next folder
+    at that path, of the same size and time, is another dump."""
+    for key in [k for k in _CACHE if k[0].startswith(str(folder.resolve()))]:
+        del _CACHE[key]
 
 
 def _scan(path: Path, stat: os.stat_result, columns: tuple[str, ...]) -> Index:

@@ -90,7 +90,8 @@ def _mindspore_dtype(text: str) -> str:
     return text
 
 
-def _shape(leaf: dict[str, Any], where: str) -> list[int]:
+def leaf_shape(leaf: dict[str, Any], where: str) -> list[int]:
+    """A tensor leaf's recorded shape, refused unless it is a list of sizes (the recorded-output check reads it too)."""
     shape = leaf.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise InputError(f"{where}: shape {shape!r} is not a list of integers")
@@ -166,7 +167,7 @@ def build(value: Any, ctx: BuildContext, where: str, *, kwarg: str | None = None
 
 def _tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> torch.Tensor:
     dtype_text = leaf.get("dtype")
-    shape = _shape(leaf, where)
+    shape = leaf_shape(leaf, where)
     if dtype_text in _FLOAT8:
         dtype = parse_dtype(dtype_text)
         gen_dtype = torch.float32
@@ -181,7 +182,7 @@ def _tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> torch.Tensor
         )
     tensor = None
     if ctx.real_data:
-        tensor = _load_saved(leaf, ctx, where, dtype, shape)
+        tensor = load_saved(leaf, ctx, where, dtype, shape)
     if tensor is None:
         tensor = _random(leaf, ctx, where, gen_dtype, shape)
     if tensor.dtype != dtype:
@@ -191,9 +192,10 @@ def _tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> torch.Tensor
     return tensor
 
 
-def _load_saved(
+def load_saved(
     leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int]
 ) -> torch.Tensor | None:
+    """A leaf's saved tensor file, loaded safely within the size limit; None when the dump did not save it."""
     try:
         path = resolve_tensor_path(ctx.dump, leaf)
     except ValueError as exc:
@@ -262,7 +264,7 @@ def _random(
         flat = _integers(numel, low, high, ctx, where)
         flat[0], flat[-1] = math.floor(lo), math.floor(hi)
         return flat.reshape(shape).to(dtype)
-    return _random_float(leaf, ctx, where, dtype, shape, lo, hi)
+    return _random_float(leaf, ctx, where, dtype, shape, (lo, hi))
 
 
 def finite_range(leaf: dict[str, Any], lo: float, hi: float) -> tuple[float, float]:
@@ -283,8 +285,10 @@ def finite_range(leaf: dict[str, Any], lo: float, hi: float) -> tuple[float, flo
 
 
 def _random_float(
-    leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int], lo: float, hi: float
+    leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int], bounds: tuple[float, float]
 ) -> torch.Tensor:
+    """A float tensor of `shape` drawn within the recorded `bounds` (Min, Max), non-finite ones included."""
+    lo, hi = bounds
     numel = math.prod(shape)
     has_nan = math.isnan(lo) or math.isnan(hi)
     pos_inf = hi == math.inf

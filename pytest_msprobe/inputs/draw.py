@@ -112,7 +112,7 @@ def _round_f16(values: Any, out: Any) -> None:
 
 @compiled
 def _fill_16(key: Any, first: Any, span: Any, lo: Any, hi: Any, half: Any, out: Any) -> None:
-    """As _fill_f32, rounded to bfloat16 (or float16 when `half`) and stored as 16 bits, a block at a time
+    """A compiled kernel: as _fill_f32, rounded to bfloat16 (or float16 when `half`) and stored as 16 bits, a block at a time
     through a float32 buffer kept in cache (one loop that writes the buffer and reads its bits does not
     vectorise, and ran 3x slower)."""
     span, lo, hi = np.float32(span), np.float32(lo), np.float32(hi)

@@ -228,7 +228,8 @@ def close_session(session: Session) -> None:
     _SESSIONS[:] = [s for s in _SESSIONS if s is not session]
 
 
-def _checked(backend: Any, name: str) -> Backend:
+def checked_backend(backend: Any, name: str) -> Backend:
+    """A device hook's answer, refused unless it is a Backend (as lookup and the ini's device names check it)."""
     if not isinstance(backend, Backend):
         raise BackendError(f"pytest_msprobe_device(name={name!r}) returned {type(backend).__name__} {backend!r}, "
                            "expected a pytest_msprobe.backends.Backend")
@@ -243,7 +244,7 @@ def lookup(name: str) -> Backend | None:
         backend = session.provider(name) if session is not None else builtin_backend(name)
         if backend is None:
             return None
-        cache[name] = _checked(backend, name)
+        cache[name] = checked_backend(backend, name)
     return cache[name]
 
 
@@ -338,7 +339,7 @@ def runner(device: Device, api: str, fn: Callable[..., Any]) -> Callable[..., An
 
 __all__ = [
     "AUTO", "BUILTIN", "Backend", "BackendError", "CpuBackend", "CudaBackend", "DeviceCall", "ENTRY_POINT_GROUP",
-    "NpuBackend", "Session", "builtin_backend", "close_session", "device_call", "entry_point_names",
+    "NpuBackend", "Session", "builtin_backend", "checked_backend", "close_session", "device_call", "entry_point_names",
     "load_entry_point", "lookup", "open_session", "runner", "select",
 ]
 

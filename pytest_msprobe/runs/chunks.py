@@ -77,7 +77,7 @@ def plan(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tuple[int
     if api in CONTRACTIONS:
         return _contraction(api, args, kwargs, x, rows, width)
     if api in ROWWISE:
-        return _rowwise(api, args, kwargs, x, out_shape, rows, width)
+        return _rowwise(api, args, kwargs, x, out_shape, (rows, width))
     return _pointwise(api, args, kwargs, tuple(out_shape), rows, width)
 
 
@@ -111,7 +111,9 @@ def _contraction(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Ten
 
 
 def _rowwise(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Tensor, out_shape: tuple[int, ...],
-             rows: int, width: int) -> Chunking | None:
+             size: tuple[int, int]) -> Chunking | None:
+    """Row blocks of a softmax or norm over the last dimension; `size` is (rows, width) of the output."""
+    rows, width = size
     if tuple(x.shape) != tuple(out_shape):
         return None
     if api in ("softmax", "log_softmax"):

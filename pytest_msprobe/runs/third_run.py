@@ -89,7 +89,7 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
                             Device("cpu"), "torch's conv backward kernel on cpu, device dtype"
                             + (", on sampled rows" if sample < 1 else ""), sampled=sampled)
     if error_kind(name.api_name, specs) == "contraction":
-        return _magnitude(resolved, specs, args, kwargs, requires_grad, want_grad, shared, on)
+        return _magnitude(resolved, specs, (args, kwargs), (requires_grad, want_grad), shared, on)
     if on != "cpu" and sample == 1 and name.api_type != "NPU":
         side = make_side(args, kwargs, device=on, dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
                          want_grad=want_grad, bench=False)
@@ -133,11 +133,11 @@ def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, 
         rules = forward_sums(api, specs, kwargs)
         if rules is None:
             return None
-        return Summed(_magnitude(resolved, specs, args, kwargs, set(requires_grad), False, shared, on), rules)
+        return Summed(_magnitude(resolved, specs, (args, kwargs), (set(requires_grad), False), shared, on), rules)
     positions = summed_gradients(api, args, kwargs, requires_grad, out_shape, specs)
     if not positions:
         return None
-    return Summed(_magnitude(resolved, specs, args, kwargs, requires_grad, True, shared, on), "sums", positions)
+    return Summed(_magnitude(resolved, specs, (args, kwargs), (requires_grad, True), shared, on), "sums", positions)
 
 
 def forward_sums(api: str, specs: dict[str, Any], kwargs: dict[str, Any]) -> str | None:
@@ -181,10 +181,13 @@ def summed_outputs(summed: Summed | None, leaves: list[Any] | None, gradients: b
     return [leaf.grad if pos in summed.positions else None for pos, leaf in summed.run.side.grad_leaves], summed.rules
 
 
-def _magnitude(resolved: Any, specs: dict[str, Any], args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-               want_grad: bool, shared: Shared | None, on: str = "cpu") -> ReferenceRun:
-    """The API on the absolute values of its inputs (and of its scalar factors), in fp32 (fp64 for fp64): each
-    result is the sum of its terms' sizes, which bounds what any order of summing them loses."""
+def _magnitude(resolved: Any, specs: dict[str, Any], call: tuple[list[Any], dict[str, Any]],
+               grads: tuple[set[int], bool], shared: Shared | None, on: str = "cpu") -> ReferenceRun:
+    """The API on the absolute values of its inputs (`call`: args, kwargs) and of its scalar factors, in fp32 (fp64
+    for fp64): each result is the sum of its terms' sizes, which bounds what any order of summing them loses.
+    `grads`: the ids of the inputs that require a gradient, and whether one is wanted."""
+    args, kwargs = call
+    requires_grad, want_grad = grads
     scalars = set(specs["error_model"].get("contraction_scalars", ()))
 
     owned: set[int] = set()  # the |inputs| made here: the side takes them without a copy where no cast is needed

@@ -12,6 +12,8 @@ Collection only parses JSON (no torch), so every xdist worker collects quickly.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import types
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, Callable
@@ -19,8 +21,55 @@ from typing import Any, Callable
 import pytest
 
 from ..dump.reader import KNOWN_TYPES, Dump, DumpError, load_dump, parse_entry_name
-from .items import KNOWN_DTYPES, ApiItem, _mark, _selection, _want_dtype_markers, entry_markers, note_dumps
+from .items import KNOWN_DTYPES, ApiItem, entry_markers, matcher, note_dumps
 from .stash import SETTINGS_KEY
+
+
+def _want_dtype_markers(config: pytest.Config) -> bool:
+    """dtype markers cost a walk over every entry; by default only when -m or -k could use them."""
+    setting: str = config.getini("msprobe_dtype_markers")
+    if setting == "auto":
+        return bool(config.option.markexpr or config.option.keyword)
+    return setting == "always"
+
+
+# Plugins whose pytest_collection_modifyitems neither adds markers nor keywords to dump items: with only
+# these, -k/-m can be applied while a dump is collected (pytest applies them again afterwards).
+# (xdist's worker code runs as execnet's `__channelexec__` module; its hook only renames loadgroup items.)
+_SELECTION_SAFE = ("_pytest.", "xdist.", "__channelexec__", "pytest_msprobe.", "_hypothesis_pytestplugin",
+                   "pytest_randomly")
+
+
+def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] | None:
+    """A test of (entry name, its marker names) that is true for every item -k and -m keep, or None.
+
+    It gives each entry exactly the names pytest's -k matches (the item's and its parents' names, its
+    markers) and -m's markers. Only when no other plugin or conftest modifies items after collection
+    (one could add a marker that -k or -m selects)."""
+    config = collector.config
+    match = matcher(config)
+    if match is None:
+        return None
+    for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
+        plugin = impl.plugin
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if not str(module).startswith(_SELECTION_SAFE):
+            return None
+    chain = collector.listchain()
+    parents = [node.name for node in chain if not isinstance(node, pytest.Session)
+               and not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session))]
+    parents += [k for node in chain for k in node.extra_keyword_matches]
+    parent_marks = [m.name for node in chain for m in node.own_markers]
+
+    def keep(entry_name: str, markers: list[str]) -> bool:
+        return match([*parents, entry_name], [*markers, *parent_marks])
+
+    return keep
+
+
+@functools.cache
+def _mark(name: str) -> pytest.Mark:
+    return pytest.Mark(name, (), {}, _ispytest=True)
 
 
 def path_id(config: pytest.Config, path: Path) -> str:

@@ -18,8 +18,8 @@ from ..runs.backends import (
     DeviceCall,
     NpuBackend,
     Session,
-    _checked,
     builtin_backend,
+    checked_backend,
     close_session,
     entry_point_names,
     open_session,
@@ -96,7 +96,7 @@ def check_name(config: pytest.Config, name: str, where: str, *, allow_auto: bool
         try:  # a plugin may answer for names it does not list
             backend = config.hook.pytest_msprobe_device(config=config, name=name)
             if backend is not None:
-                _checked(backend, name)
+                checked_backend(backend, name)
                 return name
         except BackendError as exc:
             raise pytest.UsageError(f"{where} {name}: {exc}") from None

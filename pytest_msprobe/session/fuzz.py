@@ -40,14 +40,14 @@ from .fuzz_inputs import (  # noqa: F401  (re-exported: the fuzz API of tests an
     MAX_SPECIALS,
     TENSOR_TYPES,
     TensorSpace,
-    _data_names,
-    _isolate,
-    _leaves,
-    _replace,
-    _where,
+    data_names,
     describe,
+    isolate,
+    leaf_where,
     materialize,
+    replace_leaf,
     strategy,
+    tensor_leaves,
     tensor_space,
 )
 from .items import FUZZ_SUFFIX, fuzz_failure_text, heading, rerun_command
@@ -227,7 +227,7 @@ class FuzzItem(pytest.Item):
 
         settings = self.config.stash[SETTINGS_KEY]
         space_list = [space for _, _, space in spaces]
-        last.update(_isolate(space_list, last, run, lambda rec: failed(rec, settings.warning_as_error)))
+        last.update(isolate(space_list, last, run, lambda rec: failed(rec, settings.warning_as_error)))
         record = last["record"]
         record.update(nodeid=self.nodeid, dump=self.nodeid.split("::", 1)[0], standard=settings.standard,
                       rerun=result["rerun"], fuzz=True)
@@ -243,10 +243,10 @@ def _spaces(entry: dict[str, Any], api: str, specs: dict[str, Any]) -> list[tupl
     from ..specs.loader import in_list
 
     spaces = []
-    for path, leaf in _leaves({"input_args": entry.get("input_args") or [],
+    for path, leaf in tensor_leaves({"input_args": entry.get("input_args") or [],
                                "input_kwargs": entry.get("input_kwargs") or {}}, ()):
         clamp = path[:2] == ("input_args", 1) and in_list(specs, api, "preprocess", "clamp_min_zero_arg1")
-        space = tensor_space(_where(path), leaf, clamp)
+        space = tensor_space(leaf_where(path), leaf, clamp)
         if space is not None:
             spaces.append((path, leaf, space))
     return spaces
@@ -268,10 +268,10 @@ def _example_runner(dump: Any, target: str, entry: dict[str, Any], spaces: list[
             data_name = f"fuzz.{i}.pt"
             drawn[data_name] = materialize(space, example[space.where])
             if path[0] == "input_args":
-                args = _replace(args, path[1:], {**leaf, "data_name": data_name})
+                args = replace_leaf(args, path[1:], {**leaf, "data_name": data_name})
             else:
-                kwargs = _replace(kwargs, path[1:], {**leaf, "data_name": data_name})
-        saved = {n: dump.tensor_dir / n for n in _data_names([args, kwargs])  # tensors not fuzzed come along
+                kwargs = replace_leaf(kwargs, path[1:], {**leaf, "data_name": data_name})
+        saved = {n: dump.tensor_dir / n for n in data_names([args, kwargs])  # tensors not fuzzed come along
                  if not n.startswith("fuzz.") and ".." not in Path(n).parts and (dump.tensor_dir / n).is_file()}
         new_entry = {**entry, "input_args": args, "input_kwargs": kwargs}
         with temporary_dump({target: new_entry}, drawn, saved, prefix="msprobe_fuzz_") as example_dump, \

@@ -27,38 +27,42 @@ MAX_SPECIALS = 8
 LeafPath = tuple[Union[str, int], ...]  # Union: a run-time alias, and Python 3.9's
 
 
-def _leaves(enc: Any, path: LeafPath) -> Iterator[tuple[LeafPath, dict[str, Any]]]:
+def tensor_leaves(enc: Any, path: LeafPath) -> Iterator[tuple[LeafPath, dict[str, Any]]]:
+    """The tensors of encoded arguments with finite recorded bounds, by path: the ones a fuzz draw can vary."""
     if isinstance(enc, list):
         for i, v in enumerate(enc):
-            yield from _leaves(v, path + (i,))
+            yield from tensor_leaves(v, path + (i,))
     elif isinstance(enc, dict) and enc.get("type") in TENSOR_TYPES:
         if isinstance(enc.get("shape"), list) and all(isinstance(v, float) or (  # 10**400: the item's skip
                 isinstance(v, int) and abs(v) <= sys.float_info.max) for v in (enc.get("Max"), enc.get("Min"))):
             yield path, enc
     elif isinstance(enc, dict) and "type" not in enc:
         for k, v in enc.items():
-            yield from _leaves(v, path + (k,))
+            yield from tensor_leaves(v, path + (k,))
 
 
-def _replace(enc: Any, path: LeafPath, new: Any) -> Any:
+def replace_leaf(enc: Any, path: LeafPath, new: Any) -> Any:
+    """A copy of the encoded arguments with the leaf at `path` replaced (the draw's tensor written in its place)."""
     if not path:
         return new
     head, rest = path[0], path[1:]
     if isinstance(enc, list):
-        return [_replace(v, rest, new) if i == head else v for i, v in enumerate(enc)]
-    return {k: _replace(v, rest, new) if k == head else v for k, v in enc.items()}
+        return [replace_leaf(v, rest, new) if i == head else v for i, v in enumerate(enc)]
+    return {k: replace_leaf(v, rest, new) if k == head else v for k, v in enc.items()}
 
 
-def _data_names(enc: Any) -> list[str]:
+def data_names(enc: Any) -> list[str]:
+    """Every saved tensor file an encoded value names (the ones a fuzz dump copies along)."""
     if isinstance(enc, list):
-        return [n for v in enc for n in _data_names(v)]
+        return [n for v in enc for n in data_names(v)]
     if isinstance(enc, dict):
         own = [enc["data_name"]] if isinstance(enc.get("data_name"), str) else []
-        return own + [n for v in enc.values() if isinstance(v, (dict, list)) for n in _data_names(v)]
+        return own + [n for v in enc.values() if isinstance(v, (dict, list)) for n in data_names(v)]
     return []
 
 
-def _where(path: LeafPath) -> str:
+def leaf_where(path: LeafPath) -> str:
+    """A leaf's path as the record spells it: `input_args.0.1`, `input_kwargs.weight`."""
     kind = "input_args" if path[0] == "input_args" else "input_kwargs"
     return ".".join([kind] + [str(p) for p in path[1:]])
 
@@ -261,7 +265,7 @@ def _unravel(index: int, shape: list[int]) -> str:
 ISOLATE_BUDGET = 48  # extra checks spent turning the shrunk example into "a few elements on a plain background"
 
 
-def _isolate(spaces: list[TensorSpace], last: dict[str, Any], run: Any, is_failure: Any) -> dict[str, Any]:
+def isolate(spaces: list[TensorSpace], last: dict[str, Any], run: Any, is_failure: Any) -> dict[str, Any]:
     """Hypothesis shrinks the recipe (base, seed, special elements), but it cannot turn a failing `uniform`
     draw into "every element 0 but these two": keep, per tensor, only the elements that differ from the
     plain background and halve that set while the check still fails (bounded by ISOLATE_BUDGET checks)."""

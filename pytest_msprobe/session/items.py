@@ -5,9 +5,7 @@ imported by the first item that runs.
 """
 from __future__ import annotations
 
-import functools
 import shlex
-import types
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
@@ -49,21 +47,6 @@ def entry_markers(dump: Dump, entry_name: str, parsed: EntryName, with_dtypes: b
     if with_dtypes:
         markers += [dtype_marker(d) for d in dump.dtypes(f"{parsed.full_name}.forward") or dump.dtypes(entry_name)]
     return [m for m in markers if m.isidentifier()]
-
-
-def _want_dtype_markers(config: pytest.Config) -> bool:
-    """dtype markers cost a walk over every entry; by default only when -m or -k could use them."""
-    setting: str = config.getini("msprobe_dtype_markers")
-    if setting == "auto":
-        return bool(config.option.markexpr or config.option.keyword)
-    return setting == "always"
-
-
-# Plugins whose pytest_collection_modifyitems neither adds markers nor keywords to dump items: with only
-# these, -k/-m can be applied while a dump is collected (pytest applies them again afterwards).
-# (xdist's worker code runs as execnet's `__channelexec__` module; its hook only renames loadgroup items.)
-_SELECTION_SAFE = ("_pytest.", "xdist.", "__channelexec__", "pytest_msprobe.", "_hypothesis_pytestplugin",
-                   "pytest_randomly")
 
 
 class _Substrings:
@@ -109,33 +92,6 @@ def matcher(config: pytest.Config) -> Callable[[list[str], list[str]], bool] | N
     return keep
 
 
-def _selection(collector: pytest.Collector) -> Callable[[str, list[str]], bool] | None:
-    """A test of (entry name, its marker names) that is true for every item -k and -m keep, or None.
-
-    It gives each entry exactly the names pytest's -k matches (the item's and its parents' names, its
-    markers) and -m's markers. Only when no other plugin or conftest modifies items after collection
-    (one could add a marker that -k or -m selects)."""
-    config = collector.config
-    match = matcher(config)
-    if match is None:
-        return None
-    for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
-        plugin = impl.plugin
-        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
-        if not str(module).startswith(_SELECTION_SAFE):
-            return None
-    chain = collector.listchain()
-    parents = [node.name for node in chain if not isinstance(node, pytest.Session)
-               and not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session))]
-    parents += [k for node in chain for k in node.extra_keyword_matches]
-    parent_marks = [m.name for node in chain for m in node.own_markers]
-
-    def keep(entry_name: str, markers: list[str]) -> bool:
-        return match([*parents, entry_name], [*markers, *parent_marks])
-
-    return keep
-
-
 # node id path of each dump the run collected items from -> the label its items' headings carry (two or more dumps)
 DUMP_LABELS_KEY = pytest.StashKey[dict[str, str]]()
 
@@ -152,11 +108,6 @@ def heading(config: pytest.Config, dump: str, name: str, kind: str = "msprobe") 
     """An item's failure heading, `msprobe: <entry>`, or with several dumps `msprobe: <dump> <entry>`."""
     label = config.stash.get(DUMP_LABELS_KEY, {}).get(dump)
     return f"{kind}: {label} {name}" if label else f"{kind}: {name}"
-
-
-@functools.cache
-def _mark(name: str) -> pytest.Mark:
-    return pytest.Mark(name, (), {}, _ispytest=True)
 
 
 def failure_text(record: dict[str, Any], rerun: str = "") -> str:

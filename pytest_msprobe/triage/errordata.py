@@ -277,7 +277,7 @@ def temporary_dump(entries: Mapping[str, Any], tensors: Mapping[str, Any] | None
     `files` copied under their data names; `header` holds dump.json's own keys (task, framework) when they
     are not those of a PyTorch `task: tensor` dump. The folder is removed, and forgotten by the dump cache,
     when the block ends."""
-    from ..dump.reader import _CACHE, load_dump
+    from ..dump.reader import forget_dumps, load_dump
 
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         folder = Path(tmp)
@@ -303,8 +303,7 @@ def temporary_dump(entries: Mapping[str, Any], tensors: Mapping[str, Any] | None
         try:
             yield load_dump(folder / "dump.json")
         finally:
-            for key in [k for k in _CACHE if k[0].startswith(str(folder.resolve()))]:
-                del _CACHE[key]
+            forget_dumps(folder)
 
 
 # ----------------------------------------------------------------------------- the shared files (controller)
