@@ -98,9 +98,9 @@ def wait_port(port: int) -> None:
 
 def receive_ours(size: int, count: int) -> tuple[float, float]:
     """(seconds, CPU seconds of this process) for `count` frames of `size` bytes into our Receiver."""
-    from pytest_msprobe.online.receiver import Receiver
+    from pytest_msprobe.online.receiver import Admission, Receiver
 
-    receiver = Receiver("127.0.0.1", 0, queue_size=50, max_frame=size + 1)
+    receiver = Receiver("127.0.0.1", 0, Admission(queue_size=50, max_frame=size + 1))
     port = receiver.start()
     got = 0
 

@@ -300,14 +300,7 @@ PENDING: frozenset[str] = frozenset({
     "pytest_msprobe.metrics.on_device imports pytest_msprobe.metrics.fused._exp2",
     "pytest_msprobe.metrics.on_device imports pytest_msprobe.metrics.fused._log2_fix",
     "pytest_msprobe.verdict.strict_streamed imports pytest_msprobe.verdict.strict._scratch",
-    # functions over six parameters, not yet regrouped: constructors and the written scripts' entry point
-    # (run_embedded: scripts already written call it with these positions), and make_side's callers in check/
-    "pytest_msprobe/online/receiver.py:Receiver.__init__ takes 9",
-    "pytest_msprobe/online/sender.py:Sender.__init__ takes 8",
-    "pytest_msprobe/session/online.py:OnlineSession.__init__ takes 7",
-    "pytest_msprobe/triage/repro.py:write_script takes 8",
-    "pytest_msprobe/triage/script.py:_render takes 9",
-    "pytest_msprobe/triage/script.py:run_embedded takes 9",
+    # functions over six parameters: make_side (its callers are in check/), an autograd Function's forward
     "pytest_msprobe/runs/execution.py:make_side takes 10",
     "pytest_msprobe/runs/third_run.py:_ConvTorchBackward.forward takes 11",
     # functions over six parameters (runs/: the ones check/ calls)

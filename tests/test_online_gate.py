@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_msprobe.online import protocol, safeload  # noqa: E402
-from pytest_msprobe.online.receiver import Receiver  # noqa: E402
+from pytest_msprobe.online.receiver import Admission, Receiver  # noqa: E402
 from pytest_msprobe.online.sender import encode  # noqa: E402
 from pytest_msprobe.session import online as online_session  # noqa: E402 - before any pytester run (see QUIET)
 from tests.doc_samples import missing_from  # noqa: E402
@@ -62,8 +62,8 @@ def _acks(sock: socket.socket, n: int) -> list[bytes]:
     return words
 
 
-def _start(**kwargs: Any) -> Receiver:
-    receiver = Receiver("127.0.0.1", 0, **kwargs)
+def _start(tls: Any = None, **admission: Any) -> Receiver:
+    receiver = Receiver("127.0.0.1", 0, Admission(**admission), tls=tls)
     receiver.start()
     return receiver
 

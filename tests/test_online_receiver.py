@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from pytest_msprobe.online import nfs, protocol, safeload  # noqa: E402
 from pytest_msprobe.online.nfs import NfsReceiver  # noqa: E402
-from pytest_msprobe.online.receiver import Receiver  # noqa: E402
+from pytest_msprobe.online.receiver import Admission, Receiver  # noqa: E402
 from pytest_msprobe.online.sender import encode, encode_nfs  # noqa: E402
 
 
@@ -31,8 +31,8 @@ def _call(name: str = "Functional.relu.0", rank: int = 0, step: int = 0) -> safe
     return safeload.ApiData(name, (x,), {}, torch.relu(x), step, rank)
 
 
-def _start(**kwargs: Any) -> Receiver:
-    receiver = Receiver("127.0.0.1", 0, **kwargs)
+def _start(**admission: Any) -> Receiver:
+    receiver = Receiver("127.0.0.1", 0, Admission(**admission))
     receiver.start()
     return receiver
 
@@ -310,7 +310,7 @@ def test_random_bytes_never_reach_the_queue_or_stop_the_receiver(garbage: bytes)
         assert call.body == b"y"
 
 
-_RECEIVER = Receiver("127.0.0.1", 0, max_frame=1 << 20)
+_RECEIVER = Receiver("127.0.0.1", 0, Admission(max_frame=1 << 20))
 _RECEIVER.start()
 
 
@@ -361,7 +361,7 @@ def _torch_bytes(obj: Any) -> bytes:
 
 
 def test_nfs_receiver_takes_files_and_markers(tmp_path: Path) -> None:
-    receiver = NfsReceiver(tmp_path, max_frame=1 << 20)
+    receiver = NfsReceiver(tmp_path, Admission(max_frame=1 << 20))
     receiver.start()
     (tmp_path / "start_1").write_bytes(encode_nfs("start"))
     (tmp_path / "Functional.relu.0.pt").write_bytes(encode_nfs(_call()))
@@ -379,7 +379,7 @@ def test_nfs_receiver_leaves_a_file_to_its_writer_until_it_is_steady(tmp_path: P
     """msprobe 8.1's client closes a call file, checks that it exists, then sets its mode: a file taken at once
     can vanish between the two and crash the client. Complete files wait until unchanged for _QUIET_S."""
     monkeypatch.setattr(nfs, "_QUIET_S", 2.0)
-    receiver = NfsReceiver(tmp_path, max_frame=1 << 20)
+    receiver = NfsReceiver(tmp_path, Admission(max_frame=1 << 20))
     receiver.start()
     path = tmp_path / "Functional.relu.0.pt"
     path.write_bytes(encode_nfs(_call()))
@@ -399,7 +399,7 @@ def test_nfs_receiver_says_when_others_can_write_to_its_folder(tmp_path: Path) -
         folder = tmp_path / f"m{mode:o}"
         folder.mkdir()
         folder.chmod(mode)
-        receiver = NfsReceiver(folder, max_frame=1 << 20)
+        receiver = NfsReceiver(folder, Admission(max_frame=1 << 20))
         receiver.start()
         receiver.close()
         assert any("writable by its group or by others" in line for line in receiver.stats.lines) == warned, mode

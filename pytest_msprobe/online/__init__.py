@@ -12,9 +12,9 @@ from typing import Any
 def send(address: str, **kwargs: Any) -> Any:
     """`with pytest_msprobe.online.send("tcp://HOST:PORT"): train_step()`: stream the step's torch calls
     (sender.py). Imported lazily: importing the package never imports torch."""
-    from .sender import Sender
+    from .sender import Sender, SendOptions
 
-    return Sender(address, **kwargs)
+    return Sender(address, SendOptions(**kwargs))
 
 
 __all__ = ["send"]

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .receiver import Call, Stats
+from .receiver import ADMIT_ONE, Admission, Call, Stats
 
 _POLL_S = 0.02
 _QUIET_S = 0.2  # a file unchanged for this long is its writer's no more (its mode set too)
@@ -28,12 +28,13 @@ _SETTLE_S = 2.0  # an incomplete file that has not changed for this long is take
 
 
 class NfsReceiver:
-    def __init__(self, folder: Path, *, queue_size: int = 50, max_frame: int, clients: int = 1,
-                 ranks: tuple[int, ...] | None = None, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, folder: Path, admission: Admission = ADMIT_ONE, *,
+                 log: Callable[[str], None] | None = None) -> None:
         self.folder = folder
-        self.calls: queue.Queue[Call] = queue.Queue(maxsize=max(1, queue_size))
-        self.max_frame = max_frame
-        self.clients = max(1, len(ranks) if ranks else clients)  # one end marker per writer
+        self.calls: queue.Queue[Call] = queue.Queue(maxsize=max(1, admission.queue_size))
+        self.max_frame = admission.max_frame
+        ranks = admission.ranks
+        self.clients = max(1, len(ranks) if ranks else admission.clients)  # one end marker per writer
         self.finished = threading.Event()
         self.stats = Stats()
         self._log = log

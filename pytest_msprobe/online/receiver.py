@@ -93,16 +93,31 @@ class Stats:
     lines: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What a receiver lets in, over TCP or shared storage alike: its queue's length in calls, a body's largest
+    size, and the clients (or the ranks) whose end ends the session."""
+
+    queue_size: int = 50
+    max_frame: int = protocol.DEFAULT_MAX_FRAME
+    clients: int = 1
+    ranks: tuple[int, ...] | None = None
+
+
+ADMIT_ONE = Admission()  # one client, the default queue and frame limit
+
+
 class Receiver:
     """Listens on (host, port); `calls` is the bounded queue the session reads; `finished` is set when
     every client has ended and the expected ones did."""
 
-    def __init__(self, host: str, port: int, *, queue_size: int = 50, max_frame: int = protocol.DEFAULT_MAX_FRAME,
-                 check_sum: bool = True, tls: ssl.SSLContext | None = None, clients: int = 1,
-                 ranks: tuple[int, ...] | None = None, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, host: str, port: int, admission: Admission = ADMIT_ONE, *, check_sum: bool = True,
+                 tls: ssl.SSLContext | None = None, log: Callable[[str], None] | None = None) -> None:
         self.host, self.port = host, port
-        self.calls: queue.Queue[Call] = queue.Queue(maxsize=max(1, queue_size))
-        self.max_frame, self.check_sum, self.tls, self.clients = max_frame, check_sum, tls, max(1, clients)
+        self.calls: queue.Queue[Call] = queue.Queue(maxsize=max(1, admission.queue_size))
+        self.max_frame, self.check_sum, self.tls = admission.max_frame, check_sum, tls
+        self.clients = max(1, admission.clients)
+        ranks = admission.ranks
         self.ranks = frozenset(ranks) if ranks else None
         self.max_connections = max(MAX_CONNECTIONS, 4 * max(self.clients, len(self.ranks or ())))
         self.finished = threading.Event()

@@ -24,6 +24,7 @@ import ssl
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,16 +146,28 @@ class _Backward(_DispatchMode):  # type: ignore[misc]
         return out
 
 
+@dataclass(frozen=True)
+class SendOptions:
+    """`send()`'s keywords: the rank (else $RANK), the first step's number, how many calls may wait for their
+    acknowledgement, CRC32 on each frame, the TLS folder, whether backward is sent, and how long to wait."""
+
+    rank: int | None = None
+    step: int = 0
+    window: int = 20
+    check_sum: bool = True
+    tls_path: str | None = None
+    backward: bool = True
+    timeout: float = 600.0
+
+
 class Sender:
     """The context manager `send()` returns; `step()` starts the next training step's numbering."""
 
-    def __init__(self, address: str, *, rank: int | None = None, step: int = 0, window: int = 20,
-                 check_sum: bool = True, tls_path: str | None = None, backward: bool = True,
-                 timeout: float = 600.0) -> None:
-        self.endpoint = parse(address, tls_path)
-        self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
-        self.current_step, self.window, self.check_sum = step, max(1, window), check_sum
-        self.backward, self.timeout = backward, timeout
+    def __init__(self, address: str, options: SendOptions) -> None:
+        self.endpoint = parse(address, options.tls_path)
+        self.rank = int(os.environ.get("RANK", "0")) if options.rank is None else options.rank
+        self.current_step, self.window, self.check_sum = options.step, max(1, options.window), options.check_sum
+        self.backward, self.timeout = options.backward, options.timeout
         self.names = _names()
         self.counters: defaultdict[str, int] = defaultdict(int)
         self.sent = 0

@@ -47,6 +47,14 @@ STRANGER_LINES = 20  # refused bodies of connections that are not clients that g
 
 
 @dataclass(frozen=True)
+class Spool:
+    """Where each call becomes a one-call tensor dump, and whether a passing call's dump stays there."""
+
+    folder: Path
+    keep: bool
+
+
+@dataclass(frozen=True)
 class Selection:
     """The GPU side's filters of msprobe's run_ut config: rank_list, white_list, black_list."""
 
@@ -107,12 +115,12 @@ class OnlineItem(ApiItem):
 class OnlineSession:
     """The receiver, the loop that turns calls into items, and the per-rank accounting."""
 
-    def __init__(self, config: pytest.Config, endpoint: Any, receiver: Any, selection: Selection, spool: Path,
-                 keep: bool, workers: int = 1) -> None:
+    def __init__(self, config: pytest.Config, endpoint: Any, receiver: Any, selection: Selection, spool: Spool,
+                 workers: int = 1) -> None:
         from ..online.checking import online_specs
 
         self.config, self.endpoint, self.receiver, self.selection = config, endpoint, receiver, selection
-        self.spool, self.keep, self.workers = spool, keep, workers
+        self.spool, self.keep, self.workers = spool.folder, spool.keep, workers
         self.counts: dict[str, RankCounts] = {}
         self.steps: dict[tuple[int, int], OnlineStep] = {}
         self.failed: set[str] = set()

@@ -39,7 +39,7 @@ def configure(config: pytest.Config) -> None:
             address, tls_dir = online_cfg["address"], tls_dir or online_cfg["tls_path"]
     if address is None:
         return
-    from .online import ONLINE_KEY, OnlineSession, Selection
+    from .online import ONLINE_KEY, OnlineSession, Selection, Spool
 
     endpoint = _endpoint(config, address, tls_dir)
     settings = config.stash[SETTINGS_KEY]
@@ -56,7 +56,7 @@ def configure(config: pytest.Config) -> None:
     spool = (here / spool_ini) if spool_ini else settings.out_dir / "online_calls"
     selection = Selection(rank_list, config.stash.get(_config_key(), None))
     keep = ini_keys.value(config, "msprobe_online_keep")
-    online = OnlineSession(config, endpoint, receiver, selection, spool, keep, _workers(config))
+    online = OnlineSession(config, endpoint, receiver, selection, Spool(spool, keep), _workers(config))
     config.stash[ONLINE_KEY] = online
     config.pluginmanager.register(online, "msprobe-online")
     if config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -93,6 +93,9 @@ def _receiver(config: pytest.Config, endpoint: Any, rank_list: tuple[int, ...] |
     clients, ranks = _clients(config, rank_list)
     if size < 1 or max_frame < 1:
         raise pytest.UsageError("msprobe_online_queue and msprobe_online_max_frame must be positive")
+    from ..online.receiver import Admission, Receiver
+
+    admission = Admission(size, max_frame, clients, ranks)
     here = config.invocation_params.dir
 
     def log(line: str) -> None:
@@ -107,9 +110,7 @@ def _receiver(config: pytest.Config, endpoint: Any, rank_list: tuple[int, ...] |
         from ..online.nfs import NfsReceiver
 
         assert endpoint.path is not None
-        return NfsReceiver(here / endpoint.path, queue_size=size, max_frame=max_frame, clients=clients, ranks=ranks,
-                           log=log)
-    from ..online.receiver import Receiver
+        return NfsReceiver(here / endpoint.path, admission, log=log)
 
     tls = None
     if endpoint.kind == "tls":
@@ -124,8 +125,7 @@ def _receiver(config: pytest.Config, endpoint: Any, rank_list: tuple[int, ...] |
                                 "use tls:// with -o msprobe_online_tls=DIR")
     if endpoint.kind == "tcp" and not endpoint.loopback:  # before the terminal reporter exists: straight to stderr
         sys.stderr.write(f"msprobe online: WARNING: {endpoint} is not loopback and not TLS: calls arrive unencrypted\n")
-    return Receiver(endpoint.host, endpoint.port, queue_size=size, max_frame=max_frame, tls=tls, clients=clients,
-                    ranks=ranks, log=log)
+    return Receiver(endpoint.host, endpoint.port, admission, tls=tls, log=log)
 
 
 def _config_key() -> Any:

@@ -147,7 +147,7 @@ class Triage:
 
     def _repro(self, item: Any, record: dict[str, Any], captured: dict[str, Any], folder: Path) -> None:
         from ..dump.reader import load_dump
-        from ..triage.repro import write_script
+        from ..triage.repro import RedItem, write_script
 
         settings = item.config.stash[SETTINGS_KEY]
         if captured.get("framework") or captured.get("mode") == "replay":
@@ -158,8 +158,8 @@ class Triage:
             script: Path | None = write(f"{item.path}::{item.name}", folder / script_name(item.nodeid), settings.check_options)
         else:
             dump = captured.get("dump") or load_dump(item.path)
-            script = write_script(folder, dump, captured.get("entry_name", item.name), captured, record,
-                                  settings.check_options, item.nodeid)
+            red = RedItem(dump, captured.get("entry_name", item.name), item.nodeid, captured, record)
+            script = write_script(folder, red, settings.check_options)
         if script is not None:
             record["repro"] = str(script)
 

@@ -50,11 +50,23 @@ def script_name(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", stem).strip("_") + ".py"
 
 
-def build_spec(dump: Any, entry_name: str, captured: Mapping[str, Any], record: Mapping[str, Any], options: Any,
-               nodeid: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+@dataclasses.dataclass(frozen=True)
+class RedItem:
+    """What a failed item leaves for its repro: its dump and entry, its node id, what its check stashed (the
+    inputs, the plan) and its record."""
+
+    dump: Any
+    entry_name: str
+    nodeid: str
+    captured: Mapping[str, Any]
+    record: Mapping[str, Any]
+
+
+def build_spec(item: RedItem, options: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(SPEC, tensors by data name) of one item from what its check stashed; None without inputs."""
     from .errordata import inputs_in_memory
 
+    dump, entry_name, captured, record, nodeid = item.dump, item.entry_name, item.captured, item.record, item.nodeid
     saved = inputs_in_memory(dump, entry_name, captured)
     if saved is None:
         return None
@@ -126,16 +138,15 @@ if __name__ == "__main__":
 '''
 
 
-def write_script(folder: Path, dump: Any, entry_name: str, captured: Mapping[str, Any], record: Mapping[str, Any],
-                 options: Any, nodeid: str, name: str | None = None) -> Path | None:
+def write_script(folder: Path, item: RedItem, options: Any) -> Path | None:
     """Write the repro of one item; None when the check failed before its inputs existed."""
-    if "plan" not in captured:
+    if "plan" not in item.captured:
         return None
-    built = build_spec(dump, entry_name, captured, record, options, nodeid)
+    built = build_spec(item, options)
     if built is None:
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    script = folder / (name or script_name(nodeid))
+    script = folder / script_name(item.nodeid)
     text = render(*built, script)
     tmp = script.with_name(f".{script.name}.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..dump.reader import Dump, DumpError, load_dump, parse_entry_name, resolve_tensor_path
 from ..settings import CheckOptions
@@ -107,8 +107,9 @@ def write(target: str, out: Path | None, options: CheckOptions, iter_times: int 
             target_file.write_bytes(file.read_bytes())
     spec_text = Path(options.specs_file).read_text(encoding="utf-8") if options.specs_file else None
     opts = {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.name != "specs_file"}
-    text = _render(out.name, doc, entry, embedded, side.name if len(embedded) < len(files) else None, opts,
-                   spec_text, iter_times, f"{path}::{entry}")
+    parts = Embedded(doc, embedded, side.name if len(embedded) < len(files) else None, entry, opts, spec_text,
+                     iter_times)
+    text = _render(out.name, parts, f"{path}::{entry}")
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
@@ -122,8 +123,22 @@ def _literal(value: Any) -> str:
     return f"json.loads(r'''{text}''')"
 
 
-def _render(name: str, doc: Mapping[str, Any], entry: str, files: Mapping[str, str], side: str | None,
-            options: Mapping[str, Any], spec_text: str | None, iter_times: int, source: str) -> str:
+class Embedded(NamedTuple):
+    """What a written script holds, in the order its last line passes it to run_embedded: the one-call dump.json,
+    its tensor files (base64), the folder of those too large to embed, the entry, the options, the specs file's
+    text and the runs of the call."""
+
+    doc: Mapping[str, Any]
+    files: Mapping[str, str]
+    files_dir: str | None
+    entry: str
+    options: Mapping[str, Any]
+    spec_text: str | None
+    iter_times: int
+
+
+def _render(name: str, parts: Embedded, source: str) -> str:
+    doc, files, side, entry, options, spec_text, iter_times = parts
     files_lines = "".join(f"    {k!r}: (\n" + "".join(f"        {v[i:i + 100]!r}\n" for i in range(0, len(v), 100))
                           + "    ),\n" for k, v in files.items())
     return f'''#!/usr/bin/env python3
@@ -159,11 +174,12 @@ if __name__ == "__main__":
 '''
 
 
-def run_embedded(script: str, doc: Mapping[str, Any], files: Mapping[str, str], files_dir: str | None, entry: str,
-                 options: Mapping[str, Any], spec_text: str | None, iter_times: int,
-                 argv: list[str] | None = None) -> int:
-    """The body of every written script: rebuild the one-call dump, check it `iter_times` times, report."""
+def run_embedded(script: str, *embedded: Any, argv: list[str] | None = None) -> int:
+    """The body of every written script: rebuild the one-call dump, check it `iter_times` times, report.
+    `embedded` is Embedded's fields, positional, as every script written so far passes them."""
     import argparse
+
+    doc, files, files_dir, entry, options, spec_text, iter_times = Embedded(*embedded)
 
     from .errordata import temporary_dump
 
