@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.machine import cpu_model
+from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS
 
-from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
-from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(dump: str, device: str, where: str, out: Path) -> tuple[float, list[dict[str, Any]]]:
@@ -141,7 +140,7 @@ def main() -> None:
     import torch
 
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
-    print(f"# CPU: {_cpu()}; device: {name}; torch {torch.__version__}")
+    print(f"# CPU: {cpu_model()}; device: {name}; torch {torch.__version__}")
     out = Path(args.out)
     walls, records = {}, {}
     for where in ("device", "host"):

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def generate(folder: Path, entries: int) -> Path:
     """In a child process: this one must stay small, since forked children inherit its RSS figure."""
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_dump.py"), str(folder), "--entries", str(entries)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "benchmarks", "gen_dump", str(folder), "--entries", str(entries)],
+                   check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     return folder / "dump.json"
 
 

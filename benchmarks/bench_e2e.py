@@ -52,8 +52,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_dump.py"), str(work / "synthetic"),
-                        "--entries", str(args.entries)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "benchmarks", "gen_dump", str(work / "synthetic"),
+                        "--entries", str(args.entries)], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         suites = {f"synthetic {args.entries}": [str(work / "synthetic" / "dump.json")]}
         if SHARED.is_dir():
             suites["shared PyTorch dumps"] = [str(p / "dump.json") for p in sorted(SHARED.iterdir()) if "_pt_" in p.name]

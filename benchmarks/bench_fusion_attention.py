@@ -26,7 +26,6 @@ def measure(seq: int, causal: bool, dtype_name: str) -> dict[str, float]:
     """One forward + backward; runs inside the child process."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from bench_functions.attention import npu_fusion_attention
 
     torch.manual_seed(0)
@@ -51,8 +50,8 @@ def main(argv: list[str]) -> None:
     print(f"{'S':>6} {'mask':>7} {'forward s':>10} {'fwd+bwd s':>10} {'peak RSS MiB':>13}")
     for seq in sizes:
         for mask in ("causal", "full"):
-            done = subprocess.run([sys.executable, __file__, "--child", str(seq), mask, dtype], check=True,
-                                  capture_output=True, text=True)
+            done = subprocess.run([sys.executable, "-m", "benchmarks", "bench_fusion_attention", "--child", str(seq), mask,
+                                   dtype], check=True, capture_output=True, text=True, cwd=ROOT)
             r = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{r['seq']:>6} {mask:>7} {r['forward_s']:>10.1f} {r['total_s']:>10.1f} {r['peak_rss_mib']:>13.0f}",
                   flush=True)

@@ -212,15 +212,14 @@ def main() -> None:
                         help="a smaller dump whose chosen items are checked whole and in pieces, records compared")
     parser.add_argument("--pytest-arg", dest="pytest_args", action="append", default=[])
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.verify_strict_kernel import _cpu
+    from benchmarks.machine import cpu_model
 
     devices = args.bench_devices
     if devices is None:
         import torch
 
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    print(f"{time.strftime('%Y-%m-%d')}, {_cpu()}, {os.cpu_count()} cores; {args.dump}")
+    print(f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores; {args.dump}")
     own = _own_bytes(args.dump, args.only)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

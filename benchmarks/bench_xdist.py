@@ -134,7 +134,6 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true", help="also the shared PyTorch dumps")
     parser.add_argument("--skewed", action="store_true", help="also the expensive-first ordering comparison")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     from benchmarks.synthetic import write_skewed_dump, write_synthetic_dump
 
     print(f"cpus {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
