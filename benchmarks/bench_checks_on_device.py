@@ -1,6 +1,6 @@
 """The checks where the device output lives against the checks on the host, on one dump and one large output.
 
-    python benchmarks/bench_checks_on_device.py DUMP_JSON [--device cuda] [--out DIR] [--elements 16777216]
+    python -m benchmarks bench_checks_on_device DUMP_JSON [--device cuda] [--out DIR] [--elements 16777216]
 
 1. Runs pytest-msprobe on the dump twice with `--msprobe-device DEVICE -n 0`: `-o msprobe_checks_on=device` (the
    strict pass and msprobe's metric columns in torch ops on DEVICE, only the statistics and the worst elements

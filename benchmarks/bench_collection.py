@@ -1,6 +1,6 @@
 """Collection time and peak memory per process for synthetic dumps of 1k, 10k and 100k entries.
 
-    python benchmarks/bench_collection.py [--sizes 1000 10000 100000] [--repeat 3]
+    python -m benchmarks bench_collection [--sizes 1000 10000 100000] [--repeat 3]
 
 Every xdist worker collects the whole dump, so this is what each worker pays before its first item.
 Each run is a fresh `pytest --collect-only -qq` subprocess; the figures are the child's wall time,

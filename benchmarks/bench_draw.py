@@ -1,8 +1,8 @@
 """Cost of one random input tensor drawn from a dump's statistics, per generated element, on one core.
 
-    python benchmarks/bench_draw.py [--repeat 5]                      # this tree
-    python benchmarks/bench_draw.py --trees OLD NEW [--rounds 3]      # two trees, interleaved A/B
-    python benchmarks/bench_draw.py --dump DUMP_JSON [--trees OLD NEW] # every item of a dump
+    python -m benchmarks bench_draw [--repeat 5]                      # this tree
+    python -m benchmarks bench_draw --trees OLD NEW [--rounds 3]      # two trees, interleaved A/B
+    python -m benchmarks bench_draw --dump DUMP_JSON [--trees OLD NEW] # every item of a dump
 
 Each cell builds one tensor argument (`inputs.build.build` of a statistics leaf: the draw, the scaling, the
 rounding to the dtype and msprobe's planted Min/Max) with one thread, and keeps the least CPU time of this

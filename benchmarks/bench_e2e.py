@@ -1,6 +1,6 @@
 """End-to-end wall time with its split, at -n 0 and -n 2, for the shared dumps and a synthetic dump.
 
-    python benchmarks/bench_e2e.py [--entries 10000] [--workers 0 2] [--standard msprobe]
+    python -m benchmarks bench_e2e [--entries 10000] [--workers 0 2] [--standard msprobe]
 
 For every run: wall time of the whole `pytest` command, collection (one process), and the sums over
 items of input generation, device run, bench run (forward and backward), comparison and the rest

@@ -3,9 +3,9 @@
 B=1, N=8, D=128, layout BNSD, causal (sparse_mode 2 with the compressed 2048 mask) and full attention,
 for S = 1k, 4k, 8k. Each size runs in a fresh subprocess, so its ru_maxrss is that size's own peak.
 
-    python benchmarks/bench_fusion_attention.py            # all sizes
-    python benchmarks/bench_fusion_attention.py 1024 4096  # chosen sizes
-    python benchmarks/bench_fusion_attention.py --float32  # the bench of a bf16 attention (it computes
+    python -m benchmarks bench_fusion_attention            # all sizes
+    python -m benchmarks bench_fusion_attention 1024 4096  # chosen sizes
+    python -m benchmarks bench_fusion_attention --float32  # the bench of a bf16 attention (it computes
                                                            # in its inputs' dtype; default float64)
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Time to compute every metric of one 16M-element output (target: under 1 s on one core).
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_metrics.py [--numel 16777216] [--repeat 3]
+    OMP_NUM_THREADS=1 python -m benchmarks bench_metrics [--numel 16777216] [--repeat 3]
 
 Layer 1 + the Layer-2 columns (standards.compare_tensor) per dtype and algorithm, from the compiled pass
 (metrics/kernel.py) and from numpy (metrics/vectorised.py, its oracle), and the strict standard's checks

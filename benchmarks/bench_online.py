@@ -9,7 +9,7 @@ own receiver (its twisted TCPServer, which runs on CPU even though its run_ut si
 * session: peak RSS of the session (queue 50) over that step, and two ranks at once: what each client wrote
   (counted in the client, --trace) against the session's per-rank received = checked + skipped + refused.
 
-    MSPROBE81_PYTHON=/path/to/venv-msprobe81/bin/python python benchmarks/bench_online.py [--quick] [--runs 5]
+    MSPROBE81_PYTHON=/path/to/venv-msprobe81/bin/python python -m benchmarks bench_online [--quick] [--runs 5]
 
 Without MSPROBE81_PYTHON only our receiver's figures are measured.
 

@@ -1,7 +1,7 @@
 """Where a run's time goes, per element: each phase's cost per generated input element and per compared
 output element, on one dump, at -n 0 and -n 2.
 
-    python benchmarks/bench_phases.py [DUMP_JSON] [--workers 0 2] [--repeat 3] [--standard strict]
+    python -m benchmarks bench_phases [DUMP_JSON] [--workers 0 2] [--repeat 3] [--standard strict]
            [--detail] [--pytest-arg=--override-ini=msprobe_threads=2 ...]
 
 Each setting runs pytest-msprobe on the dump (`--msprobe-device cpu`), the settings interleaved round by

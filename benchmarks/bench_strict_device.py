@@ -1,7 +1,7 @@
 """Cost per element of the strict checks of one large output: the compiled host pass, and the torch pass on
 the CPU and on each accelerator torch sees (cuda, npu), interleaved round by round.
 
-    python benchmarks/bench_strict_device.py [--elements 16777216] [--row 4096] [--repeat 5]
+    python -m benchmarks bench_strict_device [--elements 16777216] [--row 4096] [--repeat 5]
            [--dtype torch.bfloat16] [--kinds elementwise,reduction,contraction]
 
 The output is a bf16 (or --dtype) device result 1-2 ULPs off an fp32 bench, with a torch run (elementwise,

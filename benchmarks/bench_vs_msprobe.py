@@ -1,6 +1,6 @@
 """pytest-msprobe against msprobe 26.2's own checker, side by side on one dump and one CPU.
 
-    python benchmarks/bench_vs_msprobe.py [DUMP_JSON] [--standards strict msprobe] [--workers 0 2]
+    python -m benchmarks bench_vs_msprobe [DUMP_JSON] [--standards strict msprobe] [--workers 0 2]
            [--msprobe-python PYTHON_OF_AN_MSPROBE_VENV] [--no-msprobe] [--repeat 1]
            [--pytest-arg=--override-ini=msprobe_threads=2 ...]
 
@@ -93,7 +93,7 @@ def load() -> str:
 
 def ours(dump: Path, standard: str, workers: int, work: Path, extra: list[str],
          processes: Path | None = None) -> dict[str, Any]:
-    """One pytest-msprobe run; with `processes`, a directory, benchmarks/run_probe.py writes each
+    """One pytest-msprobe run; with `processes`, a directory, evals/probes/run_probe.py writes each
     process's marks there."""
     out = work / f"out-{standard}-{workers}-{time.monotonic_ns()}"
     probe = work / "probe.json"

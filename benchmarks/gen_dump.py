@@ -1,6 +1,6 @@
 """Synthetic msprobe dumps of any size with a transformer layer's op mix.
 
-    python benchmarks/gen_dump.py OUT_DIR --entries 100000 [--mode statistics|tensor] [--dtype bfloat16]
+    python -m benchmarks gen_dump OUT_DIR --entries 100000 [--mode statistics|tensor] [--dtype bfloat16]
            [--hidden 64 --seq 16 --batch 2]
 
 Each transformer layer records, in call order, the calls a real training step dumps (layer norms,

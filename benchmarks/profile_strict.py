@@ -1,6 +1,6 @@
 """The strict pass's cost per element on a real run's largest outputs, and the copies a run makes before it.
 
-    python benchmarks/profile_strict.py DUMP_JSON [--out DIR] [--repeat 7]
+    python -m benchmarks profile_strict DUMP_JSON [--out DIR] [--repeat 7]
 
 First it runs pytest-msprobe on the dump (`-n 0 --msprobe-device cpu`) with this file as a plugin, which saves
 the arrays the strict pass reads (bench, device, third run) of the largest output of each class (device dtype,

@@ -11,7 +11,7 @@ from evals.probes.phases import on_thread
 
 
 def load_processes(folder: Path) -> dict[str, dict[str, Any]]:
-    """benchmarks/run_probe.py's file of every process of one run: "main" (the controller, or the one
+    """evals/probes/run_probe.py's file of every process of one run: "main" (the controller, or the one
     process of -n 0) and the xdist workers ("gw0", ...)."""
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
