@@ -1,6 +1,6 @@
 """The checks where the device output lives against the checks on the host, on one dump and one large output.
 
-    python benchmarks/bench_checks_on_device.py DUMP_JSON [--device cuda] [--out DIR] [--elements 16777216]
+    python -m benchmarks bench_checks_on_device DUMP_JSON [--device cuda] [--out DIR] [--elements 16777216]
 
 1. Runs pytest-msprobe on the dump twice with `--msprobe-device DEVICE -n 0`: `-o msprobe_checks_on=device` (the
    strict pass and msprobe's metric columns in torch ops on DEVICE, only the statistics and the worst elements
@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.machine import cpu_model
+from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS
 
-from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
-from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(dump: str, device: str, where: str, out: Path) -> tuple[float, list[dict[str, Any]]]:
@@ -141,7 +140,7 @@ def main() -> None:
     import torch
 
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
-    print(f"# CPU: {_cpu()}; device: {name}; torch {torch.__version__}")
+    print(f"# CPU: {cpu_model()}; device: {name}; torch {torch.__version__}")
     out = Path(args.out)
     walls, records = {}, {}
     for where in ("device", "host"):

@@ -1,6 +1,6 @@
 """Collection time and peak memory per process for synthetic dumps of 1k, 10k and 100k entries.
 
-    python benchmarks/bench_collection.py [--sizes 1000 10000 100000] [--repeat 3]
+    python -m benchmarks bench_collection [--sizes 1000 10000 100000] [--repeat 3]
 
 Every xdist worker collects the whole dump, so this is what each worker pays before its first item.
 Each run is a fresh `pytest --collect-only -qq` subprocess; the figures are the child's wall time,
@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def generate(folder: Path, entries: int) -> Path:
     """In a child process: this one must stay small, since forked children inherit its RSS figure."""
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_dump.py"), str(folder), "--entries", str(entries)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "benchmarks", "gen_dump", str(folder), "--entries", str(entries)],
+                   check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     return folder / "dump.json"
 
 

@@ -1,8 +1,8 @@
 """Cost of one random input tensor drawn from a dump's statistics, per generated element, on one core.
 
-    python benchmarks/bench_draw.py [--repeat 5]                      # this tree
-    python benchmarks/bench_draw.py --trees OLD NEW [--rounds 3]      # two trees, interleaved A/B
-    python benchmarks/bench_draw.py --dump DUMP_JSON [--trees OLD NEW] # every item of a dump
+    python -m benchmarks bench_draw [--repeat 5]                      # this tree
+    python -m benchmarks bench_draw --trees OLD NEW [--rounds 3]      # two trees, interleaved A/B
+    python -m benchmarks bench_draw --dump DUMP_JSON [--trees OLD NEW] # every item of a dump
 
 Each cell builds one tensor argument (`inputs.build.build` of a statistics leaf: the draw, the scaling, the
 rounding to the dtype and msprobe's planted Min/Max) with one thread, and keeps the least CPU time of this
@@ -38,7 +38,7 @@ SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 24)
 
 
 def measure(repeat: int) -> dict[str, dict[str, float]]:
-    """{dtype: {numel: ns per element}} for the tree on sys.path."""
+    """{dtype: {numel: ns per element}} for the tree this process imports pytest_msprobe from."""
     import torch
 
     from pytest_msprobe.inputs.build import BuildContext, build
@@ -169,7 +169,6 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trees", nargs="+", type=Path, help="source trees to compare, interleaved")
-    parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)  # one child process of --trees
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--dump", help="a dump.json: every item's inputs and side copies instead")
     args = parser.parse_args()
@@ -177,9 +176,13 @@ def main() -> None:
         runs: dict[str, list[dict[str, dict[str, float]]]] = {str(t): [] for t in args.trees}
         for _ in range(args.rounds):
             for tree in args.trees:
-                out = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--json", "--repeat",
-                                      str(args.repeat), *(["--dump", args.dump] if args.dump else [])],
-                                     check=True, capture_output=True, text=True).stdout
+                # one child per tree: this file run as a script (its own folder first on the path, not the
+                # repository), with the tree's pytest_msprobe found first through PYTHONPATH
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree.resolve()),
+                                                                                 os.environ.get("PYTHONPATH")]))}
+                out = subprocess.run([sys.executable, __file__, "--json", "--repeat", str(args.repeat),
+                                      *(["--dump", args.dump] if args.dump else [])],
+                                     check=True, capture_output=True, text=True, env=env).stdout
                 runs[str(tree)].append(json.loads(out))
         columns = {name: {d: {s: min(r[d][s] for r in rounds) for s in rounds[0][d]} for d in rounds[0]}
                    for name, rounds in runs.items()}
@@ -187,7 +190,6 @@ def main() -> None:
         if not args.json:
             _print(columns)
         return
-    sys.path.insert(0, str((args.tree or Path(__file__).resolve().parents[1]).resolve()))
     table = measure_dump(args.dump) if args.dump else measure(args.repeat)
     if args.json:
         print(json.dumps(table))

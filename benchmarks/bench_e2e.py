@@ -1,6 +1,6 @@
 """End-to-end wall time with its split, at -n 0 and -n 2, for the shared dumps and a synthetic dump.
 
-    python benchmarks/bench_e2e.py [--entries 10000] [--workers 0 2] [--standard msprobe]
+    python -m benchmarks bench_e2e [--entries 10000] [--workers 0 2] [--standard msprobe]
 
 For every run: wall time of the whole `pytest` command, collection (one process), and the sums over
 items of input generation, device run, bench run (forward and backward), comparison and the rest
@@ -52,8 +52,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_dump.py"), str(work / "synthetic"),
-                        "--entries", str(args.entries)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "benchmarks", "gen_dump", str(work / "synthetic"),
+                        "--entries", str(args.entries)], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         suites = {f"synthetic {args.entries}": [str(work / "synthetic" / "dump.json")]}
         if SHARED.is_dir():
             suites["shared PyTorch dumps"] = [str(p / "dump.json") for p in sorted(SHARED.iterdir()) if "_pt_" in p.name]

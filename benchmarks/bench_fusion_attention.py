@@ -3,9 +3,9 @@
 B=1, N=8, D=128, layout BNSD, causal (sparse_mode 2 with the compressed 2048 mask) and full attention,
 for S = 1k, 4k, 8k. Each size runs in a fresh subprocess, so its ru_maxrss is that size's own peak.
 
-    python benchmarks/bench_fusion_attention.py            # all sizes
-    python benchmarks/bench_fusion_attention.py 1024 4096  # chosen sizes
-    python benchmarks/bench_fusion_attention.py --float32  # the bench of a bf16 attention (it computes
+    python -m benchmarks bench_fusion_attention            # all sizes
+    python -m benchmarks bench_fusion_attention 1024 4096  # chosen sizes
+    python -m benchmarks bench_fusion_attention --float32  # the bench of a bf16 attention (it computes
                                                            # in its inputs' dtype; default float64)
 """
 from __future__ import annotations
@@ -26,7 +26,6 @@ def measure(seq: int, causal: bool, dtype_name: str) -> dict[str, float]:
     """One forward + backward; runs inside the child process."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from bench_functions.attention import npu_fusion_attention
 
     torch.manual_seed(0)
@@ -51,8 +50,8 @@ def main(argv: list[str]) -> None:
     print(f"{'S':>6} {'mask':>7} {'forward s':>10} {'fwd+bwd s':>10} {'peak RSS MiB':>13}")
     for seq in sizes:
         for mask in ("causal", "full"):
-            done = subprocess.run([sys.executable, __file__, "--child", str(seq), mask, dtype], check=True,
-                                  capture_output=True, text=True)
+            done = subprocess.run([sys.executable, "-m", "benchmarks", "bench_fusion_attention", "--child", str(seq), mask,
+                                   dtype], check=True, capture_output=True, text=True, cwd=ROOT)
             r = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{r['seq']:>6} {mask:>7} {r['forward_s']:>10.1f} {r['total_s']:>10.1f} {r['peak_rss_mib']:>13.0f}",
                   flush=True)

@@ -1,6 +1,6 @@
 """Time to compute every metric of one 16M-element output (target: under 1 s on one core).
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_metrics.py [--numel 16777216] [--repeat 3]
+    OMP_NUM_THREADS=1 python -m benchmarks bench_metrics [--numel 16777216] [--repeat 3]
 
 Layer 1 + the Layer-2 columns (standards.compare_tensor) per dtype and algorithm, from the compiled pass
 (metrics/kernel.py) and from numpy (metrics/vectorised.py, its oracle), and the strict standard's checks
@@ -12,19 +12,16 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from pytest_msprobe.metrics import fused  # noqa: E402
-from pytest_msprobe.specs.loader import load_specs  # noqa: E402
-from pytest_msprobe.verdict import grid, layer2, standards, strict  # noqa: E402
+from pytest_msprobe.metrics import fused
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict import grid, layer2, standards, strict
 
 CASES = [  # (device dtype, numpy storage, api whose 8.x category is used, bench dtype)
     ("torch.float32", np.float32, "gelu", np.float64),            # benchmark

@@ -9,7 +9,7 @@ own receiver (its twisted TCPServer, which runs on CPU even though its run_ut si
 * session: peak RSS of the session (queue 50) over that step, and two ranks at once: what each client wrote
   (counted in the client, --trace) against the session's per-rank received = checked + skipped + refused.
 
-    MSPROBE81_PYTHON=/path/to/venv-msprobe81/bin/python python benchmarks/bench_online.py [--quick] [--runs 5]
+    MSPROBE81_PYTHON=/path/to/venv-msprobe81/bin/python python -m benchmarks bench_online [--quick] [--runs 5]
 
 Without MSPROBE81_PYTHON only our receiver's figures are measured.
 
@@ -33,12 +33,11 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-CLIENT = ROOT / "tests" / "data" / "online" / "msprobe81_client.py"
+from benchmarks.machine import cpu_model  # the CPU model and native bf16, as every benchmark prints it
+from tests.online_helpers import free_port, wait_for_port  # the tests' own port helpers
 
-from benchmarks.verify_strict_kernel import _cpu  # noqa: E402  (the CPU model and native bf16, as every benchmark prints it)
-from tests.online_helpers import free_port, wait_for_port  # noqa: E402  (the tests' own port helpers)
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = ROOT / "tests" / "data" / "online" / "msprobe81_client.py"
 
 SENDER = r'''
 import os, socket, sys, threading, time, zlib, struct
@@ -272,7 +271,7 @@ def receive(python: str, runs: int, quick: bool) -> None:
         cores.append(size * count / cpu / 1e6)
         if python:
             theirs.append(size * count / receive_msprobe(python, size, count) / 1e6)
-    print(f"receive: {count} frames of {size >> 20} MiB over loopback, {runs} runs ({_cpu()}, {os.cpu_count()} cores)")
+    print(f"receive: {count} frames of {size >> 20} MiB over loopback, {runs} runs ({cpu_model()}, {os.cpu_count()} cores)")
     print(f"  ours:    median {statistics.median(ours):6.0f} MB/s (runs {' '.join(f'{x:.0f}' for x in ours)}); "
           f"{statistics.median(cores):.0f} MB/s per second of the receiving process's CPU")
     if theirs:

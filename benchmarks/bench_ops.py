@@ -1,8 +1,8 @@
 """Bench time against device time for large single ops, per standard.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_ops.py [--standards msprobe strict] [--only attention]
-    OMP_NUM_THREADS=1 python benchmarks/bench_ops.py --shared      # the largest ops of ../shared/dumps
-    python benchmarks/bench_ops.py --accuracy [--seq 2048]          # is an fp32 attention bench enough?
+    OMP_NUM_THREADS=1 python -m benchmarks bench_ops [--standards msprobe strict] [--only attention]
+    OMP_NUM_THREADS=1 python -m benchmarks bench_ops --shared      # the largest ops of ../shared/dumps
+    python -m benchmarks bench_ops --accuracy [--seq 2048]          # is an fp32 attention bench enough?
 
 Every op is checked in-process by `check.check_entry` (device: CPU), forward and backward items,
 one thread like an xdist worker. Printed per item: the device run (forward + backward), the bench
@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "dumps"
 
 

@@ -1,7 +1,7 @@
 """Where a run's time goes, per element: each phase's cost per generated input element and per compared
 output element, on one dump, at -n 0 and -n 2.
 
-    python benchmarks/bench_phases.py [DUMP_JSON] [--workers 0 2] [--repeat 3] [--standard strict]
+    python -m benchmarks bench_phases [DUMP_JSON] [--workers 0 2] [--repeat 3] [--standard strict]
            [--detail] [--pytest-arg=--override-ini=msprobe_threads=2 ...]
 
 Each setting runs pytest-msprobe on the dump (`--msprobe-device cpu`), the settings interleaved round by
@@ -16,7 +16,7 @@ making of its side there (`inputs_beside_s`, counted in the inputs); at -n 2 the
 both workers' time, so shares are of 2 x wall. Also: the speed-up of -n 2 over -n 0, and what a worker
 loses (the phase sums against 2 x wall: start-up, idle time at the end, pytest and xdist).
 
-With benchmarks/run_probe.py in every process, each run's wall and CPU time is broken down step by
+With evals/probes/run_probe.py in every process, each run's wall and CPU time is broken down step by
 step (interpreter and pytest start-up, plugin load, collection, the first item's torch and numba
 imports, the items' phases and their per-item overhead, the files written at sessionfinish, teardown),
 per process, and -n 2's loss against a perfect 2x of -n 0 is laid out: the CPU bound (-n 0 already
@@ -37,18 +37,18 @@ import argparse
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.bench_vs_msprobe import API_PHASES, DUMPS, load, ours
+from benchmarks.machine import cpu_model
+from evals.probes.phases import on_thread
+from evals.probes.processes import load_processes, mark_span, print_breakdown, print_steps
+from evals.probes.run_probe import DETAIL_ENV
 
-from benchmarks.bench_vs_msprobe import API_PHASES, DUMPS, load, on_thread, ours  # noqa: E402
-from benchmarks.run_probe import DETAIL_ENV  # noqa: E402
-from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tensor_elements(node: Any) -> int:
@@ -77,85 +77,6 @@ def element_counts(dump: Path, out: Path) -> tuple[int, int]:
     return generated, compared
 
 
-def load_processes(folder: Path) -> dict[str, dict[str, Any]]:
-    """benchmarks/run_probe.py's file of every process of one run: "main" (the controller, or the one
-    process of -n 0) and the xdist workers ("gw0", ...)."""
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
-
-
-def _span(proc: dict[str, Any], a: str, b: str) -> tuple[float, float]:
-    """(wall, CPU) seconds between two marks of one process; (0, 0) when one is missing."""
-    marks = proc["marks"]
-    if a not in marks or b not in marks:
-        return 0.0, 0.0
-    return marks[b][0] - marks[a][0], marks[b][1] - marks[a][1]
-
-
-def breakdown(proc: dict[str, Any], end_wall: float | None = None) -> list[tuple[str, float, float]]:
-    """(step, wall s, CPU s) of one process from its start to its end: every second of it in one step."""
-    marks, counts, p = proc["marks"], proc["counts"], proc["phases"]
-    rows = [("interpreter and pytest start-up", *_span(proc, "start", "probe_imported")),
-            ("plugin load and configure", *_span(proc, "probe_imported", "configured")),
-            ("collection", *_span(proc, "configured", "collected"))]
-    if counts["items"]:
-        rows += [("wait for the first item", *_span(proc, "collected", "first_item")),
-                 ("import torch (first item)", *_span(proc, "first_item", "torch_imported")),
-                 ("import numba (first item)", *_span(proc, "torch_imported", "numba_imported"))]
-        phase_sum = on_thread(p)
-        for name in ("inputs", "device", "bench", "reference", "compare"):
-            rows.append((f"  {'checks' if name == 'compare' else name} (phase sums)", p[name], float("nan")))
-        rows.append(("  per-item overhead (pytest, hooks, records, report)", counts["items_wall"] - phase_sum,
-                     float("nan")))
-        rows.append(("items, all of the above", counts["items_wall"], counts["items_cpu"]))
-        rows.append(("between items and at the end (idle, xdist)", *_minus(_span(proc, "numba_imported",
-                                                                                  "sessionfinish_start"),
-                                                                            (counts["items_wall"], counts["items_cpu"]))))
-    else:
-        rows.append(("workers running (controller: scheduling, reports)", *_span(proc, "collected",
-                                                                                 "sessionfinish_start")))
-    rows.append(("sessionfinish (files written, workers stopped)", *_span(proc, "sessionfinish_start",
-                                                                          "sessionfinish_done")))
-    rows.append(("unconfigure", *_span(proc, "unconfigure_start", "unconfigure_done")))
-    if end_wall is not None:
-        rows.append(("teardown (interpreter exit)", end_wall - marks["unconfigure_done"][0], float("nan")))
-    return rows
-
-
-def _minus(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
-    return a[0] - b[0], a[1] - b[1]
-
-
-def print_breakdown(run: dict[str, Any]) -> None:
-    procs = run["processes"]
-    names = sorted(procs, key=lambda n: (n != "main", n))
-    tables = {n: breakdown(procs[n], run["end"] if n == "main" else None) for n in names}
-    print(f"  {'step (wall s / CPU s)':52}" + "".join(f"{n:>16}" for n in names))
-    for step in dict.fromkeys(row[0] for n in sorted(names, key=lambda n: -len(tables[n])) for row in tables[n]):
-        cells = []
-        for n in names:
-            row = next((r for r in tables[n] if r[0] == step), None)
-            cells.append(f"{'':>16}" if row is None else f"{row[1]:>8.2f}" + (
-                f"{'':>8}" if math.isnan(row[2]) else f"{row[2]:>8.2f}"))
-        print(f"  {step:52}" + "".join(cells))
-    print(f"  {'items run':52}" + "".join(f"{procs[n]['counts']['items']:>16.0f}" for n in names))
-    totals = [f"{procs[n]['marks']['unconfigure_done'][1]:>16.2f}" for n in names]
-    print(f"  {'process CPU (to unconfigure)':52}" + "".join(totals))
-
-
-def print_steps(run: dict[str, Any]) -> None:
-    """With --detail: what each process's items' thread spent per step, per item and in all (the
-    hooks of pytest's protocol hold every plugin's work; the indented steps lie inside check_entry)."""
-    for name, proc in sorted(run["processes"].items()):
-        steps, items = proc.get("steps") or {}, proc["counts"]["items"]
-        if not steps:
-            continue
-        print(f"\n  {name}: {'the items' if items else 'the main'} thread, step by step ({items:.0f} items)")
-        print(f"  {'step':58}{'calls':>8}{'wall s':>9}{'CPU s':>9}{'ms/item':>9}{'longest':>9}")
-        for step, (calls, wall, cpu, longest) in sorted(steps.items(), key=lambda kv: -kv[1][1]):
-            per_item = f"{wall / items * 1e3:>9.2f}" if items else f"{'-':>9}"
-            print(f"  {step:58}{calls:>8.0f}{wall:>9.3f}{cpu:>9.3f}{per_item}{longest:>9.3f}")
-
-
 def loss_analysis(one: dict[str, Any], two: dict[str, Any]) -> None:
     """Where -n 2 loses against a perfect 2x of -n 0, from both runs' per-process marks."""
     w0, w2 = one["wall"], two["wall"]
@@ -169,15 +90,15 @@ def loss_analysis(one: dict[str, Any], two: dict[str, Any]) -> None:
           f"extra CPU at all, 2 / {cpu0 / w0:.2f} cores already used by -n 0 = {2 * w0 / cpu0:.2f}x")
     if ctrl is not None:
         c = ctrl["counts"]
-        print(f"  controller: {ctrl['marks']['unconfigure_done'][1]:.2f} s CPU ({_span(ctrl, 'start', 'configured')[1]:.2f} "
-              f"start-up and configure, {_span(ctrl, 'collected', 'sessionfinish_start')[1]:.2f} while workers ran: "
+        print(f"  controller: {ctrl['marks']['unconfigure_done'][1]:.2f} s CPU ({mark_span(ctrl, 'start', 'configured')[1]:.2f} "
+              f"start-up and configure, {mark_span(ctrl, 'collected', 'sessionfinish_start')[1]:.2f} while workers ran: "
               f"{c['reports']:.0f} reports, {c['report_bytes'] / max(c['reports'], 1):.0f} bytes each, "
-              f"{_span(ctrl, 'sessionfinish_start', 'sessionfinish_done')[1]:.2f} writing the files)")
-    start0 = _span(main0, "start", "numba_imported")[1]
+              f"{mark_span(ctrl, 'sessionfinish_start', 'sessionfinish_done')[1]:.2f} writing the files)")
+    start0 = mark_span(main0, "start", "numba_imported")[1]
     for n, p in sorted(workers.items()):
-        ready = _span(p, "start", "numba_imported")
+        ready = mark_span(p, "start", "numba_imported")
         print(f"  {n}: start-up to its first item's work {ready[1]:.2f} s CPU ({ready[0]:.2f} s wall; -n 0's process "
-              f"{start0:.2f} s CPU), collection again {_span(p, 'configured', 'collected')[1]:.2f} s CPU, items "
+              f"{start0:.2f} s CPU), collection again {mark_span(p, 'configured', 'collected')[1]:.2f} s CPU, items "
               f"{p['counts']['items']:.0f} in {p['counts']['items_cpu']:.2f} s CPU, idle at the end "
               f"{max(q['marks']['last_item_done'][0] for q in workers.values()) - p['marks']['last_item_done'][0]:.2f} s")
     items0 = main0["counts"]["items_cpu"]
@@ -203,7 +124,7 @@ def main() -> None:
         os.environ[DETAIL_ENV] = "1"
     if args.dump is None or not args.dump.is_file():
         raise SystemExit("no dump: pass a dump.json")
-    cpu = _cpu()
+    cpu = cpu_model()
     cached = "off (PYTHONDONTWRITEBYTECODE is set)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
     print(f"dump {args.dump}; CPU: {cpu}; bytecode cache: {cached}")
     best: dict[int, dict[str, Any]] = {}

@@ -1,7 +1,7 @@
 """A 7B-class call's check, per phase: wall, CPU and peak RSS, whole or in pieces, at -n 0 and -n 2, with the bench
 on the CPU and, where torch sees CUDA, on it (-o msprobe_bench_device=cuda).
 
-    python benchmarks/bench_scale.py DUMP_JSON [--only Functional.linear.14.forward] [--workers 0 2]
+    python -m benchmarks bench_scale DUMP_JSON [--only Functional.linear.14.forward] [--workers 0 2]
            [--max-memory 512MiB] [--bench-devices cpu cuda] [--same-as SMALL_DUMP_JSON]
 
 Each setting runs pytest-msprobe on the dump's chosen items (`--msprobe-device cpu`) with this module as a pytest
@@ -19,7 +19,7 @@ Figures: 2026-11-28, a 2-core AMD EPYC (avx512_bf16: yes) shared with other work
 dumps of `benchmarks/make_dumps.py --only 'llama_7b_*'` (4,096 tokens) and `... --small` (128 tokens); the item is
 the lm_head, `Functional.linear.14.forward`: input [1, 4096, 4096] and weight [128256, 4096], bf16, strict.
 
-    python benchmarks/bench_scale.py DUMPS/llama_7b_bf16_statistics/step0/rank0/dump.json --workers 0 \
+    python -m benchmarks bench_scale DUMPS/llama_7b_bf16_statistics/step0/rank0/dump.json --workers 0 \
         --max-memory 384MiB
       -n 0, 384 MiB: in pieces of 64 rows x 1,984 columns (64 row blocks); own tensors (input, weight, device
       output) 1.99 GiB; peak RSS 2.88 GiB = 1.45x; wall 180 s, CPU 173 s (inputs 2.6 s, device 10 s, pieces
@@ -212,15 +212,14 @@ def main() -> None:
                         help="a smaller dump whose chosen items are checked whole and in pieces, records compared")
     parser.add_argument("--pytest-arg", dest="pytest_args", action="append", default=[])
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.verify_strict_kernel import _cpu
+    from benchmarks.machine import cpu_model
 
     devices = args.bench_devices
     if devices is None:
         import torch
 
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    print(f"{time.strftime('%Y-%m-%d')}, {_cpu()}, {os.cpu_count()} cores; {args.dump}")
+    print(f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores; {args.dump}")
     own = _own_bytes(args.dump, args.only)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -1,7 +1,7 @@
 """Cost per element of the strict checks of one large output: the compiled host pass, and the torch pass on
 the CPU and on each accelerator torch sees (cuda, npu), interleaved round by round.
 
-    python benchmarks/bench_strict_device.py [--elements 16777216] [--row 4096] [--repeat 5]
+    python -m benchmarks bench_strict_device [--elements 16777216] [--row 4096] [--repeat 5]
            [--dtype torch.bfloat16] [--kinds elementwise,reduction,contraction]
 
 The output is a bf16 (or --dtype) device result 1-2 ULPs off an fp32 bench, with a torch run (elementwise,
@@ -13,7 +13,6 @@ Each line gives the minimum over the rounds, and whether the verdicts and messag
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.machine import cpu_model
+from benchmarks.verify_strict_torch import results_agree, synchronize
+from pytest_msprobe.specs.loader import load_specs
+from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict.judge import element_rules
 
-from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
-from benchmarks.verify_strict_torch import _agree, _sync  # noqa: E402
-from pytest_msprobe.specs.loader import load_specs  # noqa: E402
-from pytest_msprobe.verdict import strict  # noqa: E402
-from pytest_msprobe.verdict.judge import element_rules  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def arrays(n: int, dtype: str, kind: str) -> tuple[np.ndarray, torch.Tensor, dict[str, Any]]:
@@ -53,7 +51,7 @@ def main() -> None:
     torch.set_num_threads(1)
     accelerators = [torch.device(k) for k in ("cuda", "npu")
                     if getattr(torch, k, None) is not None and getattr(torch, k).is_available()]
-    print(f"# {args.elements:,} elements, row {args.row}, {args.dtype}; CPU: {_cpu()}; accelerators: "
+    print(f"# {args.elements:,} elements, row {args.row}, {args.dtype}; CPU: {cpu_model()}; accelerators: "
           f"{', '.join(torch.cuda.get_device_name() if a.type == 'cuda' else a.type for a in accelerators) or 'none'}")
     columns = ["kind", "host pass ns/el", "torch on cpu ns/el"] + [
         f"torch on {a.type} ns/el | bench copy to {a.type} ns/el" for a in accelerators] + ["same verdicts"]
@@ -75,18 +73,18 @@ def main() -> None:
             got = strict.strict_compare(torch.from_numpy(bench), device, args.dtype, rules, kind=kind, row=args.row,
                                         **third)
             t2 = time.thread_time()
-            agree &= _agree(got, ref)
+            agree &= results_agree(got, ref)
             times = {"host": t1 - t0, "cpu": t2 - t1}
             for a, (d, extra) in placed.items():
-                _sync(a)
+                synchronize(a)
                 t3 = time.perf_counter()
                 b = torch.from_numpy(bench).to(a)
-                _sync(a)
+                synchronize(a)
                 t4 = time.perf_counter()
                 got = strict.strict_compare(b, d, args.dtype, rules, kind=kind, row=args.row, **extra)
-                _sync(a)
+                synchronize(a)
                 times[a.type], times[f"copy {a.type}"] = time.perf_counter() - t4, t4 - t3
-                agree &= _agree(got, ref)
+                agree &= results_agree(got, ref)
             for key, value in times.items():
                 best[key] = min(best.get(key, value), value)
         per = {k: v / args.elements * 1e9 for k, v in best.items()}

@@ -1,6 +1,6 @@
 """pytest-msprobe against msprobe 26.2's own checker, side by side on one dump and one CPU.
 
-    python benchmarks/bench_vs_msprobe.py [DUMP_JSON] [--standards strict msprobe] [--workers 0 2]
+    python -m benchmarks bench_vs_msprobe [DUMP_JSON] [--standards strict msprobe] [--workers 0 2]
            [--msprobe-python PYTHON_OF_AN_MSPROBE_VENV] [--no-msprobe] [--repeat 1]
            [--pytest-arg=--override-ini=msprobe_threads=2 ...]
 
@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from evals.probes.phases import PHASES, add_phases, on_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMPS = (Path("/work/dumps/llama_realistic_bf16_statistics/step0/rank0/dump.json"),
@@ -73,28 +75,6 @@ def wait(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, 
             os.waitstatus_to_exitcode(status))
 
 
-PHASES = ("inputs", "device", "bench", "reference", "compare")
-
-
-def add_phases(sums: dict[str, float], t: dict[str, float]) -> None:
-    """Add one record's `timings` to per-phase sums (each backward pass in its side's phase); a bench that ran
-    beside the items' thread (`bench_wait_s` in the timings) is also summed as "bench_beside", and its side,
-    made there too (`inputs_beside_s`), as "inputs_beside"."""
-    if "bench_wait_s" in t:
-        sums["bench_beside"] = sums.get("bench_beside", 0.0) + t.get("bench_s", 0.0) + t.get("bench_backward_s", 0.0)
-    sums["inputs_beside"] = sums.get("inputs_beside", 0.0) + t.get("inputs_beside_s", 0.0)
-    sums["inputs"] += t.get("inputs_s", 0.0) + t.get("inputs_beside_s", 0.0)
-    sums["device"] += t.get("device_s", 0.0) + t.get("device_backward_s", 0.0)
-    sums["bench"] += t.get("bench_s", 0.0) + t.get("bench_backward_s", 0.0)
-    sums["reference"] += sum(v for k, v in t.items() if k.startswith("reference"))
-    sums["compare"] += t.get("compare_s", 0.0)  # the checks alone
-
-
-def on_thread(p: dict[str, float], keys: tuple[str, ...] = PHASES) -> float:
-    """The phases `keys` as the items' thread spent them: a bench run beside it, and its side, are left out."""
-    return sum(p[k] - p.get(f"{k}_beside", 0.0) for k in keys)
-
-
 def phases(out: Path) -> tuple[int, dict[str, float]]:
     (path,) = out.glob("msprobe_records_*.jsonl")
     sums = dict.fromkeys(PHASES, 0.0)
@@ -113,14 +93,14 @@ def load() -> str:
 
 def ours(dump: Path, standard: str, workers: int, work: Path, extra: list[str],
          processes: Path | None = None) -> dict[str, Any]:
-    """One pytest-msprobe run; with `processes`, a directory, benchmarks/run_probe.py writes each
+    """One pytest-msprobe run; with `processes`, a directory, evals/probes/run_probe.py writes each
     process's marks there."""
     out = work / f"out-{standard}-{workers}-{time.monotonic_ns()}"
     probe = work / "probe.json"
     env = {**os.environ, "BENCH_VS_MSPROBE_OUT": str(probe), "PYTHONPATH": str(ROOT)}
     if processes is not None:
         env["MSPROBE_RUN_PROBE_DIR"] = str(processes)
-        extra = ["-p", "benchmarks.run_probe", *extra]
+        extra = ["-p", "evals.probes.run_probe", *extra]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
            "-p", "benchmarks.bench_vs_msprobe", str(dump.resolve()), "--msprobe-device", "cpu", "--msprobe-standard", standard,
            "--msprobe-out", str(out), "-n", str(workers), *extra]

@@ -1,6 +1,6 @@
 """xdist speed-up and per-item plugin overhead on a synthetic dump of 1,000+ small API calls.
 
-    python benchmarks/bench_xdist.py [--items 1008] [--repeat 3] [--shared] [--skewed]
+    python -m benchmarks bench_xdist [--items 1008] [--repeat 3] [--shared] [--skewed]
 
 * speed-up: wall time of `pytest DUMP -n 0` vs `-n 2` (whole command, startup included) and the
   steady-state throughput (items per second between the first and the last finished item, seen
@@ -134,7 +134,6 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true", help="also the shared PyTorch dumps")
     parser.add_argument("--skewed", action="store_true", help="also the expensive-first ordering comparison")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     from benchmarks.synthetic import write_skewed_dump, write_synthetic_dump
 
     print(f"cpus {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

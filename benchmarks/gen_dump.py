@@ -1,6 +1,6 @@
 """Synthetic msprobe dumps of any size with a transformer layer's op mix.
 
-    python benchmarks/gen_dump.py OUT_DIR --entries 100000 [--mode statistics|tensor] [--dtype bfloat16]
+    python -m benchmarks gen_dump OUT_DIR --entries 100000 [--mode statistics|tensor] [--dtype bfloat16]
            [--hidden 64 --seq 16 --batch 2]
 
 Each transformer layer records, in call order, the calls a real training step dumps (layer norms,
@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _stats(t: torch.Tensor) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The strict pass's cost per element on a real run's largest outputs, and the copies a run makes before it.
 
-    python benchmarks/profile_strict.py DUMP_JSON [--out DIR] [--repeat 7]
+    python -m benchmarks profile_strict DUMP_JSON [--out DIR] [--repeat 7]
 
 First it runs pytest-msprobe on the dump (`-n 0 --msprobe-device cpu`) with this file as a plugin, which saves
 the arrays the strict pass reads (bench, device, third run) of the largest output of each class (device dtype,
@@ -26,14 +26,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
+from benchmarks.machine import cpu_model
+from pytest_msprobe.metrics.storage import widen
+from pytest_msprobe.verdict import strict
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from benchmarks.verify_strict_kernel import _cpu  # noqa: E402
-from pytest_msprobe.metrics.storage import widen  # noqa: E402
-from pytest_msprobe.verdict import strict  # noqa: E402
 
 _ENV = "PROFILE_STRICT_OUT"
 
@@ -78,7 +77,7 @@ def profile(folder: Path, repeat: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    print(f"ns per element, CPU time of one thread, least of {repeat}; {_cpu()}")
+    print(f"ns per element, CPU time of one thread, least of {repeat}; {cpu_model()}")
     print(f"{'output':50} {'elements':>11} {'as run':>7} {'bias every block':>17} {'no third run':>13} "
           f"{'16-bit to fp32':>14} {'bench copy (metrics)':>20}")  # fp16: bench to fp16 and back
     for meta_file in sorted(folder.glob("*.json")):

@@ -1,7 +1,7 @@
 """The compiled checks against their numpy oracles on every output of a real run, and their cost.
 
     python -m pytest -p benchmarks.verify_strict_kernel DUMP_JSON --msprobe-device cpu -n 0 [...]
-    python benchmarks/verify_strict_kernel.py PLANTED_BUGS_ARGS...   (benchmarks/planted_bugs.py, verified)
+    python -m benchmarks verify_strict_kernel PLANTED_BUGS_ARGS...   (python -m evals planted_bugs, verified)
 
 A pytest plugin: every call of the strict pass (strict._judge_blocks) runs both the compiled kernel
 (verdict/strict_kernel.py) and the numpy oracle (tests/strict_oracle.py) on the same arrays, requires every
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import threading
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import cpu_model
 from pytest_msprobe.metrics import fused
 from pytest_msprobe.verdict import standards, strict
 
@@ -153,7 +153,7 @@ def report() -> None:
     metrics = {**_metrics, "kernel_ns_per_element": _metrics["kernel_s"] / m * 1e9,
                "numpy_ns_per_element": _metrics["numpy_s"] / m * 1e9}
     summary = {**_totals, "kernel_ns_per_element": _totals["kernel_s"] / n * 1e9,
-               "numpy_ns_per_element": _totals["numpy_s"] / n * 1e9, "cpu": _cpu(), "metrics": metrics}
+               "numpy_ns_per_element": _totals["numpy_s"] / n * 1e9, "cpu": cpu_model(), "metrics": metrics}
     print(f"\nmsprobe's metrics on {metrics['rows']} rows ({metrics['elements']:,} elements of outputs of 16,384 "
           f"or more): {len(metrics['mismatches'])} mismatches; compiled {metrics['kernel_ns_per_element']:.2f} "
           f"ns/element, numpy {metrics['numpy_ns_per_element']:.2f} ns/element (CPU time, one thread); first "
@@ -169,29 +169,11 @@ def report() -> None:
         Path(out).write_text(json.dumps(summary, indent=1))
 
 
-def _cpu() -> str:
-    """The CPU model and whether it has native bf16 (AVX512-BF16 or AMX-BF16, or aarch64's BF16)."""
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            if line.startswith(("flags", "Features")) and ":" in line:
-                flags = line.split(":", 1)[1]
-    except OSError:
-        pass
-    native = any(f in flags.split() for f in ("avx512_bf16", "amx_bf16", "bf16"))
-    return f"{model}, native bf16: {'yes' if native else 'no'}"
-
-
 if __name__ == "__main__":
     import runpy
-    import sys
 
-    ROOT = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(ROOT))
     install()
     try:
-        runpy.run_path(str(ROOT / "benchmarks" / "planted_bugs.py"), run_name="__main__")
+        runpy.run_module("evals.planted_bugs", run_name="__main__", alter_sys=True)
     finally:
         report()

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.verify_strict_kernel import _cpu
+from benchmarks.machine import cpu_model
 from pytest_msprobe.verdict import judge, strict
 
 TOLERANCE = 1e-9
@@ -32,7 +32,7 @@ _totals: dict[str, Any] = {"outputs": 0, "elements": 0, "mismatches": [], "host_
 _FIELDS = ("bench", "device", "torch_run", "magnitude", "product", "estimated")
 
 
-def _agree(a: strict.StrictResult, b: strict.StrictResult) -> bool:
+def results_agree(a: strict.StrictResult, b: strict.StrictResult) -> bool:
     if a.status != b.status or a.message != b.message or a.stats.keys() != b.stats.keys():
         return False
     for key, x in a.stats.items():
@@ -44,7 +44,7 @@ def _agree(a: strict.StrictResult, b: strict.StrictResult) -> bool:
     return True
 
 
-def _sync(device: Any) -> None:
+def synchronize(device: Any) -> None:
     import torch
 
     if device.type == "cuda":
@@ -78,10 +78,10 @@ def install() -> None:
         tensors = arrays if on_device else dataclasses.replace(arrays, **{
             k: torch.from_numpy(np.ascontiguousarray(getattr(arrays, k))).to(where) for k in _FIELDS
             if getattr(arrays, k) is not None})
-        _sync(where)
+        synchronize(where)
         t1 = _clock(where)
         fast = verdict(tensors, device_dtype, th)
-        _sync(where)
+        synchronize(where)
         t2, t3 = _clock(where), time.thread_time()
         slow = verdict(host, device_dtype, th)
         t4 = time.thread_time()
@@ -93,7 +93,7 @@ def install() -> None:
             _totals["host_s"] += t4 - t3
             _totals["elements"] += int(strict.size_of(host.device))
         _totals["outputs"] += 1
-        if not _agree(fast, slow):
+        if not results_agree(fast, slow):
             _totals["mismatches"].append({"dtype": device_dtype, "kind": arrays.kind, "n": int(host.device.size),
                                           "torch": [fast.status, fast.message], "host": [slow.status, slow.message]})
         _totals["device"] = str(where)
@@ -114,7 +114,7 @@ def report() -> None:
     n = max(_totals["elements"], 1)
     summary = {**_totals, "host_ns_per_element": _totals["host_s"] / n * 1e9,
                "torch_ns_per_element": _totals["torch_s"] / n * 1e9, "copy_ns_per_element": _totals["copy_s"] / n * 1e9,
-               "cpu": _cpu()}
+               "cpu": cpu_model()}
     print(f"\nstrict checks on {summary['outputs']} outputs ({summary['elements']:,} elements after the first): "
           f"{len(summary['mismatches'])} mismatches; torch ops on {summary.get('device')} "
           f"{summary['torch_ns_per_element']:.2f} ns/element (+ copies {summary['copy_ns_per_element']:.2f}), "

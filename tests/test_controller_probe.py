@@ -1,4 +1,4 @@
-"""benchmarks/controller_probe.py: at -n 2 the controller writes one line of CPU by cause, each cause called
+"""evals/probes/controller_probe.py: at -n 2 the controller writes one line of CPU by cause, each cause called
 as often as the run calls it (three reports per item); at -n 0 it writes nothing."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.controller_probe import main
+from evals.probes.controller_probe import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP = ROOT / "examples" / "mlp_bf16_statistics" / "step0" / "rank0" / "dump.json"
@@ -20,7 +20,7 @@ def test_the_controller_writes_its_causes(pytester: pytest.Pytester, monkeypatch
     out = pytester.path / "ctl.jsonl"
     monkeypatch.setenv("MSPROBE_CONTROLLER_PROBE", str(out))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    result = pytester.runpytest_subprocess(str(DUMP), "-p", "benchmarks.controller_probe", "-p", "no:hypothesispytest",
+    result = pytester.runpytest_subprocess(str(DUMP), "-p", "evals.probes.controller_probe", "-p", "no:hypothesispytest",
                                            "--msprobe-device", "cpu", "-n", str(workers),
                                            "-o", "msprobe_min_work_per_worker=0", "--msprobe-out", "out")
     outcomes = result.parseoutcomes()

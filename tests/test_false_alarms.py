@@ -174,10 +174,10 @@ def test_the_bundled_examples_end_as_the_readme_says(pytester: pytest.Pytester) 
 
 
 def test_the_false_alarm_benchmark_fuzzes_correct_kernels(tmp_path: Path) -> None:
-    """benchmarks/planted_bugs.py --fuzz: a [fuzz] item per forward call, armed like the planted runs; a
+    """python -m evals planted_bugs --fuzz: a [fuzz] item per forward call, armed like the planted runs; a
     correct variant passes, a bug armed the same way is reported with its failure."""
-    from benchmarks.planted.arms import BY_NAME
-    from benchmarks.planted_bugs import fuzz
+    from evals.planted.registry import BY_NAME
+    from evals.planted_bugs import fuzz
 
     data = {"Functional.linear.0.forward": {
         "input_args": [tensor("torch.bfloat16", [16, 256], 3.0, -3.0), tensor("torch.bfloat16", [64, 256], 1.0, -1.0)],

@@ -1,7 +1,7 @@
 """The error model of fused NPU ops: the `strict` standard's third run of an NPU op is its reference with
 the roundings a sound 16-bit kernel makes (api_specs/bench_functions.yaml `rounded`), so sound kernels
 (flash attention with P in the input dtype, Hugging Face's RMSNorm) pass while kernel bugs still fail,
-forward and backward. The kernels are the fused-op suite's (benchmarks/planted/fused.py).
+forward and backward. The kernels are the fused-op suite's (evals/planted/fused.py).
 """
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import torch.nn.functional as F
 
 import bench_functions
 from bench_functions import activations, attention, norms, rotary
-from benchmarks.planted import fused_dump
+from evals.planted import fused_dump
 from tests.helpers import ROOT, api_records
 
-SPEC = "benchmarks.planted.fused:TABLES"
+SPEC = "evals.planted.fused:TABLES"
 
 
 def check(dump: Path, arm: str | None, apis: set[str] | None = None) -> dict[str, dict[str, Any]]:
-    from benchmarks.planted_fused import run
+    from evals.planted_fused import run
 
     return run(dump, f"{SPEC}.{arm}" if arm else None, "strict", apis)
 

@@ -1,6 +1,6 @@
 """End to end: a kernel bug armed inside the device-call boundary fails, a sound variant passes.
 
-The arms and the plugin that arms them are the planted-bug suite's (benchmarks/planted/): only the
+The arms and the plugin that arms them are the planted-bug suite's (evals/planted/): only the
 device call sees them, as only a real device's kernel would differ.
 """
 from __future__ import annotations
@@ -9,14 +9,14 @@ import pytest
 
 from tests.helpers import EXAMPLES, ROOT, copy_dump
 
-PLUGIN = ("-p", "benchmarks.planted.plugin")
+PLUGIN = ("-p", "evals.planted.plugin")
 LLAMA = EXAMPLES / "llama_tiny_bf16_statistics" / "step0" / "rank0"  # a small Llama-style training step, msprobe 26.2's dumper
 
 
 def armed(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, arm: str, *args: str) -> pytest.RunResult:
     monkeypatch.setenv("PLANTED_ARM", arm)
     monkeypatch.setenv("PLANTED_DTYPE", "torch.bfloat16")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocess imports benchmarks.planted.plugin
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the subprocess imports evals.planted.plugin
     dump = copy_dump(pytester, LLAMA, "llama")
     return pytester.runpytest_subprocess(str(dump), *PLUGIN, *args)
 

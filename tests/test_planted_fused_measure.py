@@ -1,4 +1,4 @@
-"""The fused-op suite's second effectiveness measure (benchmarks/planted_fused.py): a bug's item is
+"""The fused-op suite's second effectiveness measure (evals/planted_fused.py): a bug's item is
 effective beyond the sound variants when, on one of its outputs, the bug's mean or max |error| against
 the bench exceeds every sound variant's of the same op on that item.
 """
@@ -12,10 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.planted import fused_dump
-from benchmarks.planted_fused import distance, measure_beyond, run
+from evals.planted import fused_dump
+from evals.planted_fused import distance, measure_beyond, run
 
-SPEC = "benchmarks.planted.fused:TABLES"
+SPEC = "evals.planted.fused:TABLES"
 
 
 def test_distance_is_in_ulps_at_the_bench_rms_and_zero_for_the_bench_itself() -> None:
@@ -87,7 +87,7 @@ def test_a_swapped_swiglu_is_beyond_and_hugging_faces_rmsnorm_further_than_fp32(
 
 
 def test_the_report_prints_both_measures_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks.planted_fused import report
+    from evals.planted_fused import report
 
     def row(arm: str, kind: str, standard: str, flagged: bool, beyond: bool | None) -> dict[str, Any]:
         return {**_row(arm, kind), "standard": standard, "flagged": flagged, "layer1": flagged, "dtype": "torch.bfloat16",

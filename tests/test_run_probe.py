@@ -1,4 +1,4 @@
-"""benchmarks/run_probe.py, the per-process probe behind benchmarks/bench_phases.py's breakdown: every
+"""evals/probes/run_probe.py, the per-process probe behind `python -m benchmarks bench_phases`'s breakdown: every
 process of a run writes its marks, in order, with its items and their phases, at -n 0 and -n 2."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_phases import breakdown, load_processes, print_steps
+from evals.probes.processes import breakdown, load_processes, print_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMP = ROOT / "examples" / "mlp_bf16_statistics" / "step0" / "rank0" / "dump.json"
@@ -23,7 +23,7 @@ def test_every_process_writes_its_marks_items_and_phases(pytester: pytest.Pytest
     probe.mkdir()
     monkeypatch.setenv("MSPROBE_RUN_PROBE_DIR", str(probe))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    result = pytester.runpytest_subprocess(str(DUMP), "-p", "benchmarks.run_probe", "-p", "no:hypothesispytest",
+    result = pytester.runpytest_subprocess(str(DUMP), "-p", "evals.probes.run_probe", "-p", "no:hypothesispytest",
                                            "-p", "no:benchmark", "--msprobe-device", "cpu", "-n", str(workers),
                                            "-o", "msprobe_min_work_per_worker=0", "--msprobe-out", "out")
     outcomes = result.parseoutcomes()
@@ -57,7 +57,7 @@ def test_detail_times_each_items_steps(pytester: pytest.Pytester, monkeypatch: p
     monkeypatch.setenv("MSPROBE_RUN_PROBE_DIR", str(probe))
     monkeypatch.setenv("MSPROBE_RUN_PROBE_DETAIL", "1")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    result = pytester.runpytest_subprocess(str(DUMP), "-p", "benchmarks.run_probe", "-p", "no:hypothesispytest",
+    result = pytester.runpytest_subprocess(str(DUMP), "-p", "evals.probes.run_probe", "-p", "no:hypothesispytest",
                                            "--msprobe-device", "cpu", "-n", "0", "--msprobe-out", "out")
     items = result.parseoutcomes().get("passed", 0)
     assert items > 0

@@ -6,7 +6,7 @@ html         the --msprobe-html page of the bundled approximate-softmax example,
              Chromium (`chromium` on PATH; Debian: apt-get install chromium) to html-report-failure.png
 error-model  strict's largest and mean errors against their limits, for every float output of the bundled
              bf16 Llama-style dump: torch's kernels (clean), the correct variants and the planted bugs of
-             benchmarks/planted/arms.py (inside the device-call boundary, as benchmarks/planted_bugs.py
+             evals/planted/arms.py (inside the device-call boundary, as evals/planted_bugs.py
              does): error-model.png
 scaling      per-process collection time and peak memory against the dump's size (benchmarks/
              bench_collection.py's measurement), and the wall time of whole runs at -n 0 and -n 2 on
@@ -73,8 +73,9 @@ def html(out: Path) -> None:
 
 def _measure_error_model(dump: Path) -> list[dict[str, Any]]:
     """One point per strict-judged float output and run: the largest and mean error over their limits."""
-    from benchmarks.planted import arms as arm_table
-    from benchmarks.planted_bugs import _api_keyword, _fingerprint, dump_dtype, run
+    from evals.planted import arms as arm_table
+    from evals.planted.records import api_keyword, dump_dtype, fingerprint
+    from evals.planted_bugs import run
     from pytest_msprobe.verdict import strict
 
     captured: dict[str, tuple[float, float]] = {}
@@ -103,7 +104,7 @@ def _measure_error_model(dump: Path) -> list[dict[str, Any]]:
                     if limits is None:
                         continue
                     if kind != "clean" and base is not None and k < len(base.get("outputs", [])) and \
-                            _fingerprint({"outputs": [output]}) == _fingerprint({"outputs": [base["outputs"][k]]}):
+                            fingerprint({"outputs": [output]}) == fingerprint({"outputs": [base["outputs"][k]]}):
                         continue  # the arm did not change this output: not an effective item
                     points.append({"kind": kind, "arm": label, "output": output["name"],
                                    "max": stats["max_err"] / limits[0], "mean": stats["mean_err"] / limits[1],
@@ -111,7 +112,7 @@ def _measure_error_model(dump: Path) -> list[dict[str, Any]]:
 
         collect(clean, "clean", "torch")
         for arm in arm_table.ARMS:
-            collect(run(dump, arm, "strict", dtype, _api_keyword(arm)), arm.kind, arm.name)
+            collect(run(dump, arm, "strict", dtype, api_keyword(arm)), arm.kind, arm.name)
     finally:
         strict.strict_compare = plain  # type: ignore[assignment]
     return points

@@ -1,7 +1,7 @@
 """Fused NPU op kernels, sound and buggy, for `--msprobe-kernels` (the fused-op planted-bug suite).
 
 Each arm is a mapping {"NPU.<op>": kernel} with torch_npu's signature, reachable as
-`benchmarks.planted.fused:TABLES.<arm>` (e.g. `--msprobe-kernels benchmarks.planted.fused:TABLES.flash_p16`).
+`evals.planted.fused:TABLES.<arm>` (e.g. `--msprobe-kernels evals.planted.fused:TABLES.flash_p16`).
 Sound variants are what correct kernels do differently from the fp32-once reference (flash attention's
 probabilities in the input dtype, Hugging Face's RMSNorm rounding the normalised value, eager-mode rotary,
 SwiGLU and group norm + silu, fp64 maths); bugs are what real fused kernels get wrong. Every kernel is differentiable,
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import bench_functions
-from benchmarks.planted.fused_attention import Flavour, grad_kernel, kernel
+from evals.planted.fused_attention import Flavour, grad_kernel, kernel
 
 Fn = Callable[..., Any]
 

@@ -9,22 +9,12 @@ maths), which a checker must pass. Every replacement is differentiable, so backw
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-Impl = Callable[..., Any]
-
-
-@dataclass
-class Arm:
-    name: str
-    kind: str  # "bug" or "variant"
-    what: str  # the kind of bug or variant, for the table
-    impls: dict[Any, Impl]
-    dtypes: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+from evals.planted.arm import Arm, Impl, torch_forms
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -274,10 +264,6 @@ def _corrupting(orig: Impl, *a: Any, **kw: Any) -> Any:
     return out
 
 
-def _all(impl: Impl, names: tuple[str, ...], where: tuple[Any, ...] = (torch, torch.Tensor)) -> dict[Any, Impl]:
-    return {getattr(m, n): impl for m in where for n in names if hasattr(m, n)}
-
-
 _ADD, _MUL, _DIV = ("add", "__add__", "__radd__"), ("mul", "__mul__", "__rmul__"), ("div", "__truediv__")
 
 ARMS: list[Arm] = [
@@ -285,11 +271,11 @@ ARMS: list[Arm] = [
     Arm("lowacc-matmul", "bug", "low-precision accumulation (linear/matmul)", _contractions("low")),
     Arm("lowacc-conv", "bug", "low-precision accumulation (conv2d)", {F.conv2d: _conv2d("low")}),
     Arm("sincos-naive", "bug", "sin/cos without range reduction",
-        {**_all(_sincos_naive(torch.sin), ("sin",)), **_all(_sincos_naive(torch.cos), ("cos",))}),
+        {**torch_forms(_sincos_naive(torch.sin), ("sin",)), **torch_forms(_sincos_naive(torch.cos), ("cos",))}),
     Arm("pow-explog", "bug", "pow as exp(y log x) in the input dtype",
-        {**_all(_pow_explog, ("pow", "__pow__")), torch.Tensor.__rpow__: _rpow_explog}),
+        {**torch_forms(_pow_explog, ("pow", "__pow__")), torch.Tensor.__rpow__: _rpow_explog}),
     Arm("softmax-lownorm", "bug", "softmax with a low-precision normaliser",
-        {**_all(_softmax("low"), ("softmax",)), F.softmax: _softmax("low")}),
+        {**torch_forms(_softmax("low"), ("softmax",)), F.softmax: _softmax("low")}),
     Arm("attention-gross", "bug", "attention: 1 element in 10^4 off by 4.6 %",
         {F.scaled_dot_product_attention: _sdpa("gross")}),
     Arm("attention-lownorm", "bug", "attention with a low-precision normaliser",
@@ -297,21 +283,21 @@ ARMS: list[Arm] = [
     Arm("silu-fast", "bug", "silu with a half-precision sigmoid", {F.silu: _silu_fast}),
     Arm("avgpool-lowacc", "bug", "adaptive_avg_pool2d accumulating in low precision",
         {F.adaptive_avg_pool2d: _adaptive_avg_pool2d}),
-    Arm("mean-lowacc", "bug", "mean accumulating in low precision", _all(_mean_low, ("mean",))),
+    Arm("mean-lowacc", "bug", "mean accumulating in low precision", torch_forms(_mean_low, ("mean",))),
     Arm("add-truncate", "bug", "add rounding toward zero",
-        {**_all(_truncating(torch.add), _ADD), torch.Tensor.add_: _truncating(torch.add, True),
+        {**torch_forms(_truncating(torch.add), _ADD), torch.Tensor.add_: _truncating(torch.add, True),
          torch.Tensor.__iadd__: _truncating(torch.add, True)}),
     Arm("mul-truncate", "bug", "mul rounding toward zero",
-        {**_all(_truncating(torch.mul), _MUL), torch.Tensor.mul_: _truncating(torch.mul, True)}),
-    Arm("div-truncate", "bug", "div rounding toward zero", _all(_truncating(torch.div), _DIV)),
+        {**torch_forms(_truncating(torch.mul), _MUL), torch.Tensor.mul_: _truncating(torch.mul, True)}),
+    Arm("div-truncate", "bug", "div rounding toward zero", torch_forms(_truncating(torch.div), _DIV)),
     Arm("layernorm-eps", "bug", "layer_norm with a wrong epsilon", {F.layer_norm: _layer_norm("eps")}),
     Arm("rsqrt-fast", "bug", "rsqrt in half precision",
-        _all(_in_dtype(lambda x: torch.rsqrt(x.to(torch.float16 if x.dtype == torch.float32 else torch.bfloat16))
+        torch_forms(_in_dtype(lambda x: torch.rsqrt(x.to(torch.float16 if x.dtype == torch.float32 else torch.bfloat16))
                        .to(x.dtype)), ("rsqrt",))),
     Arm("gelu-tanh", "bug", "gelu: tanh approximation for the exact form",
         {F.gelu: lambda orig, x, approximate="none": orig(x, approximate="tanh")}),
     Arm("exp-half", "bug", "exp with a half-precision intermediate",
-        _all(_in_dtype(lambda x: torch.exp(x.to(torch.float16 if x.dtype == torch.float32 else x.dtype)).to(x.dtype)),
+        torch_forms(_in_dtype(lambda x: torch.exp(x.to(torch.float16 if x.dtype == torch.float32 else x.dtype)).to(x.dtype)),
              ("exp",))),
     Arm("corrupt-1e-4", "bug", "one element in 10^4 corrupted (any API)", {"*": _corrupting}),
     # ---- correct variants unlike torch's kernels
@@ -323,24 +309,19 @@ ARMS: list[Arm] = [
     Arm("flash-attention", "variant", "flash-style attention (fp32 scores, P rounded to the input dtype)",
         {F.scaled_dot_product_attention: _sdpa("flash")}),
     Arm("softmax-lse", "variant", "softmax as exp(x - logsumexp)",
-        {**_all(_softmax("lse"), ("softmax",)), F.softmax: _softmax("lse")}),
-    Arm("softmax-fp64", "variant", "softmax in fp64", {**_all(_softmax("fp64"), ("softmax",)),
+        {**torch_forms(_softmax("lse"), ("softmax",)), F.softmax: _softmax("lse")}),
+    Arm("softmax-fp64", "variant", "softmax in fp64", {**torch_forms(_softmax("fp64"), ("softmax",)),
                                                         F.softmax: _softmax("fp64")}),
     Arm("layernorm-twopass", "variant", "layer_norm two-pass in fp32", {F.layer_norm: _layer_norm("twopass")}),
     Arm("layernorm-rounded", "variant", "layer_norm: normalised value rounded, affine in the storage dtype",
         {F.layer_norm: _layer_norm("rounded")}),
     Arm("accurate-elementwise", "variant", "elementwise maths in fp64",
-        {**_all(_fp64(torch.exp), ("exp",)), **_all(_fp64(torch.sin), ("sin",)),
-         **_all(_fp64(torch.cos), ("cos",)), **_all(_fp64(torch.rsqrt), ("rsqrt",)),
-         **_all(_fp64(torch.sqrt), ("sqrt",)), F.silu: _fp64(F.silu), F.gelu: _fp64(F.gelu),
-         **_all(_fp64(torch.pow), ("pow", "__pow__")), **_all(_fp64(torch.mul), ("__mul__", "mul")),
-         **_all(_fp64(torch.div), _DIV), **_all(_fp64(torch.add), ("__add__", "add"))}),
+        {**torch_forms(_fp64(torch.exp), ("exp",)), **torch_forms(_fp64(torch.sin), ("sin",)),
+         **torch_forms(_fp64(torch.cos), ("cos",)), **torch_forms(_fp64(torch.rsqrt), ("rsqrt",)),
+         **torch_forms(_fp64(torch.sqrt), ("sqrt",)), F.silu: _fp64(F.silu), F.gelu: _fp64(F.gelu),
+         **torch_forms(_fp64(torch.pow), ("pow", "__pow__")), **torch_forms(_fp64(torch.mul), ("__mul__", "mul")),
+         **torch_forms(_fp64(torch.div), _DIV), **torch_forms(_fp64(torch.add), ("__add__", "add"))}),
     Arm("accurate-reduction", "variant", "reductions in fp64",
-        {**_all(_fp64(torch.mean), ("mean",)), **_all(_fp64(torch.sum), ("sum",)),
+        {**torch_forms(_fp64(torch.mean), ("mean",)), **torch_forms(_fp64(torch.sum), ("sum",)),
          F.layer_norm: _layer_norm("fp64")}),
 ]
-BY_NAME = {arm.name: arm for arm in ARMS}
-
-# Correct kernels computing as CUDA's do (benchmarks/planted/accelerator.py) add themselves to BY_NAME, not to
-# ARMS: a default run measures what it always did. That module imports Arm from here.
-import benchmarks.planted.accelerator  # noqa: E402, F401

@@ -1,5 +1,5 @@
 """A pytest plugin that records where each process of a run spends its wall and CPU time
-(`-p benchmarks.run_probe`, with MSPROBE_RUN_PROBE_DIR naming a directory; benchmarks/bench_phases.py).
+(`-p evals.probes.run_probe`, with MSPROBE_RUN_PROBE_DIR naming a directory; `python -m benchmarks bench_phases`).
 
 Every process (the controller, each xdist worker, or the one process of `-n 0`) writes
 `<worker id or "main">.json` there at pytest_unconfigure: (wall, CPU) marks at its start (from
@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_vs_msprobe import PHASES, add_phases
+from evals.probes.phases import PHASES, add_phases
 
 ENV = "MSPROBE_RUN_PROBE_DIR"
 DETAIL_ENV = "MSPROBE_RUN_PROBE_DETAIL"  # "1": also time the steps of each item (below)

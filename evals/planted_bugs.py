@@ -1,13 +1,13 @@
 """Detection and false alarms of the standards on planted kernel bugs and correct variants, end to end.
 
-    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--json FILE]
+    python -m evals planted_bugs DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--json FILE]
            [--checks-on auto|device|host]
-    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... --fuzz N [--arms ...] [--workers K]
-    python benchmarks/planted_bugs.py DUMP_DIR_OR_JSON... --arms cuda-sincos,not-implemented [--contract NAME]
+    python -m evals planted_bugs DUMP_DIR_OR_JSON... --fuzz N [--arms ...] [--workers K]
+    python -m evals planted_bugs DUMP_DIR_OR_JSON... --arms cuda-sincos,not-implemented [--contract NAME]
 
 For every dump, one clean run (torch's own CPU kernels) and one run per arm of
-`benchmarks/planted/arms.py`, the arm armed inside the device-call boundary by
-`benchmarks/planted/plugin.py` for the dump's dtype only. An item counts as *effective* when the arm
+`evals/planted/arms.py`, the arm armed inside the device-call boundary by
+`evals/planted/plugin.py` for the dump's dtype only. An item counts as *effective* when the arm
 changed its output (its metrics differ from the clean run's: inputs are identical by seed). Printed:
 detection of effective bugs per dtype and kind, and false alarms on clean runs and on the correct
 variants' effective items. `original` (msprobe's Layer 1) is read from every run's records.
@@ -17,7 +17,7 @@ hypothesis draws at the edges of the recorded statistics) on torch's own kernels
 variant among `--arms`, under `strict`, in a pytest subprocess (`-n K`); each failing `[fuzz]` item
 is a false alarm, printed with its shrunk example.
 
-The accelerator-like arms (`benchmarks/planted/accelerator.py`: correct kernels computing as CUDA's do)
+The accelerator-like arms (`evals/planted/accelerator/`: correct kernels computing as CUDA's do)
 get a table of their own per dump and dtype: effective items and how many the standards flag (false
 alarms). Its `not-implemented` arm (kind "unsupported": the device has no kernel for the dtype) counts
 "skip (not implemented)" as the right outcome and an error or failure as a wrong one. `--contract NAME`
@@ -34,35 +34,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from evals.planted.accelerator import ACCELERATOR_ARMS
+from evals.planted.arms import ARMS
+from evals.planted.records import (
+    FLOAT_DTYPES,
+    api_keyword,
+    dump_dtype,
+    fingerprint,
+    flagged,
+    print_misses,
+    record_message,
+    reference_stats,
+)
+from evals.planted.registry import BY_NAME
 
-from benchmarks.planted.accelerator import ACCELERATOR_ARMS  # noqa: E402
-from benchmarks.planted.arms import ARMS, BY_NAME  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ACCELERATOR = {arm.name for arm in ACCELERATOR_ARMS}
-FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
-
-
-def dump_dtype(path: Path) -> str:
-    """The dump's dominant float output dtype (the dtype the arms apply to)."""
-    data = json.loads(path.read_text())["data"]
-    counts: collections.Counter[str] = collections.Counter()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("dtype") in FLOAT_DTYPES:
-                counts[node["dtype"]] += 1
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    for name, entry in data.items():  # outputs: an autocast step's dtype is its kernels' output dtype
-        if name.endswith(".forward") and isinstance(entry, dict):
-            walk(entry.get("output"))
-    return counts.most_common(1)[0][0] if counts else "torch.float32"
 
 
 def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, checks_on: str = "auto",
@@ -71,7 +59,7 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, ch
     device-call boundary; the records by item. In-process: the same check_entry the plugin's items run."""
     import torch
 
-    from benchmarks.planted.plugin import _mode
+    from evals.planted.mode import armed_mode
     from pytest_msprobe.check import check_entry
     from pytest_msprobe.dump.reader import load_dump
     from pytest_msprobe.runs import backends
@@ -89,7 +77,7 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, ch
     def armed(item_name: str, api: str, phase: str, device: Any, impl: str, fn: Any) -> Any:
         if arm is None or phase != "forward":
             return plain(item_name, api, phase, device, impl, fn)
-        with _mode(arm, torch_dtype):
+        with armed_mode(arm, torch_dtype):
             return plain(item_name, api, phase, device, impl, fn)
 
     words = keyword.split(" or ") if keyword else None
@@ -106,35 +94,6 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, ch
     return records
 
 
-def _stats(rec: dict) -> list:
-    return [{k: (o.get("reference") or {}).get(k) for k in ("max_err", "mean_err", "ref_mean_err", "bias", "bias_zero")}
-            for o in rec.get("outputs", [])]
-
-
-def _message(rec: dict) -> str:
-    return "; ".join(filter(None, [rec.get("message", "")] + [
-        f"{o['name']}: {o.get('verdict_message') or o.get('message')}" for o in rec.get("outputs", [])
-        if (o.get("verdict") or o.get("status")) in ("error", "Warning")]))
-
-
-def _fingerprint(rec: dict) -> list:
-    return [sorted((k, v) for k, v in (o.get("metrics") or {}).items() if v is not None) for o in rec.get("outputs", [])]
-
-
-def _flagged(rec: dict, key: str) -> bool:
-    return rec.get(key) in ("error", "Warning")
-
-
-def _api_keyword(arm: Any) -> str | None:
-    names = set()
-    for fn in arm.impls:
-        if fn == "*":
-            return None
-        names.add(getattr(fn, "__name__", str(fn)).strip("_").removeprefix("linalg_")
-                  .replace("scaled_dot_product_attention", "attention"))
-    return " or ".join(sorted(names))
-
-
 def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int,
          contract: str | None = None) -> dict[str, str | None]:
     """The `[fuzz]` items of the dump's forward calls on correct kernels (torch's own, or the variant `arm`
@@ -148,11 +107,11 @@ def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int,
         junit = Path(out) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", str(dump.resolve()), "-m", "fuzz", "--msprobe-fuzz", str(examples),
                "--msprobe-standard", "strict", "--msprobe-device", "cpu", "--msprobe-out", out, "-q",
-               "-p", "no:cacheprovider", "-p", "benchmarks.planted.plugin", "--junitxml", str(junit),
+               "-p", "no:cacheprovider", "-p", "evals.planted.plugin", "--junitxml", str(junit),
                "-n", str(workers), "--rootdir", out]
         if contract:
             cmd += ["--msprobe-contract", contract]
-        keyword = _api_keyword(arm) if arm is not None else None
+        keyword = api_keyword(arm) if arm is not None else None
         if keyword:
             cmd += ["-k", keyword]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -237,35 +196,35 @@ def main() -> None:
             for item, rec in clean[s].items():
                 if rec.get("status") != "SKIP":
                     rows.append({"dump": label, "dtype": dtype, "arm": "clean", "kind": "clean", "what": "torch's own",
-                                 "item": item, "standard": s, "flagged": _flagged(rec, "status"),
-                                 "layer1": _flagged(rec, "layer1_status"), "message": _message(rec)[:400], "stats": _stats(rec)})
+                                 "item": item, "standard": s, "flagged": flagged(rec, "status"),
+                                 "layer1": flagged(rec, "layer1_status"), "message": record_message(rec)[:400], "stats": reference_stats(rec)})
         for arm in arms:
             if getattr(__import__("torch"), dtype.split(".")[1]) not in arm.dtypes:
                 continue
             for s in standards:
-                armed = run(dump, arm, s, dtype, _api_keyword(arm), args.checks_on, args.contract)
+                armed = run(dump, arm, s, dtype, api_keyword(arm), args.checks_on, args.contract)
                 for item, rec in armed.items():
                     ref = clean[s].get(item)  # the same standard: benches differ by standard
                     if ref is None or ref.get("status") == "SKIP":
                         continue
                     if arm.kind == "unsupported":  # effective where the device raised; a skip is right
                         if (rec.get("status"), rec.get("message")) == (ref.get("status"), ref.get("message")) and \
-                                repr(_fingerprint(rec)) == repr(_fingerprint(ref)):  # repr: a NaN metric equals itself
+                                repr(fingerprint(rec)) == repr(fingerprint(ref)):  # repr: a NaN metric equals itself
                             continue
                         outcome = _unsupported_outcome(rec)
                         rows.append({"dump": label, "dtype": dtype, "arm": arm.name, "kind": arm.kind,
                                      "what": arm.what, "item": item, "standard": s, "outcome": outcome,
-                                     "flagged": outcome != SKIPPED, "layer1": _flagged(rec, "layer1_status"),
-                                     "message": _message(rec)[:400], "stats": _stats(rec)})
+                                     "flagged": outcome != SKIPPED, "layer1": flagged(rec, "layer1_status"),
+                                     "message": record_message(rec)[:400], "stats": reference_stats(rec)})
                         continue
                     if rec.get("status") == "SKIP":
                         continue
-                    if _fingerprint(rec) == _fingerprint(ref) or \
-                            (arm.name in ACCELERATOR and repr(_fingerprint(rec)) == repr(_fingerprint(ref))):
+                    if fingerprint(rec) == fingerprint(ref) or \
+                            (arm.name in ACCELERATOR and repr(fingerprint(rec)) == repr(fingerprint(ref))):
                         continue  # the arm did not change this item's output (NaN metrics: by repr, for new arms)
                     rows.append({"dump": label, "dtype": dtype, "arm": arm.name, "kind": arm.kind, "what": arm.what,
-                                 "item": item, "standard": s, "flagged": _flagged(rec, "status"),
-                                 "layer1": _flagged(rec, "layer1_status"), "message": _message(rec)[:400], "stats": _stats(rec)})
+                                 "item": item, "standard": s, "flagged": flagged(rec, "status"),
+                                 "layer1": flagged(rec, "layer1_status"), "message": record_message(rec)[:400], "stats": reference_stats(rec)})
         print(f"# {label} ({dtype}) done at {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
@@ -318,7 +277,7 @@ def _unsupported_outcome(rec: dict) -> str:
     status = rec.get("status")
     if status == "SKIP":
         return SKIPPED if "not implemented" in (rec.get("message") or "").lower() else "skip (other reason)"
-    return "error" if status == "error" else "fail" if _flagged(rec, "status") else "pass"
+    return "error" if status == "error" else "fail" if flagged(rec, "status") else "pass"
 
 
 def accelerator_report(rows: list[dict], standards: list[str]) -> None:
@@ -351,15 +310,6 @@ def accelerator_report(rows: list[dict], standards: list[str]) -> None:
             print(f"| {arm} | {dump} | {dtype[6:]} | {s} | {len(part)} | "
                   + " | ".join(str(sum(r["outcome"] == o for r in part)) for o in outcomes) + " |")
     print("\nArms: " + "; ".join(f"`{a.name}`: {a.what}" for a in ACCELERATOR_ARMS if a.name in {r["arm"] for r in sel}))
-
-
-def print_misses(rows: list[dict], standard: str, width: int) -> None:
-    """Every missed bug and false alarm under `standard`, a line each (its message cut to `width`)."""
-    misses = [r for r in rows if r["standard"] == standard and (r["kind"] == "bug") != bool(r["flagged"])]
-    if misses:
-        print(f"\n## {standard}: missed bugs and false alarms\n")
-        for r in misses:
-            print(f"- {r['kind']} {r['arm']} {r['dump']} {r['item']}: {r['message'][:width]}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Detection and false alarms on fused NPU ops: kernels substituted through --msprobe-kernels.
 
-    python benchmarks/planted_fused.py DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--json rows.json]
+    python -m evals planted_fused DUMP_DIR_OR_JSON... [--standards strict,msprobe] [--arms a,b] [--json rows.json]
 
-Dumps come from `python -m benchmarks.planted.fused_dump OUT --preset small|llama|large --dtype ...`.
+Dumps come from `python -m evals fused_dump OUT --preset small|llama|large --dtype ...`.
 For every dump: a clean run (the device side is the reference function in the recorded dtype), then
-one run per arm of `benchmarks/planted/fused.py`, its kernels substituted as a kernel author does
-(`--msprobe-kernels benchmarks.planted.fused:TABLES.<arm>`), over the items of the APIs it maps.
+one run per arm of `evals/planted/fused.py`, its kernels substituted as a kernel author does
+(`--msprobe-kernels evals.planted.fused:TABLES.<arm>`), over the items of the APIs it maps.
 A bug's item counts when the bug changed it: its metrics differ from those of the bug's sound twin
 (`base`: the same kernel without the bug, or the clean run; inputs are identical by seed). A sound
 variant's every item counts. Printed per op and direction:
@@ -35,13 +35,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from evals.planted.fused import ARMS, BY_NAME
+from evals.planted.records import dump_dtype, fingerprint, flagged, print_misses, record_message
 
-from benchmarks.planted.fused import ARMS, BY_NAME  # noqa: E402
-from benchmarks.planted_bugs import _fingerprint, _flagged, _message, dump_dtype, print_misses  # noqa: E402
-
-SPEC = "benchmarks.planted.fused:TABLES"
+SPEC = "evals.planted.fused:TABLES"
 
 
 MANTISSA = {"torch.bfloat16": 7, "torch.float16": 10, "torch.float32": 23, "torch.float64": 52}
@@ -140,14 +137,14 @@ def main() -> None:
                     ref = base.get(item)
                     if rec.get("status") == "SKIP" or ref is None or ref.get("status") == "SKIP":
                         continue
-                    effective = _fingerprint(rec) != _fingerprint(ref)
+                    effective = fingerprint(rec) != fingerprint(ref)
                     if arm.kind == "bug" and not effective:
                         continue
                     op, direction = item.split(".")[1], item.rsplit(".", 1)[1]
                     rows.append({"dump": label, "dtype": dtype, "arm": arm.name, "kind": arm.kind, "what": arm.what,
                                  "op": op, "direction": direction, "item": item, "standard": s,
-                                 "effective": effective, "flagged": _flagged(rec, "status"),
-                                 "layer1": _flagged(rec, "layer1_status"), "message": _message(rec)[:300]})
+                                 "effective": effective, "flagged": flagged(rec, "status"),
+                                 "layer1": flagged(rec, "layer1_status"), "message": record_message(rec)[:300]})
             print(f"# {label} {arm.name} done at {time.time() - started:.0f} s", file=sys.stderr, flush=True)
         measure_beyond([r for r in rows if r["dump"] == label], runs, standards[0])
     if args.json:

@@ -1,8 +1,8 @@
 """Where the xdist controller's CPU goes, by cause: a pytest plugin for the controller process only.
 
-    MSPROBE_CONTROLLER_PROBE=ctl.jsonl PYTHONPATH=. python -m pytest -p benchmarks.controller_probe DUMP_JSON \
+    MSPROBE_CONTROLLER_PROBE=ctl.jsonl PYTHONPATH=. python -m pytest -p evals.probes.controller_probe DUMP_JSON \
         --msprobe-device cpu -n 2
-    python benchmarks/controller_probe.py ctl.jsonl          # one table per run
+    python -m evals controller_probe ctl.jsonl          # one table per run
 
 At `-n 2` the controller receives every worker's reports (three per item), schedules the items, keeps the
 journal and writes the result files; on a machine with as many cores as workers its CPU is taken from the

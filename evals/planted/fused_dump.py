@@ -1,6 +1,6 @@
 """Statistics dumps of every fused NPU op in bench_functions/, at chosen sizes, for the fused-op suite.
 
-    python -m benchmarks.planted.fused_dump OUT --dtype bfloat16 --preset small|llama|large [--ops a,b]
+    python -m evals fused_dump OUT --dtype bfloat16 --preset small|llama|large [--ops a,b]
 
 Each call is run once on the reference with real random tensors and recorded as msprobe's L1
 statistics dump does (forward entry; a backward entry with the input gradients for ops that have
@@ -21,15 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import bench_functions  # noqa: E402
+import bench_functions
 
 
 def _stats(t: torch.Tensor) -> dict[str, Any]:
