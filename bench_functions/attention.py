@@ -248,8 +248,8 @@ class Call:
 FusionOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, int]
 
 
-def _run(call: Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-         softmax_layout: str = "") -> FusionOutputs:
+def run_call(call: Call, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             softmax_layout: str = "") -> FusionOutputs:
     pse = None if call.pse is None else call.pse.to(call.work)
     out, row_max, row_sum = Tiled.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         call.heads(query, call.n1), call.heads(key, call.n2), call.heads(value, call.n2), pse, call.plan)
@@ -272,7 +272,7 @@ def npu_fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     call = Call(query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
                 scale=scale, keep_prob=keep_prob, pre=pre_tockens, nxt=next_tockens, prefix=prefix,
                 actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode)
-    return _run(call, query, key, value, softmax_layout)
+    return run_call(call, query, key, value, softmax_layout)
 
 
 def npu_fusion_attention_v2(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
@@ -295,7 +295,7 @@ def npu_fusion_attention_v2(query: torch.Tensor, key: torch.Tensor, value: torch
                 scale=scale, keep_prob=keep_prob, pre=pre_tokens, nxt=next_tokens, prefix=prefix,
                 actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode,
                 pse_type=pse_type)
-    return _run(call, query, key, value)
+    return run_call(call, query, key, value)
 
 
 def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,

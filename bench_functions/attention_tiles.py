@@ -66,7 +66,7 @@ class Plan:
         return 0.5 * (dout * unit).square().sum(-1).sqrt()
 
 
-def _keep(seg: Segment, i0: int, i1: int, j0: int, j1: int, device: torch.device) -> torch.Tensor | None:
+def kept_block(seg: Segment, i0: int, i1: int, j0: int, j1: int, device: torch.device) -> torch.Tensor | None:
     """Bool (1 | N1, bq, bk) block of kept positions, or None when the whole segment is kept."""
     keep = None
     if seg.lo is not None or seg.hi is not None:
@@ -129,7 +129,7 @@ def _pse_grad(dpse: torch.Tensor, seg: Segment, i0: int, i1: int, j0: int, j1: i
 def _scores(qt: torch.Tensor, k: torch.Tensor, pse: torch.Tensor | None, plan: Plan, seg: Segment,
             i0: int, i1: int, j0: int, j1: int) -> torch.Tensor | None:
     """Scaled, biased, masked scores (N1, bq, bk) of one block; None when the mask removes all of it."""
-    keep = _keep(seg, i0, i1, j0, j1, qt.device)
+    keep = kept_block(seg, i0, i1, j0, j1, qt.device)
     if keep is not None:
         if not bool(keep.any()):
             return None

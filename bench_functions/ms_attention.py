@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .attention import MAX_TOKENS, Call, _run
+from .attention import MAX_TOKENS, Call, run_call
 
 
 def _int_list(value: Any) -> list[int] | None:
@@ -40,4 +40,4 @@ def flash_attention_score(query: torch.Tensor, key: torch.Tensor, value: torch.T
                 atten_mask=attn_mask, scale=scalar_value, keep_prob=keep_prob, pre=pre_tokens, nxt=next_tokens,
                 prefix=_int_list(prefix), actual_seq_qlen=_int_list(actual_seq_qlen),
                 actual_seq_kvlen=_int_list(actual_seq_kvlen), sparse_mode=sparse_mode, pse_type=0)
-    return _run(call, query, key, value)[0]
+    return run_call(call, query, key, value)[0]

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from bench_functions.attention import MAX_TOKENS, Call
-from bench_functions.attention_tiles import Plan, Segment, _keep
+from bench_functions.attention_tiles import Plan, Segment, kept_block
 
 TILE = 128
 NEG_INF = float("-inf")
@@ -57,7 +57,7 @@ def _segment(seg: Segment, fl: Flavour) -> Segment:
 
 def _scores(q: torch.Tensor, k: torch.Tensor, seg: Segment, scale: float, i0: int, i1: int, j0: int,
             j1: int) -> torch.Tensor | None:
-    keep = _keep(seg, i0, i1, j0, j1, q.device)
+    keep = kept_block(seg, i0, i1, j0, j1, q.device)
     if keep is not None and not bool(keep.any()):
         return None
     s = torch.bmm(q[:, seg.q0 + i0:seg.q0 + i1], k[:, seg.k0 + j0:seg.k0 + j1].transpose(1, 2)) * scale
