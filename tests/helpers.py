@@ -132,7 +132,7 @@ def strict_warm_up() -> None:
 
     from pytest_msprobe.specs.loader import load_specs
     from pytest_msprobe.verdict import grid, standards, strict
-    from pytest_msprobe.verdict.judge import _rules
+    from pytest_msprobe.verdict.judge import element_rules as _rules
 
     bench = np.linspace(-1.0, 1.0, 64)
     for dtype, holder in (("torch.bfloat16", np.float32), ("torch.float32", np.float32),

@@ -1,4 +1,4 @@
-"""The compiled strict pass (verdict/strict_kernel.py) against the numpy oracle (tests/strict_oracle.py):
+"""The compiled strict pass (verdict/strict/numba_kernel.py) against the numpy oracle (tests/strict_oracle.py):
 the same arrays give the same verdict, message and statistics, bit for bit."""
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import grid, strict
-from pytest_msprobe.verdict.judge import _rules
+from pytest_msprobe.verdict.judge import element_rules as _rules
+from pytest_msprobe.verdict.strict import numba_pass
+from pytest_msprobe.verdict.strict.rules import plan
 
 from .strict_oracle import numpy_strict
 
@@ -126,7 +128,7 @@ def test_large_outputs_in_many_blocks_are_bitwise_the_oracles(dtype: str, kind: 
                   {"torch_run": torch_run, "estimated": rng.random(n) < 0.1, "product": device}):
         compiled, oracle = both(bench, device, dtype, kind, row=row, **extra)
         assert same(compiled, oracle), (extra.keys(), compiled, oracle)
-    for row in (1000, 50_000):  # blocks shorter and longer than strict.BLOCK (buffers of their own)
+    for row in (1000, 50_000):  # blocks shorter and longer than rules.BLOCK (buffers of their own)
         compiled, oracle = both(bench, device, dtype, kind, row=row, torch_run=torch_run)
         assert same(compiled, oracle), row
 
@@ -180,7 +182,7 @@ def test_group_sums_of_zero_errors_keep_numpys_sign_of_zero(dtype: str) -> None:
     bench = grid.round_to(np.linspace(-3, 3, 32), dtype)
     flat = {"b": bench, "d": bench.copy()}
     rules = _rules(THRESHOLDS, dtype, "exact")
-    fast, slow = strict._judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
+    fast, slow = numba_pass.judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
     for key in fast.bias:
         assert np.concatenate(fast.bias[key]).tobytes() == np.concatenate(slow.bias[key]).tobytes(), key
 
@@ -201,7 +203,7 @@ def test_bf16_outputs_held_as_float32_are_judged_as_their_storage() -> None:
 
 
 def _totals(acc: Any) -> dict[str, Any]:
-    """Every total of strict._Totals, the bias test's group sums as bytes: signs of zero apart, every NaN one (a
+    """Every total of rules.Totals, the bias test's group sums as bytes: signs of zero apart, every NaN one (a
     NaN's sign and payload reach no record)."""
     plain = {k: v for k, v in vars(acc).items() if k not in ("bias", "counts")}
     plain = {k: ("nan" if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1.0, v))) for k, v in plain.items()}
@@ -250,7 +252,7 @@ def test_settled_chunks_are_bitwise_the_oracles(dtype: str, kind: str, n: int, t
     rules = _rules(THRESHOLDS, dtype, kind)
     row = min(row, n)
     with np.errstate(all="ignore"):
-        assert _totals(strict._judge_blocks(fed, row, dtype, rules, kind)) == \
+        assert _totals(numba_pass.judge_blocks(fed, row, dtype, rules, kind)) == \
             _totals(judge_blocks(flat, row, dtype, rules, kind))
 
 
@@ -276,7 +278,7 @@ def test_a_settled_looking_chunk_with_a_nan_scale_is_not_settled(dtype: str, kin
         flat = {"b": bench, "d": rounded.copy(), **extra}
         fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in flat.items()}
         with np.errstate(all="ignore"):
-            fast, slow = _totals(strict._judge_blocks(fed, 100, dtype, rules, kind)), \
+            fast, slow = _totals(numba_pass.judge_blocks(fed, 100, dtype, rules, kind)), \
                 _totals(judge_blocks(flat, 100, dtype, rules, kind))
         assert fast == slow, extra.keys()
 
@@ -296,7 +298,7 @@ def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dt
     flat = _rounded_output(np.random.default_rng(13), n, dtype, third, np.float32)
     bench = flat["b"]
     rules = _rules(THRESHOLDS, dtype, kind)
-    _, block, every, _ = strict.plan(flat, 1000, rules, kind)
+    _, block, every, _ = plan(flat, 1000, rules, kind)
     assert every > 1
     skipped = [bi * block + 1000 for bi in range(1, -(-n // block)) if bi % every]  # in blocks the bias test skips
     big = 3.4e38 if dtype == "torch.bfloat16" else 65520.0
@@ -316,5 +318,5 @@ def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dt
                 case[key][at] = value
         fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in case.items()}
         with np.errstate(all="ignore"):
-            assert _totals(strict._judge_blocks(fed, 1000, dtype, rules, kind)) == \
+            assert _totals(numba_pass.judge_blocks(fed, 1000, dtype, rules, kind)) == \
                 _totals(judge_blocks(case, 1000, dtype, rules, kind)), change

@@ -1,4 +1,4 @@
-"""The strict checks in torch ops (verdict/strict_torch.py, msprobe_checks_on=device) against the numpy
+"""The strict checks in torch ops (verdict/strict/torch_pass.py, msprobe_checks_on=device) against the numpy
 oracle (tests/strict_oracle.py) and the compiled host pass, on the CPU through the same code path an
 accelerator runs: the same verdicts and messages, the statistics equal within TOLERANCE (the sums are
 added in torch's order, not numpy's pairwise one)."""
@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from pytest_msprobe.check.compare import checks_device
 from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS
 from pytest_msprobe.settings import CheckOptions
-from pytest_msprobe.verdict import strict, strict_torch
-from pytest_msprobe.verdict.judge import _rules
+from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict.judge import element_rules as _rules
+from pytest_msprobe.verdict.strict import torch_pass as strict_torch
 
 from .helpers import EXAMPLES, by_api, copy_dump, device_side_conftest, records
 from .strict_oracle import numpy_strict
@@ -120,7 +121,7 @@ def test_flushed_zeros_and_16_bit_tensors_as_they_live_on_a_device() -> None:
 
 
 def test_the_parameters_are_read_in_the_compiled_pass_order() -> None:
-    from pytest_msprobe.verdict import strict_kernel as K
+    from pytest_msprobe.verdict.strict import numba_kernel as K
 
     assert (strict_torch.P_FLOOR, strict_torch.P_TORCH, strict_torch.P_ROW, strict_torch.P_EST, strict_torch.P_ACC,
             strict_torch.P_GROSS, strict_torch.P_EMIN, strict_torch.P_ULP, strict_torch.P_WINDOW) == \

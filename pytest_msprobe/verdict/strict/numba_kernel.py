@@ -1,13 +1,13 @@
 """The strict checks' pass over one output, compiled (numba): every statistic in one read of the arrays.
 
-`strict._judge_blocks` used to make some 30 numpy passes over each block; this kernel reads bench, device
+The numpy backend (numpy_pass.py) makes some 30 numpy passes over each block; this kernel reads bench, device
 and torch run once, a chunk of whole leaves of numpy's pairwise-summation tree at a time (the tree walk of
 metrics/pairwise.py, shared with msprobe's metric pass), computes each element's errors in one loop and takes
 the leaves' sums while the chunk is in the first cache level (the magnitude run, the product and a
 reduction's row statistics are read a block at a time, before its chunks). It repeats numpy's arithmetic operation by operation, in the same work dtype
 (float32 for 16-bit outputs, float64 else) and with numpy's own summation order (pairwise, as
 `ndarray.sum` and `add.reduceat` add), so its totals are bitwise those of the numpy version that
-tests/strict_oracle.py keeps as the test oracle. The element arithmetic of the device dtype's grid (rounding,
+the tests hold it to (numpy_pass.py). The element arithmetic of the device dtype's grid (rounding,
 ULPs, flushing) is verdict/grid_kernel.py's.
 
 Imported on the first check, never at collection: importing numba and loading the compiled code from
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compiled import compiled
-from ..metrics.pairwise import (
+from ...compiled import compiled
+from ...metrics.pairwise import (
     PW_BLOCK,
     Tree,
     chunk_last,
@@ -34,18 +34,20 @@ from ..metrics.pairwise import (
     tree_for,
     value,
 )
-from .grid_kernel import bf16_rounded, nan_max, prepare_16, round_into, ulp_into, unflush_into, unflushed
+from ..grid_kernel import bf16_rounded, nan_max, prepare_16, round_into, ulp_into, unflush_into, unflushed
+from .rules import KINDS as KIND_NAMES
+from .rules import P_ACC, P_EMIN, P_EST, P_FLOOR, P_GROSS, P_LEAF, P_ROW, P_TORCH, P_ULP, P_WINDOW
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
 LEAF_START = float(np.add.reduceat(np.array([-0.0, -0.0]), [0])[0])
 
-# codes of the device dtypes (grid.FORMATS) and of the op kinds
+# codes of the device dtypes (grid.FORMATS) and of the op kinds (rules.KINDS, in their order)
 FORMATS = {"torch.bfloat16": 0, "torch.float16": 1, "torch.float32": 2, "torch.float64": 3}
-KINDS = {"elementwise": 0, "exact": 1, "reduction": 2, "contraction": 3}
-# slots of the float parameters (`params`) and of the results (`out`)
+KINDS = {kind: code for code, kind in enumerate(KIND_NAMES)}
+EXACT, REDUCTION, CONTRACTION = KINDS["exact"], KINDS["reduction"], KINDS["contraction"]
+# slots of the results (`out`); the float parameters (`params`) are in rules' P_* order
 SCRATCH, WIDE = 16, 1  # rows of the block buffers in the work dtype and in float64
-P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF = range(10)
 (O_SUM_W, O_SUM_T, O_MAX_T, O_MAX_W, O_WORST, O_GROSS, O_WRONG, O_FIRST_WRONG, O_WRONG_ZERO, O_WRONG_UP,
  O_OFF_TIE, O_GROUPS) = range(12)
 
@@ -277,10 +279,10 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
     rows of float64 (the calling thread's), `ints` is an empty array of the integers of the work width. Each
     block is read in chunks of whole leaves of numpy's pairwise tree of its sums (the 8192-element buffers of a
     float32 sum into float64, or the whole block), each chunk once, in one loop: a compiled kernel, kept whole. The
-    arrays hold the output's elements from `origin` on (0: the whole output; strict_streamed: a piece of it)."""
+    arrays hold the output's elements from `origin` on (0: the whole output; streamed.py: a piece of it)."""
     m = d.size + origin
     has_t = t.size > 0
-    rowk = has_t and (kind == 2 or kind == 3)
+    rowk = has_t and (kind == REDUCTION or kind == CONTRACTION)
     wd = scratch.dtype
     c = np.empty(C_TMP + 1, wd)  # the parameters rounded to the work dtype, as numpy's operands are
     for k in range(len(params)):
@@ -366,7 +368,7 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
                         nans, top = _top(f2, cn, ints)
                         nan_t = nan_t or nans > 0
                         top_t = top if top > top_t else top_t
-                if kind == 1 and bad:
+                if kind == EXACT and bad:
                     j = _exact(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, cn, c, wrong)
                     if j >= 0 and first_wrong < 0:
                         first_wrong = start + off + j
@@ -403,7 +405,7 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
 
 @compiled
 def strict_finish(rows: Any, irows: Any, has_t: bool, out: Any) -> None:
-    """The totals of strict._Totals into `out` (O_*) from every block's results (strict_blocks), taken in the
+    """The totals of rules.Totals into `out` (O_*) from every block's results (strict_blocks), taken in the
     blocks' order: the same bits as one pass over the blocks in order."""
     sum_w = sum_t = max_t = 0.0
     max_w, worst, first_wrong = -1.0, 0, -1
