@@ -122,7 +122,7 @@ def test_strict_pass_in_pieces_is_the_whole_pass(dtype: str, kind: str) -> None:
     magnitude = np.abs(b).astype(np.float32) * 3 if kind == "contraction" else None
     torch_run = None if kind == "contraction" else t
     rules = judge.element_rules(thresholds_for(load_specs(), "linear")["strict"], dtype, kind)
-    whole = strict.strict_compare(b, d, dtype, rules, kind=kind, torch_run=torch_run, magnitude=magnitude, row=width)
+    whole = strict.strict_compare(b, d, dtype, rules, strict.Runs(kind=kind, torch_run=torch_run, magnitude=magnitude, row=width))
     squares = S.Squares()
     for start in range(0, n, 7_001):
         squares.feed(b[start:start + 7_001])

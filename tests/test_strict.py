@@ -19,7 +19,7 @@ KINDS = ["elementwise", "exact", "reduction", "contraction"]
 
 def judge(bench, device, dtype, kind="elementwise", section=None, **extra):
     return strict.strict_compare(np.asarray(bench), np.asarray(device), dtype, _rules(THRESHOLDS, dtype, kind, section),
-                                 kind=kind, **extra)
+                                 strict.Runs(kind=kind, **extra))
 
 
 def ulps(values, dtype):

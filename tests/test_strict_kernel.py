@@ -54,9 +54,9 @@ def both(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, section: 
         fed.update({k: stored(v) for k, v in extra.items() if k in ("torch_run", "product")})
     else:
         device_fed = device
-    compiled = strict.strict_compare(bench, device_fed, dtype, rules, kind=kind, **fed)
+    compiled = strict.strict_compare(bench, device_fed, dtype, rules, strict.Runs(kind=kind, **fed))
     with numpy_strict():
-        oracle = strict.strict_compare(bench, device, dtype, rules, kind=kind, **extra)
+        oracle = strict.strict_compare(bench, device, dtype, rules, strict.Runs(kind=kind, **extra))
     return compiled, oracle
 
 
@@ -194,10 +194,10 @@ def test_bf16_outputs_held_as_float32_are_judged_as_their_storage() -> None:
     bench = (rng.standard_normal(70_000) * np.exp(rng.uniform(-30, 30, 70_000))).astype(np.float32)
     device, torch_run = _device_side(rng, bench, "torch.bfloat16", 2), _device_side(rng, bench, "torch.bfloat16", 1)
     rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction")
-    held = strict.strict_compare(bench, device, "torch.bfloat16", rules, kind="reduction", torch_run=torch_run,
-                                 row=700)
-    mixed = strict.strict_compare(bench, stored(device), "torch.bfloat16", rules, kind="reduction",
-                                  torch_run=torch_run, row=700)
+    held = strict.strict_compare(bench, device, "torch.bfloat16", rules, strict.Runs(kind="reduction", torch_run=torch_run,
+                                 row=700))
+    mixed = strict.strict_compare(bench, stored(device), "torch.bfloat16", rules, strict.Runs(kind="reduction",
+                                  torch_run=torch_run, row=700))
     compiled, oracle = both(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=700)
     assert same(held, oracle) and same(mixed, oracle) and same(compiled, oracle)
 

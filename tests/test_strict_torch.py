@@ -54,11 +54,11 @@ def on_torch(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, row: 
     rules = _rules(THRESHOLDS, dtype, kind)
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in extra.items()}
     result = strict.strict_compare(torch.from_numpy(np.ascontiguousarray(bench)),
-                                   torch.from_numpy(np.ascontiguousarray(device)), dtype, rules, kind=kind, row=row,
-                                   **tensors)
+                                   torch.from_numpy(np.ascontiguousarray(device)), dtype, rules, strict.Runs(kind=kind, row=row,
+                                   **tensors))
     with numpy_strict():
-        oracle = strict.strict_compare(bench, device, dtype, rules, kind=kind, row=row, **extra)
-    return result, oracle, strict.strict_compare(bench, device, dtype, rules, kind=kind, row=row, **extra)
+        oracle = strict.strict_compare(bench, device, dtype, rules, strict.Runs(kind=kind, row=row, **extra))
+    return result, oracle, strict.strict_compare(bench, device, dtype, rules, strict.Runs(kind=kind, row=row, **extra))
 
 
 @settings(max_examples=300, deadline=None)
@@ -114,9 +114,9 @@ def test_flushed_zeros_and_16_bit_tensors_as_they_live_on_a_device() -> None:
     device, torch_run = _device_side(rng, bench, "torch.bfloat16", 1), _device_side(rng, bench, "torch.bfloat16", 1)
     device[rng.random(device.size) < 0.3] = 0.0
     rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction")
-    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, kind="reduction", row=100, torch_run=torch_run)
+    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, strict.Runs(kind="reduction", row=100, torch_run=torch_run))
     result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device).bfloat16(), "torch.bfloat16",
-                                   rules, kind="reduction", row=100, torch_run=torch.from_numpy(torch_run).bfloat16())
+                                   rules, strict.Runs(kind="reduction", row=100, torch_run=torch.from_numpy(torch_run).bfloat16()))
     assert agree(result, host), (result, host)
 
 
@@ -216,17 +216,17 @@ def test_an_accelerator_that_lacks_an_op_hands_its_checks_to_the_host(monkeypatc
     bench = rng.standard_normal(5000).astype(np.float32)
     device = _device_side(rng, bench, "torch.bfloat16", 3)
     rules = _rules(THRESHOLDS, "torch.bfloat16", "elementwise")
-    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, row=50)
+    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, strict.Runs(row=50))
 
     def lacking(*args: Any) -> Any:
         raise RuntimeError("no float64 sum here\nmore")
 
     monkeypatch.setattr(strict_torch, "strict_pass", lacking)
     with pytest.raises(RuntimeError, match="no float64"):  # on the CPU: a bug, not a fallback
-        strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, row=50)
+        strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, strict.Runs(row=50))
     noted: list[Any] = []
     monkeypatch.setattr(strict_torch, "unsupported", lambda where, exc: noted.append((where, str(exc))))
-    result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, row=50)
+    result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, strict.Runs(row=50))
     assert same_result(result, host) and noted == [(torch.device("cpu"), "no float64 sum here\nmore")]
     monkeypatch.undo()
     monkeypatch.setattr(strict_torch, "UNSUPPORTED", {})

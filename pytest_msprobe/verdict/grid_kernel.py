@@ -64,7 +64,7 @@ def bf16_rounded(v: Any) -> Any:
 def prepare_16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any, fmt: int) -> None:
     """numba_kernel's _load, round_into and ulp_into of a 16-bit output's chunk in one loop, in registers: the bench in float32 (bw),
     rounded to the device dtype (rw: bf16 by the float32 bit trick, fp16 by pairwise.half_rounded), and the
-    ULP of that (uw)."""
+    ULP of that (uw). A compiled kernel: its arrays and constants come as arguments."""
     for j in range(n):
         v = np.float32(b[j])
         r = bf16_rounded(v) if fmt == 0 else half_rounded(v)

@@ -7,7 +7,7 @@ streamed) behind one interface; compare.py is the entry, `strict_compare`.
 from __future__ import annotations
 
 from ..grid import round_to
-from .compare import strict_compare
+from .compare import Runs, strict_compare
 from .rules import KINDS, StrictResult, size_of
 
-__all__ = ["KINDS", "StrictResult", "round_to", "size_of", "strict_compare"]
+__all__ = ["KINDS", "Runs", "StrictResult", "round_to", "size_of", "strict_compare"]

@@ -3,6 +3,7 @@ arrays (backends.py); non-finite elements are matched here, on the host, before 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,12 +14,26 @@ from . import backends
 from .rules import Judged, StrictResult, judged, size_of
 
 
-def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rules: Mapping[str, Any], *,
-                   kind: str = "elementwise", torch_run: np.ndarray | None = None,
-                   magnitude: np.ndarray | None = None, product: np.ndarray | None = None,
-                   row: int = 1, estimated: np.ndarray | None = None) -> StrictResult:
+@dataclass(frozen=True)
+class Runs:
+    """What an output is judged with beside bench and device (strict_compare): the op's kind, the torch run, the
+    magnitude run, a contraction's product before its bias, the length of the last dimension, the elements whose
+    torch-run value is estimated."""
+    kind: str = "elementwise"
+    torch_run: Any = None
+    magnitude: Any = None
+    product: Any = None
+    row: int = 1
+    estimated: Any = None
+
+
+NO_RUNS = Runs()
+
+
+def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rules: Mapping[str, Any],
+                   runs: Runs = NO_RUNS) -> StrictResult:
     """Judge one float output (all arrays of one shape, any float dtype; `device` and `torch_run` hold
-    values of the device dtype). `row` is the length of the last dimension. `product` is a contraction's
+    values of the device dtype; `runs`: what else it is judged with). `row` is the length of the last dimension. `product` is a contraction's
     result before its bias was added, whose own rounding a sound kernel may keep. `estimated` marks the
     elements whose torch-run value is estimated from a sampled row (third_run.sampled_torch_run): they
     are judged against the RMS of the row's torch errors, not the element's own.
@@ -26,8 +41,9 @@ def strict_compare(bench: np.ndarray, device: np.ndarray, device_dtype: str, rul
     Without a torch run the ideal kernel (the bench correctly rounded) stands in for it. The work runs
     in blocks of whole rows, so its temporaries stay in cache, in the backend of the arrays (backends.py).
     """
-    arrays = {"b": bench, "d": device, "t": torch_run, "mag": magnitude, "prod": product,
-              "est": estimated if torch_run is not None else None}
+    kind, row, torch_run = runs.kind, runs.row, runs.torch_run
+    arrays = {"b": bench, "d": device, "t": torch_run, "mag": runs.magnitude, "prod": runs.product,
+              "est": runs.estimated if torch_run is not None else None}
     flat = {k: flat_view(v) for k, v in arrays.items() if v is not None}
     flat["b"] = widen(flat["b"])  # a bf16 bench (rare) as its values; the outputs' storage is read as it is
     n = size_of(flat["d"])

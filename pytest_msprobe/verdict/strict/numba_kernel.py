@@ -98,7 +98,7 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
     """The chunk's normalised errors of device (f1) and torch run (f2), in one loop (it writes only those two,
     so that it compiles to vector code): the scale is the rounded bench's ULP, at least twice the torch run's
     error and `sx`'s terms; returns the count above `gross` and the count of wrongly rounded elements (neither
-    the correctly rounded result nor torch's: _exact looks closer at a chunk that has some)."""
+    the correctly rounded result nor torch's: _exact looks closer at a chunk that has some). A compiled kernel: its arrays and constants come as arguments."""
     zero, one, tiny, c_torch, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_TORCH], c[P_GROSS]
     over = wrong = 0
     for j in range(n):
@@ -120,7 +120,7 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
 def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
     """Whether every element of the chunk is settled (_holds, and the scale is a number): then _errors_t would
     write +0.0 throughout (a finite error over a positive scale, times zero), so the chunk's sums, maxima and
-    counts are known without it: most chunks of a correct kernel's output, since exact ops round correctly."""
+    counts are known without it: most chunks of a correct kernel's output, since exact ops round correctly. A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny = c[C_ZERO], c[P_EMIN]
     has_t, held = t.size > 0, 0
     for j in range(n):
@@ -131,7 +131,7 @@ def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
 @compiled
 def _holds(d: Any, t: Any, j: int, bj: Any, r: Any, has_t: bool, tiny: Any, zero: Any) -> Any:
     """Whether device and torch run (where there is one) hold the finite, correctly rounded bench `r` at element j
-    (a flushed subnormal result counts as `r`): the element check of _settled and _settled_16."""
+    (a flushed subnormal result counts as `r`): the element check of _settled and _settled_16. A compiled kernel: its arrays and constants come as arguments."""
     dj = unflushed(value(d[j]), bj, r, tiny, zero)
     tj = unflushed(value(t[j]), bj, r, tiny, zero) if has_t else r
     return (dj == r) & (tj == r) & (abs(r) < np.inf)
@@ -140,7 +140,7 @@ def _holds(d: Any, t: Any, j: int, bj: Any, r: Any, has_t: bool, tiny: Any, zero
 @compiled
 def _settled_16(b: Any, d: Any, t: Any, sx: Any, n: int, c: Any, fmt: int) -> bool:
     """_settled of a 16-bit chunk straight from the bench, rounded in registers, so that a settled chunk never writes
-    _prepare_16's rows (`sx`: the scale terms, or empty where the scale is the ULP, finite where the bench is)."""
+    _prepare_16's rows (`sx`: the scale terms, or empty where the scale is the ULP, finite where the bench is). A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny = c[C_ZERO], c[P_EMIN]
     has_t, has_x, held = t.size > 0, sx.size > 0, 0
     for j in range(n):
@@ -152,7 +152,7 @@ def _settled_16(b: Any, d: Any, t: Any, sx: Any, n: int, c: Any, fmt: int) -> bo
 
 @compiled
 def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any) -> tuple[int, int]:
-    """_errors_t without a torch run: the correctly rounded bench stands in for it."""
+    """_errors_t without a torch run: the correctly rounded bench stands in for it. A compiled kernel: its arrays and constants come as arguments."""
     zero, one, tiny, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_GROSS]
     over = wrong = 0
     for j in range(n):
@@ -172,7 +172,7 @@ def _extras(b: Any, t: Any, mag: Any, prod: Any, est: Any, start: int, nb: int, 
     """The block's scale terms beyond the ULP and the torch run's own error, into rows[0] (`sx`): the floor,
     the RMS of the torch run's errors over each group (reductions, contractions with a torch run; more where
     the torch run was estimated), the magnitude run's accumulation error, the product's ULP; bw, rw, tw, pu
-    are rows for the block's values."""
+    are rows for the block's values. A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny, step, c_floor, c_acc = c[C_ZERO], c[P_EMIN], c[P_ULP], c[P_FLOOR], c[P_ACC]
     for j in range(nb):
         sx[j] = zero
@@ -216,7 +216,7 @@ def _extras(b: Any, t: Any, mag: Any, prod: Any, est: Any, start: int, nb: int, 
 def _bias_terms(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, sd: Any, st: Any, sdz: Any, stz: Any,
                 c: Any) -> None:
     """The signed errors (ULPs from the correctly rounded result, clipped to +-1) of device and torch run (the
-    rounded bench where there is none: `t` empty), and both times -sign(bench), into sd, st, sdz, stz."""
+    rounded bench where there is none: `t` empty), and both times -sign(bench), into sd, st, sdz, stz. A compiled kernel: its arrays and constants come as arguments."""
     zero, one, tiny = c[C_ZERO], c[C_ONE], c[P_EMIN]
     has_t = t.size > 0
     for j in range(n):
@@ -232,7 +232,7 @@ def _bias_terms(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, sd: Any, st: 
 @compiled
 def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: Any) -> int:
     """Wrongly rounded elements of the chunk (neither the correctly rounded result nor torch's, where there is
-    a torch run) into counts (wrong, toward zero, upward, off a tie); returns the first one's index, or -1."""
+    a torch run) into counts (wrong, toward zero, upward, off a tie); returns the first one's index, or -1. A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny, c_half, c_window = c[C_ZERO], c[P_EMIN], c[C_HALF], c[P_WINDOW]
     has_t = t.size > 0
     n_wrong = n_zero = n_up = n_off = 0
