@@ -85,7 +85,7 @@ def statistics() -> str:
     from pytest_msprobe.metrics import fused
     from pytest_msprobe.specs.loader import load_specs
     from pytest_msprobe.verdict import strict
-    from pytest_msprobe.verdict.judge import _rules
+    from pytest_msprobe.verdict.judge import element_rules as _rules
 
     bench = np.random.default_rng(0).standard_normal(200_000)
     bits = (strict.round_to(bench, "torch.bfloat16").astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)

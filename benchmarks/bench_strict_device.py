@@ -25,6 +25,7 @@ from benchmarks.verify_strict_torch import results_agree, synchronize
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import strict
 from pytest_msprobe.verdict.judge import element_rules
+from pytest_msprobe.verdict.strict import backends
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,17 +62,18 @@ def main() -> None:
     for kind in args.kinds.split(","):
         rules = element_rules(th, args.dtype, kind)
         bench, device, third = arrays(args.elements, args.dtype, kind)
-        host_third = {k: strict._host(v) for k, v in third.items()}
-        host_device = strict._host(device)
+        host_third = {k: backends.host(v) for k, v in third.items()}
+        host_device = backends.host(device)
         placed = {a: (device.to(a), {k: v.to(a) for k, v in third.items()}) for a in accelerators}
         best: dict[str, float] = {}
         agree = True
         for _ in range(args.repeat):
             t0 = time.thread_time()
-            ref = strict.strict_compare(bench, host_device, args.dtype, rules, kind=kind, row=args.row, **host_third)
+            ref = strict.strict_compare(bench, host_device, args.dtype, rules, strict.Runs(kind=kind, row=args.row,
+                                                                                        **host_third))
             t1 = time.thread_time()
-            got = strict.strict_compare(torch.from_numpy(bench), device, args.dtype, rules, kind=kind, row=args.row,
-                                        **third)
+            got = strict.strict_compare(torch.from_numpy(bench), device, args.dtype, rules,
+                                        strict.Runs(kind=kind, row=args.row, **third))
             t2 = time.thread_time()
             agree &= results_agree(got, ref)
             times = {"host": t1 - t0, "cpu": t2 - t1}
@@ -81,7 +83,7 @@ def main() -> None:
                 b = torch.from_numpy(bench).to(a)
                 synchronize(a)
                 t4 = time.perf_counter()
-                got = strict.strict_compare(b, d, args.dtype, rules, kind=kind, row=args.row, **extra)
+                got = strict.strict_compare(b, d, args.dtype, rules, strict.Runs(kind=kind, row=args.row, **extra))
                 synchronize(a)
                 times[a.type], times[f"copy {a.type}"] = time.perf_counter() - t4, t4 - t3
                 agree &= results_agree(got, ref)

@@ -5,14 +5,14 @@
 First it runs pytest-msprobe on the dump (`-n 0 --msprobe-device cpu`) with this file as a plugin, which saves
 the arrays the strict pass reads (bench, device, third run) of the largest output of each class (device dtype,
 kind, bench dtype, third run) into DIR, with the row length and the rules. Then it calls the pass on each saved
-output as a run does (`strict._judge_blocks`: the plan, the compiled kernel), in CPU time of this thread, the
+output as a run does (`verdict.strict.backends.judge_blocks`: the plan, the compiled kernel), in CPU time of this thread, the
 least of `repeat` interleaved calls: as it is, with the bias test on every block (as outputs under 524,288
 elements are sampled), and without the third run; and it times the copies made before the checks: torch's
 widening of a bf16 output (and of the torch run) to float32 and, for msprobe's metric pass, numpy's float64
 bench of a bf16 output to float32; for an fp16 output, numpy's widening to float32 and its bench rounded to fp16
 and back (the metric pass's bench_dev: copies the checks avoid by reading 16-bit outputs as their storage). Every figure is ns per element, with the CPU model and native bf16.
 
-To see what each part of the kernel costs, remove one part at a time from a copy of verdict/strict_kernel.py and
+To see what each part of the kernel costs, remove one part at a time from a copy of verdict/strict/numba_kernel.py and
 call it the same way.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks.machine import cpu_model
 from pytest_msprobe.metrics.storage import widen
-from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict.strict import backends
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def pytest_configure(config: Any) -> None:
         return
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    kernel, largest = strict._judge_blocks, {}
+    kernel, largest = backends.judge_blocks, {}
 
     def saving(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Any, kind: str) -> Any:
         third = next((k for k in ("t", "mag") if k in flat), "none")
@@ -57,7 +57,7 @@ def pytest_configure(config: Any) -> None:
                                                              "rules": dict(rules)}))
         return kernel(flat, row, device_dtype, rules, kind)
 
-    strict._judge_blocks = saving  # type: ignore[assignment]
+    backends.judge_blocks = saving  # type: ignore[assignment]
 
 
 def best(calls: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
@@ -102,9 +102,9 @@ def _calls(flat: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, Calla
     bare = {k: v for k, v in flat.items() if k not in ("t", "mag", "est")}
     every_block = {**rules, "bias_max_samples": flat["d"].size + 1}
     calls: dict[str, Callable[[], Any]] = {
-        "as run": lambda: strict._judge_blocks(flat, row, dtype, rules, kind),
-        "every": lambda: strict._judge_blocks(flat, row, dtype, every_block, kind),
-        "bare": lambda: strict._judge_blocks(bare, row, dtype, rules, kind)}
+        "as run": lambda: backends.judge_blocks(flat, row, dtype, rules, kind),
+        "every": lambda: backends.judge_blocks(flat, row, dtype, every_block, kind),
+        "bare": lambda: backends.judge_blocks(bare, row, dtype, rules, kind)}
     if dtype == "torch.bfloat16":
         device = torch.from_numpy(widen(flat["d"])).bfloat16()  # the copy runs made before they read bf16 storage
         calls["widen"] = lambda: device.float()

@@ -3,8 +3,8 @@
     python -m pytest -p benchmarks.verify_strict_kernel DUMP_JSON --msprobe-device cpu -n 0 [...]
     python -m benchmarks verify_strict_kernel PLANTED_BUGS_ARGS...   (python -m evals planted_bugs, verified)
 
-A pytest plugin: every call of the strict pass (strict._judge_blocks) runs both the compiled kernel
-(verdict/strict_kernel.py) and the numpy oracle (tests/strict_oracle.py) on the same arrays, requires every
+A pytest plugin: every call of the strict pass (verdict/strict/backends.judge_blocks) runs both the compiled kernel
+(verdict/strict/numba_kernel.py) and the numpy oracle (tests/strict_oracle.py) on the same arrays, requires every
 total to be bitwise equal (so every record's verdict, message and statistics are the same), and times each
 in CPU time of the calling thread (the load of a shared machine does not count). Likewise every row of
 msprobe's metrics (standards.compare_tensor) is computed by the compiled pass (metrics/kernel.py) and by
@@ -27,7 +27,8 @@ import numpy as np
 
 from benchmarks.machine import cpu_model
 from pytest_msprobe.metrics import fused
-from pytest_msprobe.verdict import standards, strict
+from pytest_msprobe.verdict import standards
+from pytest_msprobe.verdict.strict import backends
 
 _totals: dict[str, Any] = {"outputs": 0, "elements": 0, "mismatches": [], "kernel_s": 0.0, "numpy_s": 0.0,
                            "first_s": None}
@@ -37,7 +38,7 @@ _numpy_here = threading.local()  # set while a thread computes the numpy row
 
 
 def _key(acc: Any) -> list[Any]:
-    """Every total of a strict._Totals, NaN-safe and sign-of-zero-safe, for a bitwise comparison (NaNs compare
+    """Every total of a strict.rules.Totals, NaN-safe and sign-of-zero-safe, for a bitwise comparison (NaNs compare
     equal whatever their sign bit, which numpy's and the kernel's sums of NaNs set differently)."""
     def bits(x: float) -> Any:
         return "nan" if math.isnan(x) else float(x).hex()
@@ -57,10 +58,10 @@ def pytest_configure(config: Any) -> None:
 
 
 def install() -> None:
-    """strict._judge_blocks runs both passes, compares them and times them from now on."""
+    """backends.judge_blocks runs both passes, compares them and times them from now on."""
     from tests.strict_oracle import judge_blocks as oracle
 
-    kernel = strict._judge_blocks
+    kernel = backends.judge_blocks
 
     def both(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Any, kind: str) -> Any:
         t0 = time.thread_time()
@@ -79,7 +80,7 @@ def install() -> None:
             _totals["mismatches"].append({"dtype": device_dtype, "kind": kind, "n": int(flat["d"].size)})
         return fast
 
-    strict._judge_blocks = both
+    backends.judge_blocks = both
     _install_metrics()
 
 

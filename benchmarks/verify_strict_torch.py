@@ -1,4 +1,4 @@
-"""The strict checks in torch ops (verdict/strict_torch.py) against the compiled host pass on every output of
+"""The strict checks in torch ops (verdict/strict/torch_pass.py) against the compiled host pass on every output of
 a real run, and the cost per element of each.
 
     python -m pytest -p benchmarks.verify_strict_torch DUMP_JSON --msprobe-device cpu -n 0 [...]
@@ -25,6 +25,7 @@ from typing import Any
 
 from benchmarks.machine import cpu_model
 from pytest_msprobe.verdict import judge, strict
+from pytest_msprobe.verdict.strict import backends
 
 TOLERANCE = 1e-9
 _totals: dict[str, Any] = {"outputs": 0, "elements": 0, "mismatches": [], "host_s": 0.0, "torch_s": 0.0,
@@ -72,7 +73,7 @@ def install() -> None:
     def both(arrays: judge.StrictArrays, device_dtype: str, th: Any) -> strict.StrictResult:
         on_device = isinstance(arrays.device, torch.Tensor)
         where = arrays.device.device if on_device else target
-        host = dataclasses.replace(arrays, **{k: strict._host(getattr(arrays, k)) for k in _FIELDS
+        host = dataclasses.replace(arrays, **{k: backends.host(getattr(arrays, k)) for k in _FIELDS
                                               if getattr(arrays, k) is not None})
         t0 = _clock(where)
         tensors = arrays if on_device else dataclasses.replace(arrays, **{

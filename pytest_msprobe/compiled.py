@@ -1,5 +1,5 @@
 """numba's njit with the flags every compiled pass of the package needs (inputs/draw.py, metrics/kernel.py,
-verdict/strict_kernel.py), so they are set once. Imported by those modules only, at the first item, never at
+verdict/strict/numba_kernel.py), so they are set once. Imported by those modules only, at the first item, never at
 collection."""
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from pytest_msprobe.metrics.streamed import Streamed as StreamedMetrics
 from pytest_msprobe.runs import chunks as C
 from pytest_msprobe.specs.loader import load_specs, thresholds_for
 from pytest_msprobe.verdict import judge, strict
-from pytest_msprobe.verdict import strict_streamed as S
+from pytest_msprobe.verdict.strict import streamed as S
 
 
 def _whole_and_pieces(api: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dtype: torch.dtype,
@@ -122,7 +122,7 @@ def test_strict_pass_in_pieces_is_the_whole_pass(dtype: str, kind: str) -> None:
     magnitude = np.abs(b).astype(np.float32) * 3 if kind == "contraction" else None
     torch_run = None if kind == "contraction" else t
     rules = judge.element_rules(thresholds_for(load_specs(), "linear")["strict"], dtype, kind)
-    whole = strict.strict_compare(b, d, dtype, rules, kind=kind, torch_run=torch_run, magnitude=magnitude, row=width)
+    whole = strict.strict_compare(b, d, dtype, rules, strict.Runs(kind=kind, torch_run=torch_run, magnitude=magnitude, row=width))
     squares = S.Squares()
     for start in range(0, n, 7_001):
         squares.feed(b[start:start + 7_001])

@@ -295,13 +295,6 @@ PENDING: frozenset[str] = frozenset({
     "pytest_msprobe.check.chunked imports pytest_msprobe.verdict.standards._row",
     "pytest_msprobe.check.chunked imports pytest_msprobe.verdict.standards._sections",
     "pytest_msprobe.check.chunked imports pytest_msprobe.verdict.standards._values",
-    "pytest_msprobe.metrics.on_device imports pytest_msprobe.metrics.fused._exp2",
-    "pytest_msprobe.metrics.on_device imports pytest_msprobe.metrics.fused._log2_fix",
-    "pytest_msprobe.verdict.strict_streamed imports pytest_msprobe.verdict.strict._scratch",
-    "benchmarks.bench_strict_device imports pytest_msprobe.verdict.strict._host",
-    "benchmarks.profile_strict imports pytest_msprobe.verdict.strict._judge_blocks",
-    "benchmarks.verify_strict_kernel imports pytest_msprobe.verdict.strict._judge_blocks",
-    "benchmarks.verify_strict_torch imports pytest_msprobe.verdict.strict._host",
     # functions over six parameters: make_side (its callers are in check/), an autograd Function's forward
     "pytest_msprobe/runs/execution.py:make_side takes 10",
     "pytest_msprobe/runs/third_run.py:_ConvTorchBackward.forward takes 11",

@@ -99,7 +99,7 @@ def test_a_non_finite_output_is_left_to_the_host(kind: str) -> None:
 
 
 def test_a_failing_accelerator_hands_the_metrics_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An op the accelerator lacks: the row is the host's and the device type is noted (strict_torch.unsupported,
+    """An op the accelerator lacks: the row is the host's and the device type is noted (strict.torch_pass.unsupported,
     which warns once); on the CPU the same failure is a bug and is raised."""
     bench, device = case(5000, 2, torch.bfloat16, torch.float32, [], 3)
 
@@ -111,7 +111,7 @@ def test_a_failing_accelerator_hands_the_metrics_to_the_host(monkeypatch: pytest
     with pytest.raises(RuntimeError, match="no float64"):
         standards.compare_structure("x", [bench], [device], api_name="add", converter=stored, on=torch.device("cpu"))
     noted: list[Any] = []
-    monkeypatch.setattr("pytest_msprobe.verdict.strict_torch.unsupported", lambda on, exc: noted.append(on))
+    monkeypatch.setattr("pytest_msprobe.verdict.strict.torch_pass.unsupported", lambda on, exc: noted.append(on))
     row = standards.compare_structure("x", [bench], [device], api_name="add", converter=stored,
                                       on=torch.device("cpu"))[0]
     assert row.to_dict() == host and noted == [torch.device("cpu")]

@@ -109,8 +109,8 @@ def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: st
     the worst position (the largest error twice, in different grains), a NaN and an inf late in the output, the
     first wrongly rounded element, and the bias test's group sums."""
     from pytest_msprobe.specs.loader import load_specs
-    from pytest_msprobe.verdict import strict, strict_kernel
-    from pytest_msprobe.verdict.judge import element_rules
+    from pytest_msprobe.verdict.judge import element_rules as _rules
+    from pytest_msprobe.verdict.strict import numba_kernel, numba_pass, rules
 
     from .test_strict_kernel import _device_side, _totals, stored
 
@@ -130,14 +130,14 @@ def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: st
         flat["t"] = stored(torch_run) if dtype == "torch.bfloat16" else torch_run
     elif third == "mag":
         flat["mag"] = (np.abs(bench) * 3).astype(np.float32)
-    rules = element_rules(load_specs()["thresholds"]["strict"], dtype, kind)
+    limits = _rules(load_specs()["thresholds"]["strict"], dtype, kind)
     with np.errstate(all="ignore"):
-        alone = _totals(strict._judge_blocks(flat, 1000, dtype, rules, kind))
+        alone = _totals(numba_pass.judge_blocks(flat, 1000, dtype, limits, kind))
     assert alone["worst"][0] in (300_000, 700_000, 900_000)  # (a row's scale may weigh the two apart)
 
     other = threading.Event()  # the waiting thread has taken blocks
     takers: list[str] = []
-    blocks = strict_kernel.strict_blocks
+    blocks = numba_kernel.strict_blocks
 
     def spy(*args: Any) -> None:
         mine = threading.current_thread().name.startswith("msprobe-helper")
@@ -148,9 +148,9 @@ def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: st
             other.set()
         blocks(*args)
 
-    monkeypatch.setattr(strict_kernel, "strict_blocks", spy)
+    monkeypatch.setattr(numba_kernel, "strict_blocks", spy)
     with np.errstate(all="ignore"):
-        shared = wait_helping(helper().submit(strict._judge_blocks, flat, 1000, dtype, rules, kind))
-    block = strict.plan(flat, 1000, rules, kind)[1]
-    assert {"helper", "waiting"} <= set(takers) and len(takers) == -(-n // (block * (strict.GRAIN // block)))
+        shared = wait_helping(helper().submit(numba_pass.judge_blocks, flat, 1000, dtype, limits, kind))
+    block = rules.plan(flat, 1000, limits, kind)[1]
+    assert {"helper", "waiting"} <= set(takers) and len(takers) == -(-n // (block * (numba_pass.GRAIN // block)))
     assert _totals(shared) == alone

@@ -10,7 +10,7 @@ import torch
 
 from pytest_msprobe.check import compare
 from pytest_msprobe.metrics import storage
-from pytest_msprobe.verdict import strict_kernel
+from pytest_msprobe.verdict.strict import numba_kernel as strict_kernel
 
 
 def every_bf16() -> torch.Tensor:

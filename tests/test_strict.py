@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import grid, strict
-from pytest_msprobe.verdict.judge import element_rules
+from pytest_msprobe.verdict.judge import element_rules as _rules
 
 THRESHOLDS = load_specs()["thresholds"]["strict"]
 DTYPES = ["torch.float16", "torch.bfloat16", "torch.float32"]
@@ -18,8 +18,8 @@ KINDS = ["elementwise", "exact", "reduction", "contraction"]
 
 
 def judge(bench, device, dtype, kind="elementwise", section=None, **extra):
-    return strict.strict_compare(np.asarray(bench), np.asarray(device), dtype, element_rules(THRESHOLDS, dtype, kind, section),
-                                 kind=kind, **extra)
+    return strict.strict_compare(np.asarray(bench), np.asarray(device), dtype, _rules(THRESHOLDS, dtype, kind, section),
+                                 strict.Runs(kind=kind, **extra))
 
 
 def ulps(values, dtype):
@@ -244,13 +244,13 @@ def test_ulp_matches_frexp(dtype: str) -> None:
 
 
 def test_thresholds_by_kind_and_dtype() -> None:
-    assert element_rules(THRESHOLDS, "torch.bfloat16", "reduction")["gross"] == THRESHOLDS["reduction"]["gross"]
-    assert element_rules(THRESHOLDS, "torch.float32", "contraction")["mean_slack"] == THRESHOLDS["torch.float32"]["mean_slack"]
-    assert element_rules(THRESHOLDS, "torch.bfloat16", "elementwise")["gross"] == THRESHOLDS["gross"]
+    assert _rules(THRESHOLDS, "torch.bfloat16", "reduction")["gross"] == THRESHOLDS["reduction"]["gross"]
+    assert _rules(THRESHOLDS, "torch.float32", "contraction")["mean_slack"] == THRESHOLDS["torch.float32"]["mean_slack"]
+    assert _rules(THRESHOLDS, "torch.bfloat16", "elementwise")["gross"] == THRESHOLDS["gross"]
     # a kind's own per-dtype entry: fp32 reductions only
-    assert element_rules(THRESHOLDS, "torch.float32", "reduction")["gross"] == THRESHOLDS["reduction"]["torch.float32"]["gross"]
-    assert element_rules(THRESHOLDS, "torch.float32", "elementwise")["gross"] == THRESHOLDS["gross"]
-    assert "torch.float32" not in element_rules(THRESHOLDS, "torch.float32", "reduction")
+    assert _rules(THRESHOLDS, "torch.float32", "reduction")["gross"] == THRESHOLDS["reduction"]["torch.float32"]["gross"]
+    assert _rules(THRESHOLDS, "torch.float32", "elementwise")["gross"] == THRESHOLDS["gross"]
+    assert "torch.float32" not in _rules(THRESHOLDS, "torch.float32", "reduction")
 
 
 def test_a_cancelled_row_below_the_fp32_benchs_resolution_is_not_judged() -> None:
@@ -270,8 +270,8 @@ def test_a_cancelled_row_below_the_fp32_benchs_resolution_is_not_judged() -> Non
 def test_attention_gradients_get_their_own_thresholds() -> None:
     specs = load_specs()
     assert "scaled_dot_product_attention" in specs["error_model"]["gradient_rounding"]
-    rules = element_rules(THRESHOLDS, "torch.bfloat16", "reduction", "gradient_rounding")
-    assert rules["gross"] == THRESHOLDS["gradient_rounding"]["gross"] > element_rules(THRESHOLDS, "torch.bfloat16",
+    rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction", "gradient_rounding")
+    assert rules["gross"] == THRESHOLDS["gradient_rounding"]["gross"] > _rules(THRESHOLDS, "torch.bfloat16",
                                                                                "reduction")["gross"]
 
 

@@ -1,4 +1,4 @@
-"""The compiled strict pass (verdict/strict_kernel.py) against the numpy oracle (tests/strict_oracle.py):
+"""The compiled strict pass (verdict/strict/numba_kernel.py) against the numpy oracle (tests/strict_oracle.py):
 the same arrays give the same verdict, message and statistics, bit for bit."""
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import grid, strict
-from pytest_msprobe.verdict.judge import element_rules
+from pytest_msprobe.verdict.judge import element_rules as _rules
+from pytest_msprobe.verdict.strict import numba_pass
+from pytest_msprobe.verdict.strict.rules import plan
 
 from .strict_oracle import numpy_strict
 
@@ -45,16 +47,16 @@ def both(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, section: 
          **extra: Any) -> tuple[strict.StrictResult, strict.StrictResult]:
     """(compiled, oracle) of the same output; a bf16 output's device, torch run and product reach the compiled
     pass as their 16-bit storage (as in a run), the oracle as float32 values."""
-    rules = element_rules(THRESHOLDS, dtype, kind, section)
+    rules = _rules(THRESHOLDS, dtype, kind, section)
     fed = dict(extra)
     if dtype == "torch.bfloat16":
         device_fed = stored(device)
         fed.update({k: stored(v) for k, v in extra.items() if k in ("torch_run", "product")})
     else:
         device_fed = device
-    compiled = strict.strict_compare(bench, device_fed, dtype, rules, kind=kind, **fed)
+    compiled = strict.strict_compare(bench, device_fed, dtype, rules, strict.Runs(kind=kind, **fed))
     with numpy_strict():
-        oracle = strict.strict_compare(bench, device, dtype, rules, kind=kind, **extra)
+        oracle = strict.strict_compare(bench, device, dtype, rules, strict.Runs(kind=kind, **extra))
     return compiled, oracle
 
 
@@ -126,7 +128,7 @@ def test_large_outputs_in_many_blocks_are_bitwise_the_oracles(dtype: str, kind: 
                   {"torch_run": torch_run, "estimated": rng.random(n) < 0.1, "product": device}):
         compiled, oracle = both(bench, device, dtype, kind, row=row, **extra)
         assert same(compiled, oracle), (extra.keys(), compiled, oracle)
-    for row in (1000, 50_000):  # blocks shorter and longer than strict.BLOCK (buffers of their own)
+    for row in (1000, 50_000):  # blocks shorter and longer than rules.BLOCK (buffers of their own)
         compiled, oracle = both(bench, device, dtype, kind, row=row, torch_run=torch_run)
         assert same(compiled, oracle), row
 
@@ -179,8 +181,8 @@ def test_group_sums_of_zero_errors_keep_numpys_sign_of_zero(dtype: str) -> None:
 
     bench = grid.round_to(np.linspace(-3, 3, 32), dtype)
     flat = {"b": bench, "d": bench.copy()}
-    rules = element_rules(THRESHOLDS, dtype, "exact")
-    fast, slow = strict._judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
+    rules = _rules(THRESHOLDS, dtype, "exact")
+    fast, slow = numba_pass.judge_blocks(flat, 1, dtype, rules, "exact"), judge_blocks(flat, 1, dtype, rules, "exact")
     for key in fast.bias:
         assert np.concatenate(fast.bias[key]).tobytes() == np.concatenate(slow.bias[key]).tobytes(), key
 
@@ -191,17 +193,17 @@ def test_bf16_outputs_held_as_float32_are_judged_as_their_storage() -> None:
     rng = np.random.default_rng(9)
     bench = (rng.standard_normal(70_000) * np.exp(rng.uniform(-30, 30, 70_000))).astype(np.float32)
     device, torch_run = _device_side(rng, bench, "torch.bfloat16", 2), _device_side(rng, bench, "torch.bfloat16", 1)
-    rules = element_rules(THRESHOLDS, "torch.bfloat16", "reduction")
-    held = strict.strict_compare(bench, device, "torch.bfloat16", rules, kind="reduction", torch_run=torch_run,
-                                 row=700)
-    mixed = strict.strict_compare(bench, stored(device), "torch.bfloat16", rules, kind="reduction",
-                                  torch_run=torch_run, row=700)
+    rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction")
+    held = strict.strict_compare(bench, device, "torch.bfloat16", rules, strict.Runs(kind="reduction", torch_run=torch_run,
+                                 row=700))
+    mixed = strict.strict_compare(bench, stored(device), "torch.bfloat16", rules, strict.Runs(kind="reduction",
+                                  torch_run=torch_run, row=700))
     compiled, oracle = both(bench, device, "torch.bfloat16", "reduction", torch_run=torch_run, row=700)
     assert same(held, oracle) and same(mixed, oracle) and same(compiled, oracle)
 
 
 def _totals(acc: Any) -> dict[str, Any]:
-    """Every total of strict._Totals, the bias test's group sums as bytes: signs of zero apart, every NaN one (a
+    """Every total of rules.Totals, the bias test's group sums as bytes: signs of zero apart, every NaN one (a
     NaN's sign and payload reach no record)."""
     plain = {k: v for k, v in vars(acc).items() if k not in ("bias", "counts")}
     plain = {k: ("nan" if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1.0, v))) for k, v in plain.items()}
@@ -247,10 +249,10 @@ def test_settled_chunks_are_bitwise_the_oracles(dtype: str, kind: str, n: int, t
                 target[min(int(where * n), n - 1)] = special if key in ("b", "mag") else \
                     grid.round_to(np.array([special]), dtype)[0]
     fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in flat.items()}
-    rules = element_rules(THRESHOLDS, dtype, kind)
+    rules = _rules(THRESHOLDS, dtype, kind)
     row = min(row, n)
     with np.errstate(all="ignore"):
-        assert _totals(strict._judge_blocks(fed, row, dtype, rules, kind)) == \
+        assert _totals(numba_pass.judge_blocks(fed, row, dtype, rules, kind)) == \
             _totals(judge_blocks(flat, row, dtype, rules, kind))
 
 
@@ -267,7 +269,7 @@ def test_a_settled_looking_chunk_with_a_nan_scale_is_not_settled(dtype: str, kin
     wide = np.float64 if dtype in ("torch.float32", "torch.float64") else np.float32
     bench = rng.standard_normal(n).astype(wide)
     rounded = _device_side(rng, bench, dtype, 0)
-    rules = element_rules(THRESHOLDS, dtype, kind)
+    rules = _rules(THRESHOLDS, dtype, kind)
     magnitude = np.abs(bench) * 2
     magnitude[2500] = np.nan
     torch_run = rounded.copy()
@@ -276,7 +278,7 @@ def test_a_settled_looking_chunk_with_a_nan_scale_is_not_settled(dtype: str, kin
         flat = {"b": bench, "d": rounded.copy(), **extra}
         fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in flat.items()}
         with np.errstate(all="ignore"):
-            fast, slow = _totals(strict._judge_blocks(fed, 100, dtype, rules, kind)), \
+            fast, slow = _totals(numba_pass.judge_blocks(fed, 100, dtype, rules, kind)), \
                 _totals(judge_blocks(flat, 100, dtype, rules, kind))
         assert fast == slow, extra.keys()
 
@@ -295,8 +297,8 @@ def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dt
     n = 600_000
     flat = _rounded_output(np.random.default_rng(13), n, dtype, third, np.float32)
     bench = flat["b"]
-    rules = element_rules(THRESHOLDS, dtype, kind)
-    _, block, every, _ = strict.plan(flat, 1000, rules, kind)
+    rules = _rules(THRESHOLDS, dtype, kind)
+    _, block, every, _ = plan(flat, 1000, rules, kind)
     assert every > 1
     skipped = [bi * block + 1000 for bi in range(1, -(-n // block)) if bi % every]  # in blocks the bias test skips
     big = 3.4e38 if dtype == "torch.bfloat16" else 65520.0
@@ -316,5 +318,5 @@ def test_settled_chunks_of_blocks_the_bias_test_skips_are_bitwise_the_oracles(dt
                 case[key][at] = value
         fed = {k: stored(v) if dtype == "torch.bfloat16" and k in ("d", "t") else v for k, v in case.items()}
         with np.errstate(all="ignore"):
-            assert _totals(strict._judge_blocks(fed, 1000, dtype, rules, kind)) == \
+            assert _totals(numba_pass.judge_blocks(fed, 1000, dtype, rules, kind)) == \
                 _totals(judge_blocks(case, 1000, dtype, rules, kind)), change

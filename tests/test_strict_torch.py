@@ -1,4 +1,4 @@
-"""The strict checks in torch ops (verdict/strict_torch.py, msprobe_checks_on=device) against the numpy
+"""The strict checks in torch ops (verdict/strict/torch_pass.py, msprobe_checks_on=device) against the numpy
 oracle (tests/strict_oracle.py) and the compiled host pass, on the CPU through the same code path an
 accelerator runs: the same verdicts and messages, the statistics equal within TOLERANCE (the sums are
 added in torch's order, not numpy's pairwise one)."""
@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from pytest_msprobe.check.compare import checks_device
 from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS
 from pytest_msprobe.settings import CheckOptions
-from pytest_msprobe.verdict import strict, strict_torch
-from pytest_msprobe.verdict.judge import element_rules
+from pytest_msprobe.verdict import strict
+from pytest_msprobe.verdict.judge import element_rules as _rules
+from pytest_msprobe.verdict.strict import torch_pass as strict_torch
 
 from .helpers import EXAMPLES, by_api, copy_dump, device_side_conftest, records
 from .strict_oracle import numpy_strict
@@ -50,14 +51,14 @@ def agree(device: strict.StrictResult, host: strict.StrictResult) -> bool:
 def on_torch(bench: np.ndarray, device: np.ndarray, dtype: str, kind: str, row: int = 1,
              **extra: Any) -> tuple[strict.StrictResult, strict.StrictResult, strict.StrictResult]:
     """(torch pass on CPU tensors, numpy oracle, compiled pass) of the same arrays."""
-    rules = element_rules(THRESHOLDS, dtype, kind)
+    rules = _rules(THRESHOLDS, dtype, kind)
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in extra.items()}
     result = strict.strict_compare(torch.from_numpy(np.ascontiguousarray(bench)),
-                                   torch.from_numpy(np.ascontiguousarray(device)), dtype, rules, kind=kind, row=row,
-                                   **tensors)
+                                   torch.from_numpy(np.ascontiguousarray(device)), dtype, rules, strict.Runs(kind=kind, row=row,
+                                   **tensors))
     with numpy_strict():
-        oracle = strict.strict_compare(bench, device, dtype, rules, kind=kind, row=row, **extra)
-    return result, oracle, strict.strict_compare(bench, device, dtype, rules, kind=kind, row=row, **extra)
+        oracle = strict.strict_compare(bench, device, dtype, rules, strict.Runs(kind=kind, row=row, **extra))
+    return result, oracle, strict.strict_compare(bench, device, dtype, rules, strict.Runs(kind=kind, row=row, **extra))
 
 
 @settings(max_examples=300, deadline=None)
@@ -112,15 +113,15 @@ def test_flushed_zeros_and_16_bit_tensors_as_they_live_on_a_device() -> None:
         np.float32)
     device, torch_run = _device_side(rng, bench, "torch.bfloat16", 1), _device_side(rng, bench, "torch.bfloat16", 1)
     device[rng.random(device.size) < 0.3] = 0.0
-    rules = element_rules(THRESHOLDS, "torch.bfloat16", "reduction")
-    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, kind="reduction", row=100, torch_run=torch_run)
+    rules = _rules(THRESHOLDS, "torch.bfloat16", "reduction")
+    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, strict.Runs(kind="reduction", row=100, torch_run=torch_run))
     result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device).bfloat16(), "torch.bfloat16",
-                                   rules, kind="reduction", row=100, torch_run=torch.from_numpy(torch_run).bfloat16())
+                                   rules, strict.Runs(kind="reduction", row=100, torch_run=torch.from_numpy(torch_run).bfloat16()))
     assert agree(result, host), (result, host)
 
 
 def test_the_parameters_are_read_in_the_compiled_pass_order() -> None:
-    from pytest_msprobe.verdict import strict_kernel as K
+    from pytest_msprobe.verdict.strict import numba_kernel as K
 
     assert (strict_torch.P_FLOOR, strict_torch.P_TORCH, strict_torch.P_ROW, strict_torch.P_EST, strict_torch.P_ACC,
             strict_torch.P_GROSS, strict_torch.P_EMIN, strict_torch.P_ULP, strict_torch.P_WINDOW) == \
@@ -214,18 +215,18 @@ def test_an_accelerator_that_lacks_an_op_hands_its_checks_to_the_host(monkeypatc
     rng = np.random.default_rng(2)
     bench = rng.standard_normal(5000).astype(np.float32)
     device = _device_side(rng, bench, "torch.bfloat16", 3)
-    rules = element_rules(THRESHOLDS, "torch.bfloat16", "elementwise")
-    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, row=50)
+    rules = _rules(THRESHOLDS, "torch.bfloat16", "elementwise")
+    host = strict.strict_compare(bench, device, "torch.bfloat16", rules, strict.Runs(row=50))
 
     def lacking(*args: Any) -> Any:
         raise RuntimeError("no float64 sum here\nmore")
 
     monkeypatch.setattr(strict_torch, "strict_pass", lacking)
     with pytest.raises(RuntimeError, match="no float64"):  # on the CPU: a bug, not a fallback
-        strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, row=50)
+        strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, strict.Runs(row=50))
     noted: list[Any] = []
     monkeypatch.setattr(strict_torch, "unsupported", lambda where, exc: noted.append((where, str(exc))))
-    result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, row=50)
+    result = strict.strict_compare(torch.from_numpy(bench), torch.from_numpy(device), "torch.bfloat16", rules, strict.Runs(row=50))
     assert same_result(result, host) and noted == [(torch.device("cpu"), "no float64 sum here\nmore")]
     monkeypatch.undo()
     monkeypatch.setattr(strict_torch, "UNSUPPORTED", {})

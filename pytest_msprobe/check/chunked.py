@@ -5,7 +5,7 @@ magnitude run's: for an lm_head in bf16 ([2048, 4096] x [128256, 4096]) some 6 G
 tensors. `memory_need` estimates that; where it exceeds the item's budget (--msprobe-max-memory, else what the host
 has free, less a margin, shared by the workers) and the API's rows are independent (runs/chunks.py), `check` runs
 the bench, the third run and the magnitude run a block of rows at a time and feeds each block to msprobe's metric
-pass and the strict pass (metrics/streamed.py, verdict/strict_streamed.py), which keep only their statistics: the
+pass and the strict pass (metrics/streamed.py, verdict/strict/streamed.py), which keep only their statistics: the
 row, its statistics and its verdict are the whole check's, bit for bit (tests/test_chunked.py). A contraction's or
 reduction's strict scale floor needs the bench's sum of squares first, so there the bench runs twice.
 
@@ -38,7 +38,7 @@ from ..runs.third_run import forward_sums
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, thresholds_for
 from ..verdict import judge, standards
-from ..verdict import strict_streamed as S
+from ..verdict.strict import streamed as S
 from .compare import dress, stored
 from .prepare import terms_scale
 

@@ -240,7 +240,7 @@ ACCELERATORS = ("cuda", "npu")
 
 
 def checks_device(options: CheckOptions, device: list[Any], third: list[Any] | None) -> torch.device | None:
-    """Where the strict checks of these outputs run in torch ops (strict_torch), or None for the host's
+    """Where the strict checks of these outputs run in torch ops (strict.torch_pass), or None for the host's
     compiled pass: with msprobe_checks_on auto, the accelerator that holds the device output (or else the
     reference run); with `device`, that one or wherever the device output lives, the CPU included."""
     if options.checks_on == "host" or options.standard != "strict":
@@ -250,7 +250,7 @@ def checks_device(options: CheckOptions, device: list[Any], third: list[Any] | N
     if on is None and options.checks_on == "device" and held:
         on = held[0]
     if on is not None and on.type != "cpu":
-        from ..verdict.strict_torch import UNSUPPORTED
+        from ..verdict.strict.torch_pass import UNSUPPORTED
 
         return None if on.type in UNSUPPORTED else on  # the pass failed there once: the host's
     return on

@@ -120,8 +120,8 @@ class Pass:
         # msprobe's bench_dev: the bench itself, rounded to float32 or to fp16 in the pass (no copy)
         self.dev = K.DEV_SAME if dev_dtype == w else K.DEV_FP32 if dev_dtype == np.float32 else K.DEV_FP16
         self.mb, self.emin, thr = limits.ulp if limits.ulp is not None else (0, 0, 0.0)
-        self.fix, self.top = _log2_fix(w.char)
-        self.exp2, self.odd, self.kmin = _exp2(w.char, self.mb, self.emin)
+        self.fix, self.top = log2_fix_table(w.char)
+        self.exp2, self.odd, self.kmin = exp2_table(w.char, self.mb, self.emin)
         self.params = np.array([limits.eps, limits.small_value, limits.atol, limits.rtol, *limits.dual, thr,
                                 LEAF_START])
         self.out, self.iout = np.empty(K.F_PW_REL + 1), np.empty(K.I_ULP_OVER + 1, dtype=np.int64)
@@ -167,7 +167,7 @@ _LOG2_TOP = {"f": 256, "d": 1024}  # mantissas below a power of two whose numpy 
 
 
 @functools.lru_cache(maxsize=2)
-def _log2_fix(char: str) -> tuple[np.ndarray, int]:
+def log2_fix_table(char: str) -> tuple[np.ndarray, int]:
     """Per biased exponent, floor(numpy's log2) minus the exponent for the `top` largest mantissas (numpy's
     log2 in float32 rounds 2**e * (1 - 2**-24) up to e; its float64 one likewise, and SIMD versions may
     differ by machine, so the table is numpy's own, made on this machine once per process)."""
@@ -184,7 +184,7 @@ def _log2_fix(char: str) -> tuple[np.ndarray, int]:
 
 
 @functools.lru_cache(maxsize=8)
-def _exp2(char: str, mantissa: int, emin: int) -> tuple[np.ndarray, np.ndarray, int]:
+def exp2_table(char: str, mantissa: int, emin: int) -> tuple[np.ndarray, np.ndarray, int]:
     """numpy's exp2 in the bench dtype of every integer mantissa - eb can take (eb from emin, or 0, up to
     one above the largest exponent), the indices where it is not the exact power of two (numpy's float32
     exp2 gives 2**127 one ULP high), and the first exponent."""

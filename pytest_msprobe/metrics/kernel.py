@@ -81,7 +81,7 @@ def _chunk(b: Any, d: Any, lo: int, n: int, c: Any, dev: int, do_ulp: bool,
     """The statistics of the elements lo..lo + n (whole pairwise leaves) into keys (maxima), facc (float64
     sums) and cnt (counts); their squares, ULP errors and normal relative errors into buf[0], buf[1], buf[2]
     (rows of at least n) for the pairwise sums. Each loop has one kind of job, so that it compiles to
-    vector code."""
+    vector code. A compiled kernel: its arrays and constants come as arguments."""
     eps, small, atol, rtol = c[P_EPS], c[P_SMALL], c[P_ATOL], c[P_RTOL]
     t100, t1000, t10000 = c[P_T100], c[P_T1000], c[P_T10000]
     zero = c[P_EPS] * 0
@@ -160,7 +160,7 @@ def _ulps(bs: Any, ds: Any, bits: Any, n: int, log2_fix: Any, top: int, exp2: An
           emin: int, ul: Any, iul: Any, scale: Any, iscale: Any, eb: Any, thr: Any, keys: Any, cnt: Any) -> None:
     """ul[:n] = vectorised.ulp_errors of the leaf (`iul`: ul's bits); their maximum (NaN wins) and count
     above `thr`. The scale 2**(mb - eb) is built from its bits, numpy's own exp2 taken where it is not that
-    power of two (`odd`: the indices into `exp2` of those exponents)."""
+    power of two (`odd`: the indices into `exp2` of those exponents). A compiled kernel: its arrays and constants come as arguments."""
     narrow = bits.itemsize == 4
     width, bias, allexp = (23, 127, 255) if narrow else (52, 1023, 2047)
     first = (np.int64(1) << width) - top
@@ -256,8 +256,8 @@ def metrics_chunks(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, d
     each leaf's sums of squares, ULP errors and relative errors into sums: the chunks' results do not depend
     on which call computed them, so either thread may take any of them (helper.share). `wd`: an empty array
     of the error dtype B (b's, or float32 beside a float64 b, which is rounded to it a chunk at a time);
-    `ints`: an empty signed integer array of B's width; `log2_fix`, `top`: fused._log2_fix; `exp2`, `odd`,
-    `kmin`: fused._exp2; `mb`, `emin`: the ULP's mantissa bits and smallest exponent."""
+    `ints`: an empty signed integer array of B's width; `log2_fix`, `top`: fused.log2_fix_table; `exp2`, `odd`,
+    `kmin`: fused.exp2_table; `mb`, `emin`: the ULP's mantissa bits and smallest exponent. A compiled kernel: its arrays and constants come as arguments."""
     c = np.empty(len(params), wd.dtype)  # the parameters in the bench dtype, as numpy's operands are
     for k in range(len(params)):
         c[k] = params[k]
@@ -293,7 +293,7 @@ def metrics_finish(n: int, wd: Any, ints: Any, params: Any, sums: Any, ckeys: An
                    iout: Any) -> None:
     """Every statistic of metrics/fused.py into out / iout from the chunks' results, taken in the chunks' order
     (the float64 sums added chunk by chunk, the largest error's first position), then numpy's pairwise sums
-    from the leaves' (the tree's own order): the same bits as one pass over the chunks in order."""
+    from the leaves' (the tree's own order): the same bits as one pass over the chunks in order. A compiled kernel: its arrays and constants come as arguments."""
     lowest, absmask, inf_key = _key_limits(ints)
     keys = _fresh_keys(np.empty(6, ints.dtype), lowest)
     facc = np.zeros(len(out))

@@ -4,7 +4,7 @@ On an accelerator host the device output stays where it is: the bench is copied 
 statistics (two small tensors) and later the worst element come back, instead of the whole output for the
 compiled host pass (metrics/kernel.py). Each element is computed by the same operations in the same dtype B
 as there (metrics/fused.py's definitions: `b` the bench rounded to B, `d` the device values widened to B, the
-ULP scale from numpy's own log2 and exp2 tables, fused._log2_fix and fused._exp2, indexed on the device), so
+ULP scale from numpy's own log2 and exp2 tables, fused.log2_fix_table and fused.exp2_table, indexed on the device), so
 maxima, positions and counts are the host pass's exactly. The sums are torch's, in float64: the cosine's dot
 products, as on the host, and the three that the host takes as numpy's pairwise sum in B (the squares behind
 the RMSE, the relative errors behind the mean relative error, the ULP errors behind their mean), which then
@@ -41,8 +41,8 @@ def _ulp_tables(char: str, mantissa: int, emin: int, device: torch.device) -> tu
                                                                                       int]:
     """numpy's log2 fix and exp2 tables (fused.py) on `device`, with the first fixed mantissa and exp2's first
     exponent: made once per process and device."""
-    fix, top = fused._log2_fix(char)
-    exp2, _, kmin = fused._exp2(char, mantissa, emin)
+    fix, top = fused.log2_fix_table(char)
+    exp2, _, kmin = fused.exp2_table(char, mantissa, emin)
     width = 23 if char == "f" else 52
     return torch.from_numpy(fix).to(device), torch.from_numpy(exp2).to(device), (1 << width) - top, kmin
 
@@ -50,7 +50,7 @@ def _ulp_tables(char: str, mantissa: int, emin: int, device: torch.device) -> tu
 def _ulp_errors(bs: torch.Tensor, dv: torch.Tensor, mb: int, emin: int) -> torch.Tensor:
     """vectorised.ulp_errors of finite values, as metrics/kernel.py's _ulps makes them from the bench's bits:
     |(d - b) * 2**(mb - max(floor(log2|b|), emin))|, the exponent of b == 0 being 0 (msprobe's quirk), the scale
-    numpy's exp2 of it (exact powers of two but where numpy's is not: fused._exp2)."""
+    numpy's exp2 of it (exact powers of two but where numpy's is not: fused.exp2_table)."""
     narrow = bs.dtype == torch.float32
     width, bias, allexp = (23, 127, 255) if narrow else (52, 1023, 2047)
     fix, exp2, first, kmin = _ulp_tables("f" if narrow else "d", mb, emin, bs.device)

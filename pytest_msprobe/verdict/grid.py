@@ -16,7 +16,7 @@ FORMATS = {
     "torch.float32": (23, -126),
     "torch.float64": (52, -1022),
 }
-SHARED = 1 << 15  # elements up to which _filled hands out one shared read-only array
+SHARED = 1 << 15  # elements up to which filled hands out one shared read-only array
 
 
 def supported(device_dtype: str) -> bool:
@@ -53,12 +53,12 @@ def ulp(values: np.ndarray, device_dtype: str) -> np.ndarray:
         binade = (a.view(np.uint32) & np.uint32(0x7F800000)).view(np.float32)  # 2**floor(log2|v|), sign cleared
     else:
         binade = (a.astype(np.float64, copy=False).view(np.uint64) & np.uint64(0x7FF0000000000000)).view(np.float64)
-    np.maximum(binade, _filled(2.0 ** emin, binade.size, binade.dtype).reshape(binade.shape), out=binade)
+    np.maximum(binade, filled(2.0 ** emin, binade.size, binade.dtype).reshape(binade.shape), out=binade)
     binade *= binade.dtype.type(2.0 ** -mantissa)
     return binade
 
 
-def _filled(value: float, n: int, dtype: np.dtype[Any]) -> np.ndarray:
+def filled(value: float, n: int, dtype: np.dtype[Any]) -> np.ndarray:
     """`n` copies of `value` (read-only, shared up to a block): numpy's maximum with a scalar is 3-5x
     slower than with an array of it."""
     return _block_of(float(value), np.dtype(dtype))[:n] if n <= SHARED else np.full(n, value, dtype=dtype)

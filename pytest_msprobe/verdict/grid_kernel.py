@@ -1,5 +1,5 @@
 """The device dtype's grid (verdict/grid.py) as compiled element loops: rounding to fp16, bf16 or fp32, the ULP
-of a value, the flush-to-zero rule, and numpy's NaN-winning maximum. The strict pass (verdict/strict_kernel.py)
+of a value, the flush-to-zero rule, and numpy's NaN-winning maximum. The strict pass (verdict/strict/numba_kernel.py)
 calls them inside its loops, and numba compiles them into it; they repeat grid.py's numpy arithmetic
 operation by operation, so both give the same bits.
 
@@ -62,9 +62,9 @@ def bf16_rounded(v: Any) -> Any:
 
 @compiled
 def prepare_16(b: Any, bw: Any, rw: Any, uw: Any, n: int, tiny: Any, step: Any, fmt: int) -> None:
-    """strict_kernel's _load, round_into and ulp_into of a 16-bit output's chunk in one loop, in registers: the bench in float32 (bw),
+    """numba_kernel's _load, round_into and ulp_into of a 16-bit output's chunk in one loop, in registers: the bench in float32 (bw),
     rounded to the device dtype (rw: bf16 by the float32 bit trick, fp16 by pairwise.half_rounded), and the
-    ULP of that (uw)."""
+    ULP of that (uw). A compiled kernel: its arrays and constants come as arguments."""
     for j in range(n):
         v = np.float32(b[j])
         r = bf16_rounded(v) if fmt == 0 else half_rounded(v)

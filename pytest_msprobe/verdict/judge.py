@@ -89,9 +89,9 @@ def strict_verdict(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any
     """strict.strict_compare of one float output, by the API's thresholds `th` (pure numpy: another
     thread may run it)."""
     dtype, rules = strict_rules(arrays, device_dtype, th)
-    return strict.strict_compare(arrays.bench, arrays.device, dtype, rules, kind=arrays.kind,
-                                 torch_run=arrays.torch_run, magnitude=arrays.magnitude, product=arrays.product,
-                                 row=arrays.row, estimated=arrays.estimated)
+    return strict.strict_compare(arrays.bench, arrays.device, dtype, rules,
+                                 strict.Runs(kind=arrays.kind, torch_run=arrays.torch_run, magnitude=arrays.magnitude,
+                                             product=arrays.product, row=arrays.row, estimated=arrays.estimated))
 
 
 def strict_rules(arrays: StrictArrays, device_dtype: str, th: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:

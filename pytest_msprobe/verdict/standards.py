@@ -337,7 +337,7 @@ def _on_device(name: str, bench: Any, device: Any, on: Any, api_name: str, specs
     try:
         stats = on_device.compute(bench.detach().to(on), device.detach().to(on), dev_dtype, limits, work)
     except RuntimeError as exc:  # an accelerator without an op the pass needs (re-raised on the CPU)
-        from .strict_torch import unsupported
+        from .strict.torch_pass import unsupported
 
         unsupported(torch.device(on), exc)
         return None

@@ -1,8 +1,8 @@
 """The strict checks' pass over one output in torch ops, on the device where the output already lives.
 
-The same statistics as the compiled host pass (strict_kernel.strict_blocks), operation by operation in the
-same work dtype (float32 for 16-bit outputs, float64 else), over the same blocks of whole rows
-(strict.plan), so that the bias test samples the same groups. Several of strict's blocks are done at a
+The strict pass's torch backend (backends.py). The same statistics as the compiled host pass
+(numba_kernel.strict_blocks), operation by operation in the same work dtype (float32 for 16-bit outputs, float64
+else), over the same blocks of whole rows (rules.plan), so that the bias test samples the same groups. Several of strict's blocks are done at a
 time (a *chunk*), so that memory stays bounded on a huge output and each torch call covers enough
 elements on an accelerator. Every total stays on the device until the end: one copy of the scalar
 statistics and of the bias test's group sums comes back, and the caller reads the worst elements'
@@ -13,23 +13,40 @@ numpy's pairwise one): sums, means and the bias test's group sums agree to about
 positions and counts exactly where no summed value enters them (the scale of reductions and
 contractions holds a row's RMS and the floor from the bench's mean square, both sums).
 
-Imported on the first check that runs on the device (torch is loaded by then), never at collection;
-strict.py calls it, as it calls strict_kernel, with the plan and the parameters.
+Imported on the first check that runs on the device (torch is loaded by then), never at collection.
 """
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..grid import work_dtype
+from .rules import (
+    P_ACC,
+    P_EMIN,
+    P_EST,
+    P_FLOOR,
+    P_GROSS,
+    P_ROW,
+    P_TORCH,
+    P_ULP,
+    P_WINDOW,
+    ROW_KINDS,
+    Plan,
+    Totals,
+    params,
+    plan,
+    totals_of,
+)
+
 # elements per chunk: a few MB of temporaries per buffer on a CPU, tens of MB on an accelerator
 CHUNK = {"cpu": 1 << 18}
 CHUNK_ACCELERATOR = 1 << 22
 _WORK = {np.float32: torch.float32, np.float64: torch.float64}
-# the slots of strict.kernel_params (strict_kernel's P_* order)
-P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW = range(9)
 _ROUND = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32,
           "torch.float64": torch.float64}
 
@@ -51,7 +68,7 @@ def unsupported(device: torch.device, exc: BaseException) -> None:
 
 
 def sum_of_squares(values: torch.Tensor) -> float:
-    """sum(values**2) in float64, a chunk at a time (strict.plan's floor of reductions and contractions); no
+    """sum(values**2) in float64, a chunk at a time (rules.plan's floor of reductions and contractions); no
     copy of the whole output."""
     step = CHUNK.get(values.device.type, CHUNK_ACCELERATOR)
     total = torch.zeros((), dtype=torch.float64, device=values.device)
@@ -61,14 +78,24 @@ def sum_of_squares(values: torch.Tensor) -> float:
     return float(total)
 
 
-def strict_pass(flat: dict[str, torch.Tensor], device_dtype: str, kind: str, size: int, block: int, every: int,
-                params: np.ndarray, work: type[np.floating[Any]]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-    """The totals of strict_kernel.strict_blocks over tensors that live on one device, in the same blocks
-    (strict.plan's `size`, `block`, `every`) with the same parameters (strict.kernel_params) in the same
-    work dtype: ({total: value}, the bias test's group sums (4 x groups), the groups' sizes), on the host."""
+def judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapping[str, Any], kind: str) -> Totals:
+    """The totals of every block of whole rows of tensors that live on one device (a RuntimeError where the device
+    lacks an op the pass needs: backends.judge_blocks then judges on the host)."""
+    blocks = plan(flat, row, rules, kind, sum_of_squares)
+    got, sums, sizes = strict_pass(flat, device_dtype, kind, blocks, params(blocks.floor, rules, device_dtype, 0.0),
+                                   work_dtype(device_dtype))
+    return totals_of(got, sums, sizes)
+
+
+def strict_pass(flat: dict[str, torch.Tensor], device_dtype: str, kind: str, blocks: Plan, params: np.ndarray,
+                work: type[np.floating[Any]]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """The totals of numba_kernel.strict_blocks over tensors that live on one device, in the same blocks
+    (rules.plan) with the same parameters (rules.params) in the same work dtype: ({total: value}, the bias
+    test's group sums (4 x groups), the groups' sizes), on the host."""
     dev = flat["d"].device
-    pass_ = _Pass(flat, device_dtype, kind, size, block, every, params, _WORK[work], dev)
+    pass_ = _Pass(flat, device_dtype, kind, blocks, params, _WORK[work])
     m = flat["d"].numel()
+    block = blocks.block
     step = block * max(1, CHUNK.get(dev.type, CHUNK_ACCELERATOR) // block)
     for start in range(0, m, step):
         pass_.chunk(start, min(start + step, m))
@@ -78,9 +105,11 @@ def strict_pass(flat: dict[str, torch.Tensor], device_dtype: str, kind: str, siz
 class _Pass:
     """The running totals of one output's pass, as 0-d tensors on the device (no copy back per chunk)."""
 
-    def __init__(self, flat: dict[str, torch.Tensor], device_dtype: str, kind: str, size: int, block: int,
-                 every: int, params: np.ndarray, work: torch.dtype, dev: torch.device) -> None:
-        self.flat, self.size, self.block, self.every, self.work, self.dev = flat, size, block, every, work, dev
+    def __init__(self, flat: dict[str, torch.Tensor], device_dtype: str, kind: str, blocks: Plan, params: np.ndarray,
+                 work: torch.dtype) -> None:
+        dev = flat["d"].device
+        self.flat, self.size, self.block, self.every, self.work, self.dev = flat, blocks.size, blocks.block, \
+            blocks.every, work, dev
         self.device_dtype, self.kind = device_dtype, kind
 
         def const(value: float) -> torch.Tensor:  # a parameter rounded to the work dtype, as the host pass does
@@ -96,7 +125,7 @@ class _Pass:
         self.has_floor = p[P_FLOOR] != 0.0
         zero64 = torch.zeros((), dtype=torch.float64, device=dev)
         zero_i = torch.zeros((), dtype=torch.int64, device=dev)
-        # the totals of strict._Totals; further statistics slot in as further entries
+        # the totals of rules.Totals; further statistics slot in as further entries
         self.acc: dict[str, torch.Tensor] = {
             "sum_w": zero64.clone(), "sum_t": zero64.clone(), "max_t": zero64.clone(),
             "max_w": torch.full((), -1.0, dtype=torch.float64, device=dev), "worst": zero_i.clone(),
@@ -135,7 +164,7 @@ class _Pass:
         return groups.repeat_interleave(self.size)[:n]
 
     def chunk(self, start: int, stop: int) -> None:
-        """Whole blocks of strict.plan from `start` (a multiple of the block) to `stop`."""
+        """Whole blocks of rules.plan from `start` (a multiple of the block) to `stop`."""
         s, n, acc = slice(start, stop), stop - start, self.acc
         b = self._load("b", s)
         d = self._load("d", s)
@@ -150,7 +179,7 @@ class _Pass:
         err_t = (t - b).abs() if has_t else t
         if has_t:
             scale = torch.maximum(scale, self.c_torch * err_t)
-            if self.kind in ("reduction", "contraction"):
+            if self.kind in ROW_KINDS:
                 rms = torch.sqrt(self._group_sums(err_t.to(torch.float64).square()) / self._group_counts(n))
                 scale = torch.maximum(scale, self._per_element((self.row_factor * rms).to(self.work), n))
                 est = self.flat.get("est")
@@ -173,8 +202,8 @@ class _Pass:
             top = w_t.max().to(torch.float64)
             acc["max_t"] = torch.where(top > acc["max_t"], top, acc["max_t"])  # a NaN maximum leaves it
         if self.kind == "exact":
-            self._exact(b, d, t, rounded, unit, has_t, start)
-        self._bias(b, d, t, rounded, unit, start, n)
+            self._exact(b, d, t, rounded, unit, start)
+        self._bias(b, d, t, rounded, unit, start)
 
     def _group_counts(self, n: int) -> torch.Tensor:
         counts = torch.full((-(-n // self.size),), float(self.size), dtype=torch.float64, device=self.dev)
@@ -198,9 +227,9 @@ class _Pass:
         acc["worst"] = torch.where(better, start + best * block + index[best], acc["worst"])
 
     def _exact(self, b: torch.Tensor, d: torch.Tensor, t: torch.Tensor, rounded: torch.Tensor, unit: torch.Tensor,
-               has_t: bool, start: int) -> None:
+               start: int) -> None:
         """Wrongly rounded elements: how many, which way, away from a tie, and the first of them."""
-        acc = self.acc
+        acc, has_t = self.acc, "t" in self.flat
         bad = (d != rounded) & (d != t) if has_t else d != rounded
         acc["wrong"] += bad.sum()
         acc["wrong_zero"] += (bad & (d.abs() < rounded.abs())).sum()
@@ -211,10 +240,10 @@ class _Pass:
         acc["first_wrong"] = torch.where(take, first, acc["first_wrong"])
 
     def _bias(self, b: torch.Tensor, d: torch.Tensor, t: torch.Tensor, rounded: torch.Tensor, unit: torch.Tensor,
-              start: int, n: int) -> None:
+              start: int) -> None:
         """The bias test's group sums over the blocks it samples (every `every`-th of the output, from its
         first), block by block in order; a block holds whole groups."""
-        block, every = self.block, self.every
+        block, every, n = self.block, self.every, b.numel()
         blocks = -(-n // block)
         first = (-(start // block)) % every
         if first >= blocks:

@@ -1,7 +1,7 @@
-"""The strict pass over a bench, third run and magnitude run that arrive in pieces: strict_compare's verdict and
-statistics, bit for bit, without any of them whole.
+"""The strict pass's streamed backend: a bench, third run and magnitude run that arrive in pieces, strict_compare's
+verdict and statistics, bit for bit, without any of them whole.
 
-strict_compare cuts an output into blocks of whole rows and judges each block on its own (strict_kernel's
+strict_compare cuts an output into blocks of whole rows and judges each block on its own (numba_kernel's
 strict_blocks), each into its own row of results, then adds the blocks' results in order. So each piece gets the
 whole blocks that lie in it, as arrays that start at the piece's first element (the kernel's `origin`): the
 results, the bias test's sampling of every `every`-th block and its groups are the whole pass's. A reduction's or contraction's scale floor
@@ -18,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics.storage import widen
-from . import grid, strict
-from .strict import StrictResult
+from ...metrics.storage import widen
+from .. import grid
+from . import numba_pass
+from .rules import ROW_KINDS, Judged, StrictResult, Totals, floor_of, judged, sizes
+from .rules import params as rules_params
 
 EINSUM_BUFFER = 8192  # numpy's buffer: einsum's float64 sum of float32 squares adds buffer by buffer
 
@@ -54,13 +56,13 @@ class Streamed:
 
     def __init__(self, d: np.ndarray, device_dtype: str, rules: Mapping[str, Any], kind: str, row: int,
                  floor: float, has_t: bool) -> None:
-        from . import strict_kernel as K  # numba: imported and loaded on the first check, not at collection
+        from . import numba_kernel as K  # numba: imported and loaded on the first check, not at collection
 
         self.K, self.d, self.device_dtype, self.rules, self.kind, self.has_t = K, d, device_dtype, rules, kind, has_t
         self.m = m = int(d.size)
-        self.size, self.block, self.every = strict.sizes(m, row, rules)
+        self.size, self.block, self.every = sizes(m, row, rules)
         self.work = grid.work_dtype(device_dtype)
-        self.params = strict.kernel_params(floor, rules, device_dtype, K.LEAF_START)
+        self.params = rules_params(floor, rules, device_dtype, K.LEAF_START)
         self.blocks = -(-m // self.block)
         self.per_block = -(-self.block // self.size)
         groups = (-(-self.blocks // self.every)) * self.per_block
@@ -68,7 +70,7 @@ class Streamed:
         self.rows = np.empty((self.blocks, K.R_MAX_T + 1))
         self.irows = np.empty((self.blocks, K.I_GROUPS + 1), dtype=np.int64)
         self.ints = np.empty(0, dtype=np.int32 if self.work == np.float32 else np.int64)
-        self.scratch = strict._scratch(self.work, min(self.block, m))
+        self.scratch = numba_pass.scratch(self.work, min(self.block, m))
         self.next = 0  # the first block not judged yet
         self.bench_at: dict[int, float] = {}  # flat index -> bench value, of each block's worst and first wrong
 
@@ -89,7 +91,7 @@ class Streamed:
         n = stop - start
         flat = {key: value[:n] for key, value in pieces.items()}
         flat["d"] = self.d[start:stop]
-        arrays = strict.kernel_arrays(flat, self.work)
+        arrays = numba_pass.kernel_arrays(flat, self.work)
         K.strict_blocks(*arrays, *self.scratch, self.ints, K.FORMATS[self.device_dtype], K.KINDS[self.kind],
                         self.size, self.block, self.every, self.params, k0, k1, start, self.bias, self.counts,
                         self.rows, self.irows)
@@ -107,7 +109,7 @@ class Streamed:
             raise RuntimeError(f"strict pass finished at block {self.next} of {self.blocks}")
         if not self.m:
             return StrictResult("pass", "empty output", {"nonfinite_mismatch": 0.0})
-        acc = strict.finished(self.rows, self.irows, self.has_t, self.bias, self.counts)
+        acc = self.totals()
         if not (np.isfinite(acc.sum_w) and np.isfinite(acc.sum_t)):
             return None
         stats: dict[str, float] = {"nonfinite_mismatch": 0.0}
@@ -116,10 +118,25 @@ class Streamed:
             return float(widen(self.d[i:i + 1])[0]) if key == "d" else self.bench_at[i]
 
         with np.errstate(all="ignore"):
-            return strict.judged(acc, self.m, self.rules, stats, self.has_t, self.device_dtype, acc.worst, value_at)
+            return judged(acc, self.rules, stats, Judged(self.m, self.has_t, self.device_dtype, acc.worst, value_at))
+
+    def totals(self) -> Totals:
+        """The totals of every block, once all are judged."""
+        return numba_pass.finished(self.rows, self.irows, self.has_t, self.bias, self.counts)
 
 
 def floor(squares: float, m: int, bench_itemsize: int, rules: Mapping[str, Any], kind: str) -> float:
-    """strict.plan's scale floor of a bench whose sum of squares is `squares` (0 outside reductions and
+    """rules.plan's scale floor of a bench whose sum of squares is `squares` (0 outside reductions and
     contractions)."""
-    return strict.floor_of(squares, m, bench_itemsize, rules) if kind in ("reduction", "contraction") else 0.0
+    return floor_of(squares, m, bench_itemsize, rules) if kind in ROW_KINDS else 0.0
+
+
+def judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mapping[str, Any], kind: str) -> Totals:
+    """The Backend interface: the totals of whole numpy arrays, fed as one piece (the bench's squares first)."""
+    squares = Squares()
+    squares.feed(flat["b"])
+    m = int(flat["d"].size)
+    blocks = Streamed(flat["d"], device_dtype, rules, kind, row, floor(squares.finish(), m, flat["b"].dtype.itemsize,
+                                                                        rules, kind), "t" in flat)
+    blocks.feed(0, {k: v for k, v in flat.items() if k != "d"})
+    return blocks.totals()

@@ -1,13 +1,13 @@
 """The strict checks' pass over one output, compiled (numba): every statistic in one read of the arrays.
 
-`strict._judge_blocks` used to make some 30 numpy passes over each block; this kernel reads bench, device
+The numpy backend (numpy_pass.py) makes some 30 numpy passes over each block; this kernel reads bench, device
 and torch run once, a chunk of whole leaves of numpy's pairwise-summation tree at a time (the tree walk of
 metrics/pairwise.py, shared with msprobe's metric pass), computes each element's errors in one loop and takes
 the leaves' sums while the chunk is in the first cache level (the magnitude run, the product and a
 reduction's row statistics are read a block at a time, before its chunks). It repeats numpy's arithmetic operation by operation, in the same work dtype
 (float32 for 16-bit outputs, float64 else) and with numpy's own summation order (pairwise, as
 `ndarray.sum` and `add.reduceat` add), so its totals are bitwise those of the numpy version that
-tests/strict_oracle.py keeps as the test oracle. The element arithmetic of the device dtype's grid (rounding,
+the tests hold it to (numpy_pass.py). The element arithmetic of the device dtype's grid (rounding,
 ULPs, flushing) is verdict/grid_kernel.py's.
 
 Imported on the first check, never at collection: importing numba and loading the compiled code from
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compiled import compiled
-from ..metrics.pairwise import (
+from ...compiled import compiled
+from ...metrics.pairwise import (
     PW_BLOCK,
     Tree,
     chunk_last,
@@ -34,18 +34,20 @@ from ..metrics.pairwise import (
     tree_for,
     value,
 )
-from .grid_kernel import bf16_rounded, nan_max, prepare_16, round_into, ulp_into, unflush_into, unflushed
+from ..grid_kernel import bf16_rounded, nan_max, prepare_16, round_into, ulp_into, unflush_into, unflushed
+from .rules import KINDS as KIND_NAMES
+from .rules import P_ACC, P_EMIN, P_EST, P_FLOOR, P_GROSS, P_LEAF, P_ROW, P_TORCH, P_ULP, P_WINDOW
 
 _CAST_BUFFER = 8192  # numpy's buffer: a sum with a cast (float32 terms, float64 total) adds buffer by buffer
 # where numpy's short pairwise leaves start: -0.0 from numpy 2 on (a sum of negative zeros is -0.0), else 0.0
 LEAF_START = float(np.add.reduceat(np.array([-0.0, -0.0]), [0])[0])
 
-# codes of the device dtypes (grid.FORMATS) and of the op kinds
+# codes of the device dtypes (grid.FORMATS) and of the op kinds (rules.KINDS, in their order)
 FORMATS = {"torch.bfloat16": 0, "torch.float16": 1, "torch.float32": 2, "torch.float64": 3}
-KINDS = {"elementwise": 0, "exact": 1, "reduction": 2, "contraction": 3}
-# slots of the float parameters (`params`) and of the results (`out`)
+KINDS = {kind: code for code, kind in enumerate(KIND_NAMES)}
+EXACT, REDUCTION, CONTRACTION = KINDS["exact"], KINDS["reduction"], KINDS["contraction"]
+# slots of the results (`out`); the float parameters (`params`) are in rules' P_* order
 SCRATCH, WIDE = 16, 1  # rows of the block buffers in the work dtype and in float64
-P_FLOOR, P_TORCH, P_ROW, P_EST, P_ACC, P_GROSS, P_EMIN, P_ULP, P_WINDOW, P_LEAF = range(10)
 (O_SUM_W, O_SUM_T, O_MAX_T, O_MAX_W, O_WORST, O_GROSS, O_WRONG, O_FIRST_WRONG, O_WRONG_ZERO, O_WRONG_UP,
  O_OFF_TIE, O_GROUPS) = range(12)
 
@@ -96,7 +98,7 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
     """The chunk's normalised errors of device (f1) and torch run (f2), in one loop (it writes only those two,
     so that it compiles to vector code): the scale is the rounded bench's ULP, at least twice the torch run's
     error and `sx`'s terms; returns the count above `gross` and the count of wrongly rounded elements (neither
-    the correctly rounded result nor torch's: _exact looks closer at a chunk that has some)."""
+    the correctly rounded result nor torch's: _exact looks closer at a chunk that has some). A compiled kernel: its arrays and constants come as arguments."""
     zero, one, tiny, c_torch, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_TORCH], c[P_GROSS]
     over = wrong = 0
     for j in range(n):
@@ -118,7 +120,7 @@ def _errors_t(bw: Any, d: Any, t: Any, rw: Any, uw: Any, sx: Any, n: int, f1: An
 def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
     """Whether every element of the chunk is settled (_holds, and the scale is a number): then _errors_t would
     write +0.0 throughout (a finite error over a positive scale, times zero), so the chunk's sums, maxima and
-    counts are known without it: most chunks of a correct kernel's output, since exact ops round correctly."""
+    counts are known without it: most chunks of a correct kernel's output, since exact ops round correctly. A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny = c[C_ZERO], c[P_EMIN]
     has_t, held = t.size > 0, 0
     for j in range(n):
@@ -129,7 +131,7 @@ def _settled(bw: Any, d: Any, t: Any, rw: Any, sx: Any, n: int, c: Any) -> bool:
 @compiled
 def _holds(d: Any, t: Any, j: int, bj: Any, r: Any, has_t: bool, tiny: Any, zero: Any) -> Any:
     """Whether device and torch run (where there is one) hold the finite, correctly rounded bench `r` at element j
-    (a flushed subnormal result counts as `r`): the element check of _settled and _settled_16."""
+    (a flushed subnormal result counts as `r`): the element check of _settled and _settled_16. A compiled kernel: its arrays and constants come as arguments."""
     dj = unflushed(value(d[j]), bj, r, tiny, zero)
     tj = unflushed(value(t[j]), bj, r, tiny, zero) if has_t else r
     return (dj == r) & (tj == r) & (abs(r) < np.inf)
@@ -138,7 +140,7 @@ def _holds(d: Any, t: Any, j: int, bj: Any, r: Any, has_t: bool, tiny: Any, zero
 @compiled
 def _settled_16(b: Any, d: Any, t: Any, sx: Any, n: int, c: Any, fmt: int) -> bool:
     """_settled of a 16-bit chunk straight from the bench, rounded in registers, so that a settled chunk never writes
-    _prepare_16's rows (`sx`: the scale terms, or empty where the scale is the ULP, finite where the bench is)."""
+    _prepare_16's rows (`sx`: the scale terms, or empty where the scale is the ULP, finite where the bench is). A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny = c[C_ZERO], c[P_EMIN]
     has_t, has_x, held = t.size > 0, sx.size > 0, 0
     for j in range(n):
@@ -150,7 +152,7 @@ def _settled_16(b: Any, d: Any, t: Any, sx: Any, n: int, c: Any, fmt: int) -> bo
 
 @compiled
 def _errors(bw: Any, d: Any, rw: Any, uw: Any, sx: Any, n: int, f1: Any, c: Any) -> tuple[int, int]:
-    """_errors_t without a torch run: the correctly rounded bench stands in for it."""
+    """_errors_t without a torch run: the correctly rounded bench stands in for it. A compiled kernel: its arrays and constants come as arguments."""
     zero, one, tiny, c_gross = c[C_ZERO], c[C_ONE], c[P_EMIN], c[P_GROSS]
     over = wrong = 0
     for j in range(n):
@@ -170,7 +172,7 @@ def _extras(b: Any, t: Any, mag: Any, prod: Any, est: Any, start: int, nb: int, 
     """The block's scale terms beyond the ULP and the torch run's own error, into rows[0] (`sx`): the floor,
     the RMS of the torch run's errors over each group (reductions, contractions with a torch run; more where
     the torch run was estimated), the magnitude run's accumulation error, the product's ULP; bw, rw, tw, pu
-    are rows for the block's values."""
+    are rows for the block's values. A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny, step, c_floor, c_acc = c[C_ZERO], c[P_EMIN], c[P_ULP], c[P_FLOOR], c[P_ACC]
     for j in range(nb):
         sx[j] = zero
@@ -214,7 +216,7 @@ def _extras(b: Any, t: Any, mag: Any, prod: Any, est: Any, start: int, nb: int, 
 def _bias_terms(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, sd: Any, st: Any, sdz: Any, stz: Any,
                 c: Any) -> None:
     """The signed errors (ULPs from the correctly rounded result, clipped to +-1) of device and torch run (the
-    rounded bench where there is none: `t` empty), and both times -sign(bench), into sd, st, sdz, stz."""
+    rounded bench where there is none: `t` empty), and both times -sign(bench), into sd, st, sdz, stz. A compiled kernel: its arrays and constants come as arguments."""
     zero, one, tiny = c[C_ZERO], c[C_ONE], c[P_EMIN]
     has_t = t.size > 0
     for j in range(n):
@@ -230,7 +232,7 @@ def _bias_terms(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, sd: Any, st: 
 @compiled
 def _exact(bw: Any, d: Any, t: Any, rw: Any, uw: Any, n: int, c: Any, counts: Any) -> int:
     """Wrongly rounded elements of the chunk (neither the correctly rounded result nor torch's, where there is
-    a torch run) into counts (wrong, toward zero, upward, off a tie); returns the first one's index, or -1."""
+    a torch run) into counts (wrong, toward zero, upward, off a tie); returns the first one's index, or -1. A compiled kernel: its arrays and constants come as arguments."""
     zero, tiny, c_half, c_window = c[C_ZERO], c[P_EMIN], c[C_HALF], c[P_WINDOW]
     has_t = t.size > 0
     n_wrong = n_zero = n_up = n_off = 0
@@ -277,10 +279,10 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
     rows of float64 (the calling thread's), `ints` is an empty array of the integers of the work width. Each
     block is read in chunks of whole leaves of numpy's pairwise tree of its sums (the 8192-element buffers of a
     float32 sum into float64, or the whole block), each chunk once, in one loop: a compiled kernel, kept whole. The
-    arrays hold the output's elements from `origin` on (0: the whole output; strict_streamed: a piece of it)."""
+    arrays hold the output's elements from `origin` on (0: the whole output; streamed.py: a piece of it)."""
     m = d.size + origin
     has_t = t.size > 0
-    rowk = has_t and (kind == 2 or kind == 3)
+    rowk = has_t and (kind == REDUCTION or kind == CONTRACTION)
     wd = scratch.dtype
     c = np.empty(C_TMP + 1, wd)  # the parameters rounded to the work dtype, as numpy's operands are
     for k in range(len(params)):
@@ -366,7 +368,7 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
                         nans, top = _top(f2, cn, ints)
                         nan_t = nan_t or nans > 0
                         top_t = top if top > top_t else top_t
-                if kind == 1 and bad:
+                if kind == EXACT and bad:
                     j = _exact(bw, d[lo:lo + cn], t[lo:lo + cn], rw, uw, cn, c, wrong)
                     if j >= 0 and first_wrong < 0:
                         first_wrong = start + off + j
@@ -403,7 +405,7 @@ def strict_blocks(b: Any, d: Any, t: Any, mag: Any, prod: Any, est: Any, scratch
 
 @compiled
 def strict_finish(rows: Any, irows: Any, has_t: bool, out: Any) -> None:
-    """The totals of strict._Totals into `out` (O_*) from every block's results (strict_blocks), taken in the
+    """The totals of rules.Totals into `out` (O_*) from every block's results (strict_blocks), taken in the
     blocks' order: the same bits as one pass over the blocks in order."""
     sum_w = sum_t = max_t = 0.0
     max_w, worst, first_wrong = -1.0, 0, -1
