@@ -54,7 +54,7 @@ ACCELERATOR = {arm.name for arm in ACCELERATOR_ARMS}
 
 
 def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, checks_on: str = "auto",
-        contract: str | None = None) -> dict[str, dict]:
+        contract: str | None = None) -> dict[str, dict[str, Any]]:
     """Check every item of the dump (those matching `keyword` when given) with `arm` armed inside the
     device-call boundary; the records by item. In-process: the same check_entry the plugin's items run."""
     import torch
@@ -68,8 +68,8 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, ch
 
     torch.set_num_threads(1)
     loaded = load_dump(dump)
-    options = CheckOptions(device="cpu", standard=standard, checks_on=checks_on,
-                           **({"contract": contract} if contract else {}))
+    extra: dict[str, Any] = {"contract": contract} if contract else {}
+    options = CheckOptions(device="cpu", standard=standard, checks_on=checks_on, **extra)
     specs = load_specs()
     plain = backends.device_call
     torch_dtype = getattr(torch, dtype.split(".")[1])
@@ -129,7 +129,7 @@ def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int,
         return found
 
 
-def fuzz_report(rows: list[dict]) -> None:
+def fuzz_report(rows: list[dict[str, Any]]) -> None:
     print("\n## False alarms found by fuzzing correct kernels (strict)\n")
     print("| kernels | dtype | fuzz items failing |\n|---|---|---|")
     for arm, dtype in sorted({(r["arm"], r["dtype"]) for r in rows}):
@@ -166,7 +166,7 @@ def main() -> None:
         dumps += sorted(Path(x) for x in glob.glob(str(p / "**" / "dump.json"), recursive=True)) if p.is_dir() else [p]
     standards = args.standards.split(",")
     arms = [BY_NAME[a] for a in args.arms.split(",") if a]
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     costs: list[tuple[str, float, float, float]] = []
     started = time.time()
     for dump in dumps:
@@ -186,7 +186,7 @@ def main() -> None:
             continue
         clean = {s: run(dump, None, s, dtype, None, args.checks_on, args.contract) for s in standards}
         base = clean[standards[0]]
-        spent = collections.Counter()
+        spent: collections.Counter[str] = collections.Counter()
         for rec in base.values():
             for key, value in (rec.get("timings") or {}).items():
                 spent["third" if key.startswith("reference") else key.removesuffix("_backward_s").removesuffix("_s")] \
@@ -239,10 +239,10 @@ def main() -> None:
         print(f"| {label} | {bench:.2f} | {third:.2f} | {third / bench if bench else 0:.2f} | {device:.2f} |")
 
 
-def report(rows: list[dict], standards: list[str]) -> None:
+def report(rows: list[dict[str, Any]], standards: list[str]) -> None:
     cols = [f"{s}" for s in standards] + ["original (L1 error/warning)"]
 
-    def rate(sel: list[dict], key: str, s: str) -> str:
+    def rate(sel: list[dict[str, Any]], key: str, s: str) -> str:
         chosen = [r for r in sel if r["standard"] == s]
         hits = sum(r[key] for r in chosen)
         return f"{hits}/{len(chosen)} ({100 * hits / len(chosen):.0f}%)" if chosen else "-"
@@ -272,7 +272,7 @@ def report(rows: list[dict], standards: list[str]) -> None:
 SKIPPED = "skip (not implemented)"
 
 
-def _unsupported_outcome(rec: dict) -> str:
+def _unsupported_outcome(rec: dict[str, Any]) -> str:
     """What the checker made of a call the device has no kernel for: a skip saying so is right."""
     status = rec.get("status")
     if status == "SKIP":
@@ -280,7 +280,7 @@ def _unsupported_outcome(rec: dict) -> str:
     return "error" if status == "error" else "fail" if flagged(rec, "status") else "pass"
 
 
-def accelerator_report(rows: list[dict], standards: list[str]) -> None:
+def accelerator_report(rows: list[dict[str, Any]], standards: list[str]) -> None:
     """Per accelerator-like arm, dump and dtype: effective items and how many each standard flags (false
     alarms); for the unsupported arm, how its calls came out."""
     sel = [r for r in rows if r["arm"] in ACCELERATOR]

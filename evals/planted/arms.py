@@ -46,12 +46,12 @@ def _matmul_chunks(a: torch.Tensor, b: torch.Tensor, combine: str, chunk: int = 
             total = total + p
         return total.to(out_dtype)
     acc = _acc(out_dtype)  # low-precision accumulation across chunks of 16
-    total = None
+    running: torch.Tensor | None = None
     for i in range(0, k, chunk):
         part = a[..., i:i + chunk].float() @ b[..., i:i + chunk, :].float()
-        total = part.to(acc).float() if total is None else (total + part).to(acc).float()
-    assert total is not None
-    return total.to(out_dtype)
+        running = part.to(acc).float() if running is None else (running + part).to(acc).float()
+    assert running is not None
+    return running.to(out_dtype)
 
 
 def _linear(combine: str, unfused: bool = False) -> Impl:
@@ -90,7 +90,7 @@ def _conv2d(combine: str) -> Impl:
             return orig(x, weight, bias, stride, padding, dilation, groups)
         n, _, h, w = x.shape
         o, _, kh, kw = weight.shape
-        def pair(v):
+        def pair(v: Any) -> tuple[Any, ...]:
             return (v, v) if isinstance(v, int) else tuple(v)
 
         (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)

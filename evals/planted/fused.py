@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -241,7 +241,8 @@ def _half(x: torch.Tensor) -> torch.Tensor:
 def rotary_eager(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half") -> torch.Tensor:
     """Sound: Hugging Face's eager `q * cos + rotate_half(q) * sin`, every op in the input dtype."""
     if rotary_mode != "half":
-        return bench_functions.rotary.npu_rotary_mul(input, r1, r2, rotary_mode)  # type: ignore[attr-defined]
+        return cast(torch.Tensor, bench_functions.rotary.npu_rotary_mul(  # type: ignore[attr-defined]
+            input, r1, r2, rotary_mode))
     return input * r1 + _half(input) * r2
 
 
@@ -269,7 +270,7 @@ class _RotaryBackT(torch.autograd.Function):
 
 def rotary_back_sign(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor,
                      rotary_mode: str = "half") -> torch.Tensor:
-    return _RotaryBackT.apply(input, r1, r2)  # type: ignore[no-untyped-call]
+    return cast(torch.Tensor, _RotaryBackT.apply(input, r1, r2))  # type: ignore[no-untyped-call]
 
 
 # ---------------------------------------------------------------------------------------- SwiGLU
@@ -304,7 +305,7 @@ class _SwigluDs(torch.autograd.Function):
 
 
 def swiglu_dsilu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return _SwigluDs.apply(input, dim)  # type: ignore[no-untyped-call]
+    return cast(torch.Tensor, _SwigluDs.apply(input, dim))  # type: ignore[no-untyped-call]
 
 
 # ---------------------------------------------------------------------------------------- the arms

@@ -31,25 +31,25 @@ def dump_dtype(path: Path) -> str:
     return counts.most_common(1)[0][0] if counts else "torch.float32"
 
 
-def reference_stats(rec: dict) -> list:
+def reference_stats(rec: dict[str, Any]) -> list[Any]:
     """Each output's error statistics against the reference, for the JSON rows."""
     return [{k: (o.get("reference") or {}).get(k) for k in ("max_err", "mean_err", "ref_mean_err", "bias", "bias_zero")}
             for o in rec.get("outputs", [])]
 
 
-def record_message(rec: dict) -> str:
+def record_message(rec: dict[str, Any]) -> str:
     """The record's message and those of its failing outputs, in one line."""
     return "; ".join(filter(None, [rec.get("message", "")] + [
         f"{o['name']}: {o.get('verdict_message') or o.get('message')}" for o in rec.get("outputs", [])
         if (o.get("verdict") or o.get("status")) in ("error", "Warning")]))
 
 
-def fingerprint(rec: dict) -> list:
+def fingerprint(rec: dict[str, Any]) -> list[Any]:
     """Every output's metrics: an arm was effective on an item when they differ from the clean run's."""
     return [sorted((k, v) for k, v in (o.get("metrics") or {}).items() if v is not None) for o in rec.get("outputs", [])]
 
 
-def flagged(rec: dict, key: str) -> bool:
+def flagged(rec: dict[str, Any], key: str) -> bool:
     """Whether the verdict under `key` (status, layer1_status) flags the item."""
     return rec.get(key) in ("error", "Warning")
 
@@ -65,7 +65,7 @@ def api_keyword(arm: Any) -> str | None:
     return " or ".join(sorted(names))
 
 
-def print_misses(rows: list[dict], standard: str, width: int) -> None:
+def print_misses(rows: list[dict[str, Any]], standard: str, width: int) -> None:
     """Every missed bug and false alarm under `standard`, a line each (its message cut to `width`)."""
     misses = [r for r in rows if r["standard"] == standard and (r["kind"] == "bug") != bool(r["flagged"])]
     if misses:

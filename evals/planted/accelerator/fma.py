@@ -52,7 +52,7 @@ def _fused_pointwise(product: Callable[[torch.Tensor, torch.Tensor, torch.Tensor
         if p is None or not all(plain_float(t) for t in (x, t1, t2)) or _needs_grad(x, t1, t2) or \
                 len({x.dtype, t1.dtype, t2.dtype}) != 1:
             return orig(x, t1, t2, *a, **kw)
-        shape = torch.broadcast_shapes(x.shape, t1.shape, t2.shape)
+        shape = torch.broadcast_shapes(x.shape, t1.shape, t2.shape)  # type: ignore[no-untyped-call]  # unannotated in torch
         inplace = getattr(orig, "__name__", "").endswith("_")
         if inplace and shape != x.shape:
             return orig(x, t1, t2, *a, **kw)
@@ -73,7 +73,7 @@ def _lerp(orig: Impl, x: Any, end: Any, weight: Any, *a: Any, **kw: Any) -> Any:
             _needs_grad(x, end, weight) or not (type(weight) in (int, float) or plain_float(weight)):
         return orig(x, end, weight, *a, **kw)
     w = weight.float() if isinstance(weight, torch.Tensor) else as_f32(weight)
-    shape = torch.broadcast_shapes(x.shape, end.shape, w.shape)
+    shape = torch.broadcast_shapes(x.shape, end.shape, w.shape)  # type: ignore[no-untyped-call]  # unannotated in torch
     inplace = getattr(orig, "__name__", "").endswith("_")
     if inplace and shape != x.shape:
         return orig(x, end, weight, *a, **kw)
@@ -89,7 +89,7 @@ def _add_alpha(orig: Impl, x: Any, other: Any, *a: Any, **kw: Any) -> Any:
     if a or set(kw) - {"alpha"} or alpha == 1 or type(alpha) not in (int, float) or not plain_float(x) or \
             not plain_float(other) or x.dtype != other.dtype or _needs_grad(x, other):
         return orig(x, other, *a, **kw)
-    shape = torch.broadcast_shapes(x.shape, other.shape)
+    shape = torch.broadcast_shapes(x.shape, other.shape)  # type: ignore[no-untyped-call]  # unannotated in torch
     inplace = getattr(orig, "__name__", "").endswith("_")
     if inplace and shape != x.shape:
         return orig(x, other, *a, **kw)

@@ -3,7 +3,7 @@ operand's, an embedding's over sorted ids), with fp32 accumulators.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +16,7 @@ from evals.planted.accelerator.numerics import (
 from evals.planted.accelerator.sums import sum_to
 from evals.planted.arm import Arm, Impl, torch_forms
 
-_OPS = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+_OPS: dict[str, Callable[..., torch.Tensor]] = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 
 
 class _Broadcast(torch.autograd.Function):
@@ -35,11 +35,15 @@ class _Broadcast(torch.autograd.Function):
         alpha = 1 if ctx.alpha is None else ctx.alpha
         ga = gb = None
         if ctx.needs_input_grad[0]:
-            ga = {"add": lambda: g, "sub": lambda: g, "mul": lambda: g * b, "div": lambda: g / b}[ctx.op]()
+            ga_by: dict[str, Callable[[], torch.Tensor]] = {"add": lambda: g, "sub": lambda: g, "mul": lambda: g * b,
+                                                            "div": lambda: g / b}
+            ga = ga_by[ctx.op]()
         if ctx.needs_input_grad[1]:
-            gb = {"add": lambda: g * alpha if alpha != 1 else g, "sub": lambda: -g * alpha,
-                  "mul": lambda: g * a, "div": lambda: -g * ((a / b) / b)}[ctx.op]()
-        out = []
+            gb_by: dict[str, Callable[[], torch.Tensor]] = {"add": lambda: g * alpha if alpha != 1 else g,
+                                                            "sub": lambda: -g * alpha, "mul": lambda: g * a,
+                                                            "div": lambda: -g * ((a / b) / b)}
+            gb = gb_by[ctx.op]()
+        out: list[torch.Tensor | None] = []
         for grad, x in ((ga, a), (gb, b)):
             if grad is None:
                 out.append(None)
@@ -56,20 +60,20 @@ def _broadcast_grad(op: str) -> Impl:
         inplace = name.endswith("_") and not name.startswith("__") or name.startswith("__i")
         if name.startswith("__r"):
             a, b = b, a
-        plain = lambda: orig(*((b, a) if name.startswith("__r") else (a, b)), *rest, **kw)  # noqa: E731
+        plain: Callable[[], Any] = lambda: orig(*((b, a) if name.startswith("__r") else (a, b)), *rest, **kw)  # noqa: E731
         if rest or set(kw) - {"alpha"} or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or \
                 not torch.is_grad_enabled() or not (plain_float(a) or plain_float(b)):
             return plain()
         try:
-            shape = torch.broadcast_shapes(a.shape, b.shape)
+            shape = torch.broadcast_shapes(a.shape, b.shape)  # type: ignore[no-untyped-call]  # unannotated in torch
         except RuntimeError:
             return plain()
         if not any(t.requires_grad and t.shape != shape for t in (a, b)):
             return plain()  # no broadcast gradient: the elementwise gradient is torch's
         alpha = kw.get("alpha")
         if inplace:  # into a copy of `a`, then back into `a` (autograd records the copy)
-            return a.copy_(_Broadcast.apply(a.clone(), b, op, alpha))
-        return _Broadcast.apply(a, b, op, alpha)
+            return a.copy_(_Broadcast.apply(a.clone(), b, op, alpha))  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+        return _Broadcast.apply(a, b, op, alpha)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     return impl
 
 
@@ -139,7 +143,7 @@ def _embedding(orig: Impl, indices: Any, weight: Any, *a: Any, **kw: Any) -> Any
         return orig(indices, weight, *a, **kw)
     pad = p.get("padding_idx")
     pad = pad + weight.shape[0] if pad is not None and pad < 0 else pad
-    return _Embedding.apply(weight, indices, pad)
+    return _Embedding.apply(weight, indices, pad)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
 
 
 CUDA_BROADCAST_GRAD = Arm("cuda-broadcast-grad", "variant", "CUDA: a broadcast operand's gradient summed in fp32 in another order",

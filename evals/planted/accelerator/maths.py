@@ -4,7 +4,7 @@ rounded, and silu, gelu, sigmoid and pow built from them, each with its gradient
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,7 @@ def _unary(name: str) -> Impl:
     def impl(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
         if a or kw or not plain_float(x):
             return orig(x, *a, **kw)
-        return CudaUnary.apply(x, name)
+        return CudaUnary.apply(x, name)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     return impl
 
 
@@ -83,7 +83,7 @@ def _pow_value(base: Any, exp: Any, dtype: torch.dtype) -> torch.Tensor:
             return special[exp]().to(dtype)
     b = base.float() if isinstance(base, torch.Tensor) else torch.tensor(float(base), dtype=F32)
     e = exp.float() if isinstance(exp, torch.Tensor) else torch.tensor(float(exp), dtype=F32)
-    b, e = torch.broadcast_tensors(b, e)
+    b, e = torch.broadcast_tensors(b, e)  # type: ignore[no-untyped-call]  # unannotated in torch
     _, lo, hi, away, _ = ULPS["pow"]
     exact = torch.pow(b.double(), e.double())
     out = perturb(exact, hash_unit(SALT["pow"], b, e), lo, hi, away)
@@ -130,7 +130,7 @@ def _pow(orig: Impl, base: Any, exp: Any, *a: Any, **kw: Any) -> Any:
             (not isinstance(base, torch.Tensor) and base <= 0):
         return orig(*((exp, base) if name == "__rpow__" else (base, exp)), *a, **kw)
     dtype = torch.result_type(base, exp)
-    return _Pow.apply(base, exp, dtype)
+    return _Pow.apply(base, exp, dtype)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
 
 
 def _sigmoid_f(xf: torch.Tensor) -> torch.Tensor:
@@ -165,7 +165,7 @@ class _Silu(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         xf = x.float()
         s = _sigmoid_f(xf)
-        return (g.float() * s * (1 + xf * (1 - s))).to(x.dtype)
+        return cast(torch.Tensor, (g.float() * s * (1 + xf * (1 - s))).to(x.dtype))
 
 
 _K_ALPHA = float(torch.tensor(math.sqrt(0.5), dtype=F32))
@@ -187,19 +187,19 @@ class _Gelu(torch.autograd.Function):
         xf = x.float()
         cdf = 0.5 * (1 + cuda_math("erf", xf * _K_ALPHA))
         pdf = cuda_math("exp", -0.5 * xf * xf) * _K_BETA
-        return (g.float() * (cdf + xf * pdf)).to(x.dtype)
+        return cast(torch.Tensor, (g.float() * (cdf + xf * pdf)).to(x.dtype))
 
 
 def _silu(orig: Impl, x: Any, inplace: bool = False) -> Any:
-    return _Silu.apply(x) if plain_float(x) and not inplace else orig(x, inplace=inplace)
+    return _Silu.apply(x) if plain_float(x) and not inplace else orig(x, inplace=inplace)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
 
 
 def _gelu(orig: Impl, x: Any, approximate: str = "none") -> Any:
-    return _Gelu.apply(x) if plain_float(x) and approximate == "none" else orig(x, approximate=approximate)
+    return _Gelu.apply(x) if plain_float(x) and approximate == "none" else orig(x, approximate=approximate)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
 
 
 def _sigmoid(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
-    return _Sigmoid.apply(x) if plain_float(x) and not a and not kw else orig(x, *a, **kw)
+    return _Sigmoid.apply(x) if plain_float(x) and not a and not kw else orig(x, *a, **kw)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
 
 
 CUDA_SINCOS = Arm("cuda-sincos", "variant", "CUDA sinf/cosf: within 2 ULP, leaning +0.1 ULP away from zero (H100)",

@@ -13,7 +13,7 @@ F32 = torch.float32
 # CUDA Math API (CUDA C++ Programming Guide, "Mathematical Functions"), float: the documented bound, and
 # the perturbation drawn here, in ULPs before rounding (|error| <= max(|lo|, |hi|) + 0.5). sin and cos
 # lean away from zero as an H100 measured (+0.097 ULP mean, 1.44 max); the others are nearly unbiased.
-ULPS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], float, float, bool, float]] = {
+ULPS: dict[str, tuple[Callable[..., torch.Tensor], float, float, bool, float]] = {
     # name: (fp64 function, lo, hi, away from zero, documented bound)
     "sin": (torch.sin, -0.8, 1.0, True, 2),
     "cos": (torch.cos, -0.8, 1.0, True, 2),
@@ -81,7 +81,7 @@ def plain_float(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype in FLOATS
 
 
-def named_args(a: tuple, kw: dict, names: tuple[str, ...]) -> dict[str, Any] | None:
+def named_args(a: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any] | None:
     """Positional and keyword arguments by name; None when there are unknown ones (left to torch)."""
     if len(a) > len(names) or set(kw) - set(names):
         return None

@@ -84,7 +84,7 @@ def _index_put(orig: Impl, x: Any, indices: Any, values: Any, *a: Any, **kw: Any
             not indices or not all(isinstance(i, torch.Tensor) and i.dtype == torch.long for i in indices):
         return orig(x, indices, values, *a, **kw)
     try:
-        idx = torch.broadcast_tensors(*indices)
+        idx = torch.broadcast_tensors(*indices)  # type: ignore[no-untyped-call]  # unannotated in torch
         rest = x.shape[len(indices):]
         vals = values.expand(idx[0].shape + rest)
     except RuntimeError:
@@ -108,7 +108,7 @@ def _qr(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
     r = torch.cat([r[..., :k, :] * s[:, None], r[..., k:, :]], -2)
     if q.numel():
         q = torch.cat([q[..., :, :k] * s, q[..., :, k:]], -1)
-    return (torch.return_types.linalg_qr if getattr(orig, "__name__", "") == "linalg_qr" else torch.return_types.qr)((q, r))
+    return (torch.return_types.linalg_qr if getattr(orig, "__name__", "") == "linalg_qr" else torch.return_types.qr)((q, r))  # type: ignore[attr-defined]  # in torch.return_types at runtime, not in its stubs
 
 
 def _svd(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
@@ -124,7 +124,7 @@ def _svd(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
         v = torch.cat([v[..., :k, :] * s[:, None], v[..., k:, :]], -2)
     else:  # torch.svd's V: columns
         v = torch.cat([v[..., :, :k] * s, v[..., :, k:]], -1)
-    return (torch.return_types.linalg_svd if name == "linalg_svd" else torch.return_types.svd)((u, sv, v))
+    return (torch.return_types.linalg_svd if name == "linalg_svd" else torch.return_types.svd)((u, sv, v))  # type: ignore[attr-defined]  # in torch.return_types at runtime, not in its stubs
 
 
 TIES_AND_DUPLICATES = Arm("ties-and-duplicates", "variant", "undefined ties, duplicate writers and decomposition signs, resolved otherwise",

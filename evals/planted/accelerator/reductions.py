@@ -4,7 +4,7 @@ scans, and the softmax and norms whose statistics come from them.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +61,7 @@ def _reduce(mean: bool) -> Impl:
         n = math.prod(x.shape[d] for d in dims)
         if mean and n == 0:
             return orig(x, *a, **kw)
-        return _Sum.apply(x, dims, bool(p.get("keepdim", False)), dtype, n if mean else None)
+        return _Sum.apply(x, dims, bool(p.get("keepdim", False)), dtype, n if mean else None)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     return impl
 
 
@@ -83,7 +83,7 @@ def _cumsum(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
     dtype = p.get("dtype") or x.dtype
     if dtype not in FLOATS:
         return orig(x, *a, **kw)
-    return _Cumsum.apply(x.to(dtype), p["dim"] % x.dim())
+    return _Cumsum.apply(x.to(dtype), p["dim"] % x.dim())  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
 
 
 class _Softmax(torch.autograd.Function):
@@ -120,7 +120,7 @@ def _softmax(log: bool) -> Impl:
         dtype = p.get("dtype") or x.dtype
         if dtype not in FLOATS:
             return orig(x, *a, **kw)
-        return _Softmax.apply(x.to(dtype), p["dim"] % x.dim(), log)
+        return _Softmax.apply(x.to(dtype), p["dim"] % x.dim(), log)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     return impl
 
 
@@ -136,9 +136,9 @@ def _logsumexp(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
     keepdim = bool(p.get("keepdim", False))
     m = x.detach().amax(dims, keepdim=True)
     m = m.masked_fill(m.abs() == math.inf, 0)
-    e = CudaUnary.apply(x - m, "exp")
-    s = _Sum.apply(e, dims, keepdim, x.dtype, None)
-    return CudaUnary.apply(s, "log") + (m if keepdim else m.squeeze(dims))
+    e = CudaUnary.apply(x - m, "exp")  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+    s = _Sum.apply(e, dims, keepdim, x.dtype, None)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+    return CudaUnary.apply(s, "log") + (m if keepdim else m.squeeze(dims))  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
 
 
 class _Rsqrt(torch.autograd.Function):
@@ -153,7 +153,7 @@ class _Rsqrt(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
         (y,) = ctx.saved_tensors
-        return -0.5 * g * y * y * y
+        return cast(torch.Tensor, -0.5 * g * y * y * y)
 
 
 def _layer_norm(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
@@ -170,10 +170,10 @@ def _layer_norm(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
     if n == 0 or x.numel() == 0:
         return orig(x, *a, **kw)
     xf = x.float()
-    mean = _Sum.apply(xf, dims, True, F32, n)
+    mean = _Sum.apply(xf, dims, True, F32, n)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     d = xf - mean
-    var = _Sum.apply(d * d, dims, True, F32, n)
-    y = d * _Rsqrt.apply(var + as_f32(p.get("eps", 1e-5)))
+    var = _Sum.apply(d * d, dims, True, F32, n)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+    y = d * _Rsqrt.apply(var + as_f32(p.get("eps", 1e-5)))  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     if p.get("weight") is not None:
         y = y * p["weight"].float()
     if p.get("bias") is not None:
@@ -190,10 +190,10 @@ def _group_norm(orig: Impl, x: Any, num_groups: Any, *a: Any, **kw: Any) -> Any:
         return orig(x, num_groups, *a, **kw)
     xf = x.float().reshape(x.shape[0], num_groups, -1)
     n = xf.shape[-1]
-    mean = _Sum.apply(xf, [2], True, F32, n)
+    mean = _Sum.apply(xf, [2], True, F32, n)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     d = xf - mean
-    var = _Sum.apply(d * d, [2], True, F32, n)
-    y = (d * _Rsqrt.apply(var + as_f32(p.get("eps", 1e-5)))).reshape(x.shape)
+    var = _Sum.apply(d * d, [2], True, F32, n)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+    y = (d * _Rsqrt.apply(var + as_f32(p.get("eps", 1e-5)))).reshape(x.shape)  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
     channel = [1, -1] + [1] * (x.dim() - 2)
     if p.get("weight") is not None:
         y = y * p["weight"].float().reshape(channel)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -99,19 +99,20 @@ def self_check() -> None:
     # composites: no documented bound of their own; measured, and kept well inside a few ULP where nothing
     # cancels (gelu's 1 + erf(x / sqrt(2)) below x = -1 cancels, for torch's CPU kernel as for CUDA's)
     x = uniform(-5, 10).float()
-    for name, call, xs, bound in (("sigmoid", torch.sigmoid, x, 6), ("silu", F.silu, x, 6),
+    call: Callable[..., Any] | None  # the composites' calls here, the softmax and not-implemented ones below
+    for name, call, xs, limit in (("sigmoid", torch.sigmoid, x, 6), ("silu", F.silu, x, 6),
                                   ("gelu (x > -1)", F.gelu, x[x > -1], 6), ("gelu (x <= -1)", F.gelu, x[x <= -1], None),
                                   ("gelu (x <= -1), torch's CPU kernel", None, x[x <= -1], None)):
         out = F.gelu(xs) if call is None else _armed(arms["cuda-math"], call, xs)
         _row(name, "fp32", _ulps(out, F.gelu(xs.double()) if "gelu" in name else
-                                 getattr(F, name)(xs.double()) if name == "silu" else torch.sigmoid(xs.double())), bound)
+                                 getattr(F, name)(xs.double()) if name == "silu" else torch.sigmoid(xs.double())), limit)
     # backward: sin's gradient is g * CUDA's cos; rsqrt's is -0.5 * g * y^3 from its own y (4-6 ULP on an H100)
     x = uniform(-100, 100, 50_000).float().requires_grad_()
     _armed(arms["cuda-sincos"], lambda: torch.sin(x)).backward(torch.ones_like(x))
-    assert torch.equal(x.grad, cuda_math("cos", x.detach())), "sin's gradient is not CUDA's cos"
+    assert torch.equal(cast(torch.Tensor, x.grad), cuda_math("cos", x.detach())), "sin's gradient is not CUDA's cos"
     v = torch.exp(uniform(-20, 20, 50_000)).float().requires_grad_()
     _armed(arms["cuda-math"], lambda: torch.rsqrt(v)).backward(torch.ones_like(v))
-    _row("rsqrt backward", "fp32", _ulps(v.grad, -0.5 * v.detach().double() ** -1.5), 8)
+    _row("rsqrt backward", "fp32", _ulps(cast(torch.Tensor, v.grad), -0.5 * v.detach().double() ** -1.5), 8)
 
     print("\n| reduction | dtype | shape | max error / Higham bound | changed vs torch |\n|---|---|---|---|---|")
     u = 2.0 ** -24
@@ -137,8 +138,8 @@ def self_check() -> None:
     out = _armed(arms["cuda-reductions"], lambda: torch.cumsum(x, 1))
     k = torch.arange(1, 3001, dtype=torch.float64)
     depth = math.log2(SCAN_BLOCK) + torch.ceil(k / SCAN_BLOCK)
-    bound = depth * u / (1 - depth * u) * x.double().abs().cumsum(1)
-    err = (out.double() - x.double().cumsum(1)).abs() / bound
+    scan_bound = depth * u / (1 - depth * u) * x.double().abs().cumsum(1)
+    err = (out.double() - x.double().cumsum(1)).abs() / scan_bound
     print(f"| cumsum | fp32 | (16, 3000) dim 1 | {float(err.max()):.3f} | "
           f"{(out != torch.cumsum(x, 1)).double().mean():.1%} |")
     assert err.max() <= 1, "cumsum over its bound"
@@ -196,10 +197,10 @@ def self_check() -> None:
     y.backward(g)
     exact = (g.double() * h.double()).sum((0, 2), keepdim=True)
     steps = -(-4000 // THREADS) + 9
-    err = (a.grad.double() - exact).abs() / (gamma(steps + 1) * (g.double() * h.double()).abs().sum((0, 2), True))
+    err = (cast(torch.Tensor, a.grad).double() - exact).abs() / (gamma(steps + 1) * (g.double() * h.double()).abs().sum((0, 2), True))
     plain = (g * h).sum((0, 2), keepdim=True)
     print(f"| broadcast mul grad (1, 512, 1) over (4, 512, 1000): error / bound | {float(err.max()):.3f}, "
-          f"{(a.grad != plain).double().mean():.0%} differ from torch's |")
+          f"{(cast(torch.Tensor, a.grad) != plain).double().mean():.0%} differ from torch's |")
     assert err.max() <= 1
     # embedding backward: every id's gradient within the bound of its segment's sum, rounded to the weight's dtype
     for dtype in (F32, torch.bfloat16):
@@ -212,11 +213,11 @@ def self_check() -> None:
         exact[3] = 0
         mag = torch.zeros(50, 64, dtype=torch.float64).index_add_(0, idx.reshape(-1), g.double().abs().reshape(-1, 64))
         tol = gamma(ROWS_PER_CHUNK + 4096 // ROWS_PER_CHUNK) * mag + (exact.abs() * 2.0 ** -8 if dtype != F32 else 0)
-        err = ((weight.grad.double() - exact).abs() - tol).max()
+        err = ((cast(torch.Tensor, weight.grad).double() - exact).abs() - tol).max()
         plain = weight.detach().clone().requires_grad_()
-        F.embedding(idx, plain, 3).backward(g)
+        F.embedding(idx, plain, 3).backward(g)  # type: ignore[no-untyped-call]  # unannotated in torch
         print(f"| embedding backward {str(dtype)[6:]}: over its bound by | {float(err):.2e} (<= 0), "
-              f"{(weight.grad != plain.grad).double().mean():.1%} differ from torch's |")
+              f"{(cast(torch.Tensor, weight.grad) != cast(torch.Tensor, plain.grad)).double().mean():.1%} differ from torch's |")
         assert err <= 1e-12
     # FMA: exactly one rounding of value * (t1 / t2) + self, checked with rationals on a sample
     from fractions import Fraction
@@ -227,11 +228,11 @@ def self_check() -> None:
     v32 = float(as_f32(-1e-3))
     wrong = 0
     for i in range(0, 20_000, 7):
-        exact = Fraction(float(x[i])) + Fraction(v32) * Fraction(float(q[i]))
+        exact_q = Fraction(float(x[i])) + Fraction(v32) * Fraction(float(q[i]))
         r = float(out[i])
         below, above = float(torch.nextafter(out[i], torch.tensor(-math.inf))), \
             float(torch.nextafter(out[i], torch.tensor(math.inf)))
-        wrong += abs(Fraction(r) - exact) > min(abs(Fraction(below) - exact), abs(Fraction(above) - exact))
+        wrong += abs(Fraction(r) - exact_q) > min(abs(Fraction(below) - exact_q), abs(Fraction(above) - exact_q))
     changed = (out != x.clone().addcdiv_(t1, t2, value=-1e-3)).double().mean()
     print(f"| addcdiv_ fp32 as fmaf(value, t1 / t2, self): not the nearest fp32 | {wrong} of 2,858; "
           f"{changed:.1%} differ from torch's |")
