@@ -132,12 +132,12 @@ def strict_warm_up() -> None:
 
     from pytest_msprobe.specs.loader import load_specs
     from pytest_msprobe.verdict import grid, standards, strict
-    from pytest_msprobe.verdict.judge import _rules
+    from pytest_msprobe.verdict.judge import element_rules
 
     bench = np.linspace(-1.0, 1.0, 64)
     for dtype, holder in (("torch.bfloat16", np.float32), ("torch.float32", np.float32),
                           ("torch.float64", np.float64)):
-        rules = _rules(load_specs()["thresholds"]["strict"], dtype)
+        rules = element_rules(load_specs()["thresholds"]["strict"], dtype)
         device = grid.round_to(bench, dtype).astype(holder)
         strict.strict_compare(bench, device, dtype, rules)
         # and msprobe's metrics' pass (metrics/kernel.py), of each bench dtype it is compiled for

@@ -121,7 +121,7 @@ def test_strict_pass_in_pieces_is_the_whole_pass(dtype: str, kind: str) -> None:
     b, d, t = _outputs(dtype, n, rng)
     magnitude = np.abs(b).astype(np.float32) * 3 if kind == "contraction" else None
     torch_run = None if kind == "contraction" else t
-    rules = judge._rules(thresholds_for(load_specs(), "linear")["strict"], dtype, kind)
+    rules = judge.element_rules(thresholds_for(load_specs(), "linear")["strict"], dtype, kind)
     whole = strict.strict_compare(b, d, dtype, rules, kind=kind, torch_run=torch_run, magnitude=magnitude, row=width)
     squares = S.Squares()
     for start in range(0, n, 7_001):

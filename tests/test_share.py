@@ -110,7 +110,7 @@ def test_the_strict_pass_in_grains_of_both_threads_is_bitwise_one_pass(dtype: st
     first wrongly rounded element, and the bias test's group sums."""
     from pytest_msprobe.specs.loader import load_specs
     from pytest_msprobe.verdict import strict, strict_kernel
-    from pytest_msprobe.verdict.judge import _rules
+    from pytest_msprobe.verdict.judge import element_rules as _rules
 
     from .test_strict_kernel import _device_side, _totals, stored
 

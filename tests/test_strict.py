@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import grid, strict
-from pytest_msprobe.verdict.judge import _rules
+from pytest_msprobe.verdict.judge import element_rules as _rules
 
 THRESHOLDS = load_specs()["thresholds"]["strict"]
 DTYPES = ["torch.float16", "torch.bfloat16", "torch.float32"]

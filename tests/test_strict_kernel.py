@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pytest_msprobe.metrics.storage import widen
 from pytest_msprobe.specs.loader import load_specs
 from pytest_msprobe.verdict import grid, strict
-from pytest_msprobe.verdict.judge import _rules
+from pytest_msprobe.verdict.judge import element_rules as _rules
 
 from .strict_oracle import numpy_strict
 

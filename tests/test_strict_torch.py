@@ -16,7 +16,7 @@ from pytest_msprobe.check.compare import checks_device
 from pytest_msprobe.metrics.on_device import SUMMED_COLUMNS
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.verdict import strict, strict_torch
-from pytest_msprobe.verdict.judge import _rules
+from pytest_msprobe.verdict.judge import element_rules as _rules
 
 from .helpers import EXAMPLES, by_api, copy_dump, device_side_conftest, records
 from .strict_oracle import numpy_strict

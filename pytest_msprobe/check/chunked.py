@@ -140,10 +140,10 @@ def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], 
     bench_np = np.dtype(str(chunks.output_dtype(bench_spec)).split(".")[1])
     work = np.dtype(np.float32 if device_dtype == standards.BF16 else bench_np)
     dev_dtype = np.dtype(np.float32) if storage.is_bits(d) else d.dtype
-    row = standards._row(f"{prefix}.0", standards.ERROR, "", str(chunks.output_dtype(bench_spec)), device_dtype, shape)
-    th, algo, limits = standards._plan(row, device_dtype, work, api, specs, _metric_standard(options))
+    row = standards.blank_row(f"{prefix}.0", standards.ERROR, "", str(chunks.output_dtype(bench_spec)), device_dtype, shape)
+    th, algo, limits = standards.metric_plan(row, device_dtype, work, api, specs, _metric_standard(options))
     stand_b = np.broadcast_to(np.zeros((), bench_np), d.shape)
-    if device_dtype not in standards._sections(specs)[1]["layer2_dtypes"] or not \
+    if device_dtype not in standards.threshold_sections(specs)[1]["layer2_dtypes"] or not \
             _fused_ok(stand_b, d, dev_dtype, th, limits, work, device_dtype):
         raise NotCheckable(f"{api}: a {device_dtype} output is not checked in pieces (msprobe's metrics read it "
                            "whole); it does not fit the memory budget")
@@ -186,8 +186,8 @@ def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], 
         raise NotCheckable(f"{api}: the strict totals are not finite (inf/NaN elements), which the strict checks "
                            "read whole; the output does not fit the memory budget")
     w = stats.worst
-    worst = standards._values(np.array([bench_worst], bench_np), d[w:w + 1], work)
-    standards._from_stats(row, stats, stand_b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th,
+    worst = standards.worst_values(np.array([bench_worst], bench_np), d[w:w + 1], work)
+    standards.from_stats(row, stats, stand_b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th,
                           _metric_standard(options), work)
     judge.decide(row, options.standard, api_name=api, specs=specs, ref_row=None, arrays=arrays,
                  reference_results=options.reference_results, strict_result=result)
