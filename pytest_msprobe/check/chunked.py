@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -41,6 +43,7 @@ from ..verdict import judge, standards
 from ..verdict import strict_streamed as S
 from .compare import dress, stored
 from .prepare import terms_scale
+from .source import RunsStrategy
 
 MARGIN = 0.15  # of the host's free memory, left to everything else
 MIN_MARGIN = 1 << 30  # bytes left at least
@@ -302,17 +305,18 @@ def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     return Plan(runs, 0, 0, role, label, sums, bias)
 
 
-def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> bool:
-    """The memory stage of a re-run item: False where its whole check fits its budget (the other stages go on);
-    else the item checked a block of rows at a time (True), or NotCheckable with the reason."""
+def pieces_for(item: Any) -> Plan | None:
+    """The memory stage of a re-run item's runs: None where its whole check fits its budget; else how it is checked
+    a block of rows at a time (the record says so), or NotCheckable with the reason."""
     from . import precision
 
     name, options, specs, record = item.name, item.options, item.specs, item.record
+    where, plan, inputs = item.where, item.plan, item.inputs
     api = name.api_name
     out_shape = first_output_shape(item.forward.get("output"))
     out_dtype = first_output_dtype(item.forward.get("output"))
     if out_shape is None or out_dtype is None:
-        return False
+        return None
     bench_dtype = precision.bench_dtype(plan)
     wide = bench_dtype(torch.empty(0, dtype=out_dtype))
     runs = [(inputs.args, inputs.kwargs, bench_dtype, False)]  # the bench's arguments: the inputs' sizes
@@ -324,7 +328,7 @@ def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> boo
     need = memory_need(runs, numel, wide.itemsize) * (4 if item.want_grad else 1)
     limit = budget(options)
     if need <= limit:
-        return False
+        return None
     why = f"{api}: its check needs about {gib(need)} beside the device side, over the memory budget of " \
           f"{gib(limit)} (--msprobe-max-memory)"
     if item.want_grad:
@@ -342,8 +346,7 @@ def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> boo
                         "budget": limit, "need": need}
     record["notes"].append(f"checked in pieces of {pieces.rows} rows: the whole check needs about {gib(need)}, "
                            f"over the memory budget of {gib(limit)}")
-    _check_pieces(item, where, plan, inputs, pieces, shared)
-    return True
+    return pieces
 
 
 def _own(t: torch.Tensor) -> torch.dtype:
@@ -354,37 +357,50 @@ def _wide(t: torch.Tensor) -> torch.dtype:
     return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
 
 
-def _check_pieces(item: Any, where: Any, plan: Any, inputs: Any, pieces: Plan, shared: Any) -> None:
-    """The device's run, whole, on the inputs themselves where it cannot write them (`shared`; no bench side is
-    made), then the pieces' runs and checks (`check`)."""
-    from .calls import finish_record, has_scalar_operand
-    from .execute import Runs, Sides
-    from .placement import BenchSide, device_side, share
+class Pieces(RunsStrategy):
+    """A runs strategy (source.RunsStrategy): the device's run, whole, on the inputs themselves where it cannot
+    write them (`item.shared`; no bench side is made), then the pieces' runs and checks (`check`)."""
 
-    record, name, specs, options = item.record, item.name, item.specs, item.options
-    api = name.api_name
-    unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, record["timings"])
-    share(shared, name, where.resolved, inputs, False, item.forward, specs)
-    if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
-        shared.give = False
-    runs = Runs(item, where, plan, inputs, Sides(device_side(inputs, where, False, shared), unmade, False), None,
-                None)
-    with runs.guarded():
-        seed_random_apis(record["seed"], where.device)
-        out = runs._device_forward()
-        leaves = out.leaves_d
+    def __init__(self, item: Any, pieces: Plan) -> None:
+        from .execute import Runs, Sides
+        from .placement import BenchSide, device_side, share
+
+        self.item, self.pieces = item, pieces
+        inputs, where, shared = item.inputs, item.where, item.shared
+        unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, item.record["timings"])
+        share(shared, item.name, where.resolved, inputs, False, item.forward, item.specs)
+        if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
+            shared.give = False
+        self.runs = Runs(item, Sides(device_side(inputs, where, False, shared), unmade, False), None, None)
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        with self.runs.guarded():
+            yield
+
+    def run(self) -> torch.Tensor:
+        """The device's output: one float tensor, else NotCheckable."""
+        item = self.item
+        seed_random_apis(item.record["seed"], item.where.device)
+        leaves = self.runs.device_forward().leaves_d
         if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
-            raise NotCheckable(f"{api}: the device returned {len(leaves)} outputs, not one float tensor: not "
-                               "checked in pieces, and the whole check does not fit the memory budget")
+            raise NotCheckable(f"{item.name.api_name}: the device returned {len(leaves)} outputs, not one float "
+                               "tensor: not checked in pieces, and the whole check does not fit the memory budget")
+        return leaves[0]
+
+    def compare(self, outputs: torch.Tensor) -> None:
+        from .calls import has_scalar_operand
+
+        item, pieces, plan = self.item, self.pieces, self.item.plan
+        record, name, specs, api, inputs = item.record, item.name, item.specs, item.name.api_name, item.inputs
         started = time.perf_counter()
         narrow = plan.autocast if plan.autocast is not None and in_list(specs, api, "error_model",
                                                                         "autocast_lower_precision") else None
-        check(record, f"{name.full_name}.forward.output", api, specs, options, pieces, leaves[0].detach(),
-              where.contract, has_scalar_operand(inputs.args, inputs.kwargs), narrow)
+        check(record, f"{name.full_name}.forward.output", api, specs, item.options, pieces, outputs.detach(),
+              item.where.contract, has_scalar_operand(inputs.args, inputs.kwargs), narrow)
         if pieces.label is not None:
             record["reference"] = pieces.label
         record["timings"]["pieces_s"] = time.perf_counter() - started
-        finish_record(record)
 
 
-__all__ = ["Plan", "budget", "check", "gib", "in_pieces", "memory_need", "piece_plan", "plan_runs"]
+__all__ = ["Pieces", "Plan", "budget", "check", "gib", "memory_need", "piece_plan", "pieces_for", "plan_runs"]
