@@ -19,7 +19,6 @@ import torch
 from ..helper import helper, wait_helping
 from ..metrics import storage
 from ..runs import capture
-from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, load_specs, thresholds_for
 from ..verdict import contracts, grid, judge, standards, strict
@@ -98,13 +97,13 @@ def _metric_standard(options: CheckOptions) -> str:
     return "msprobe26" if options.standard == "msprobe26" else "msprobe"
 
 
-def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
+def compare_floats(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
                     role: str, api: str, specs: dict[str, Any], options: CheckOptions,
                     positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
                     scalar_operand: bool = False, gradients: bool = False,
                     estimated: list[Any] | None = None, early: EarlyMetrics | None = None,
                     contract: str = "torch", summed: tuple[list[Any], str] | None = None) -> None:
-    """Compare each output pair, and judge it by the selected standard. `positions` name the rows (the
+    """Compare each float output pair (kinds.FloatPairs), and judge it by the selected standard. `positions` name the rows (the
     inputs gradients belong to); `scalar_operand`: the call had a Python number among its arguments;
     `gradients`: the pairs are a backward item's gradients; `estimated`: per pair, the elements of a
     sampled third run that were estimated; `early`: start_metrics of these bench and device outputs;
@@ -114,8 +113,6 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
     Stages, each one call: the pairs' arrays for the strict checks (`strict_arrays`), msprobe's metrics and the
     strict checks side by side (`metrics_and_checks`), then each row's verdict (`decide_rows`)."""
     capture.stash(compared_bench=bench, compared_device=device, positions=positions)
-    if api in specs.get("dropout_apis", []):
-        return _judge_dropout(record, prefix, bench, device, api, specs)
     # each tensor becomes one array, for msprobe's metrics and the strict checks
     convert = early.convert if early is not None else _memoised(stored)
     torch_run = [_round_like(r, d) for r, d in zip(third, device)] if third is not None and role == "torch" else None
@@ -133,21 +130,6 @@ def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], devic
         ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
                                                converter=convert, standard=_metric_standard(options))
     decide_rows(record, prefix, rows, ref_rows, bench, device, pairs, strict_results, positions, api, specs, options)
-
-
-def _judge_dropout(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], api: str,
-                   specs: dict[str, Any]) -> None:
-    """A dropout's output judged by the fraction of zeros (msprobe's rule), not by values."""
-    b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
-    d = next((x for x in device if isinstance(x, torch.Tensor)), None)
-    if b is None or d is None:
-        raise NotCheckable(f"{api}: dropout produced no tensor to judge")
-    status, message = standards.dropout_verdict(to_numpy(b)[1], to_numpy(d)[1], specs)
-    record["outputs"].append({
-        "name": f"{prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
-        "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
-    })
-    record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
 
 
 def strict_arrays(bench: list[Any], device: list[Any], torch_run: list[Any] | None, magnitude: list[Any] | None,

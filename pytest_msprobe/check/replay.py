@@ -29,7 +29,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..dump.reader import Dump
-from ..metrics.vectorised import blank_metrics
 from ..runs import capture, mindspore
 from ..runs.backends import select as select_device
 from ..runs.execution import (
@@ -52,11 +51,10 @@ from ..runs.third_run import ReferenceRun, Summed, summed_outputs, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
-from ..verdict.standards import OutputComparison
-from . import calls, compare, gradients, precision, prepare
+from . import calls, gradients, precision, prepare
+from .kinds import Comparison, compare_outputs
 from .recorded import MindSporeRun, Recorded, Unsaved, output_dtype, require_saved
 from .source import DeviceSource, Item, RunsStrategy
-from .unique import judge_by_validity
 
 
 def effective_mode(dump: Dump, options: CheckOptions) -> str:
@@ -361,13 +359,12 @@ def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any]
             from bench_functions import postprocess
             leaves_d = postprocess(name.api_name, leaves_d, case.args, case.kwargs, "device")
             leaves_b = postprocess(name.api_name, leaves_b, case.args, case.kwargs, "bench")
-        _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role,
-                       list(range(len(leaves_b))), case.bare, case.specs, case.options, case.dump.framework != "pytorch",
-                       scalar_operand=calls.has_scalar_operand(case.args, case.kwargs),
-                       summed=summed_outputs(case.summed, case.summed_leaves, False))
-        if not any(isinstance(d, Unsaved) for d in leaves_d):  # ties, writers, factors: as a re-run judges them
-            judge_by_validity(record, name.api_name, case.specs, case.options.standard, leaves_b, leaves_d, case.args,
-                              case.kwargs)
+        # ties, writers, factors: as a re-run judges them
+        _compare_pairs(case, Comparison(
+            record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role, case.bare, case.specs, case.options,
+            list(range(len(leaves_b))), scalar_operand=calls.has_scalar_operand(case.args, case.kwargs),
+            summed=summed_outputs(case.summed, case.summed_leaves, False), ms_format=case.dump.framework != "pytorch",
+            validity=(name.api_name, case.args, case.kwargs)))
     elif case.by_position:
         compare_by_position(case, reference, leaves_b, ref_leaves, pairs_b, role)
     else:
@@ -391,9 +388,10 @@ def compare_by_position(case: Case, reference: ReferenceRun | None, leaves_b: li
         raise NotCheckable(f"{full}: no recorded gradient of a floating-point argument to compare")
     refs = gradients.reference_grads_by_position(reference, ref_leaves, case.cotangents, case.grad_index, positions,
                                                  record)
-    _compare_pairs(record, f"{full}.backward.output", [grads_b[p] for p in positions],
-                   [grads_d[p] for p in positions], refs, role, positions, case.bare, case.specs, case.options, True,
-                   gradients=True, summed=summed_by_position(case, positions))
+    _compare_pairs(case, Comparison(
+        record, f"{full}.backward.output", [grads_b[p] for p in positions], [grads_d[p] for p in positions], refs,
+        role, case.bare, case.specs, case.options, positions, gradients=True,
+        summed=summed_by_position(case, positions), ms_format=True))
 
 
 def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[Any],
@@ -422,9 +420,10 @@ def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[A
                 refs = [grads_r[j] for j in slots]
         except (NotCheckable, IndexError, AttributeError) as exc:
             record["notes"].append(f"reference gradients not used: {exc}")
-    _compare_pairs(record, f"{full}.backward.output", [grads_b[j] for j in slots],
-                   [recorded_grads[j] for j in slots], refs, role, slots, case.bare, case.specs, case.options, False,
-                   gradients=True, estimated=estimated, summed=summed_by_slot(case, slots, grads_b))
+    _compare_pairs(case, Comparison(
+        record, f"{full}.backward.output", [grads_b[j] for j in slots], [recorded_grads[j] for j in slots], refs,
+        role, case.bare, case.specs, case.options, slots, gradients=True, estimated=estimated,
+        summed=summed_by_slot(case, slots, grads_b)))
 
 
 def _reference(case: Case, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -444,31 +443,7 @@ def _reference(case: Case, args: list[Any], kwargs: dict[str, Any]) -> Any:
 
 
 
-def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
-                   third: list[Any] | None, role: str, positions: list[int], api: str, specs: dict[str, Any],
-                   options: CheckOptions, ms_format: bool, *, scalar_operand: bool = False,
-                   gradients: bool = False, estimated: list[Any] | None = None,
-                   summed: tuple[list[Any], str] | None = None) -> None:
-    """compare.compare_outputs on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
-    checker's metrics on each row of a MindSpore dump (its CSV columns)."""
-    keep = [i for i, d in enumerate(device) if not isinstance(d, Unsaved)]
-    start = len(record["outputs"])
-    if keep:
-        compare.compare_outputs(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
-                       None if third is None else [third[i] for i in keep], role, api, specs, options,
-                       [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients,
-                       estimated=None if estimated is None else [estimated[i] for i in keep],
-                       contract=record.get("contract", "torch"),
-                       summed=None if summed is None else ([summed[0][i] for i in keep], summed[1]))
-    rows = record["outputs"][start:]
-    if ms_format and len(rows) == len(keep):
-        epsilon = specs["thresholds"]["mindspore"]["epsilon"]
-        for row, i in zip(rows, keep):
-            b, d = compare.to_numpy(bench[i]), compare.to_numpy(device[i])
-            if b[0] == "tensor" and d[0] == "tensor":
-                row["ms_metrics"] = ms_results.ms_metrics(b[1], d[1], epsilon)
-    for i, d in enumerate(device):
-        if isinstance(d, Unsaved):
-            row = OutputComparison(f"{prefix}.{positions[i]}", "SKIP", f"{d.where}: not saved in dump_tensor_data/, "
-                                   "nothing to compare", " ", " ", list(d.shape), blank_metrics(), verdict="SKIP")
-            record["outputs"].append(row.to_dict())
+def _compare_pairs(case: Case, job: Comparison) -> None:
+    """The pairs compared, each kind of output by itself (kinds.py), in the contract the record names."""
+    job.contract = case.record.get("contract", "torch")
+    compare_outputs(job)

@@ -19,14 +19,14 @@ from ..runs.third_run import ReferenceRun, bench_product
 from ..settings import CheckOptions
 from ..specs.loader import in_list
 from . import chunked, execute, placement, precision
-from .calls import ApiFailure, has_scalar_operand
-from .compare import compare_outputs, start_metrics
+from .calls import ApiFailure, finish_record, has_scalar_operand
+from .compare import start_metrics
 from .execute import Outputs, RerunItem, Sides
+from .kinds import Comparison, compare_outputs
 from .placement import may_draw
 from .precision import Inputs
 from .prepare import checkable_entries, encoded_arguments, prepared_inputs
 from .source import DeviceSource, Item, RunsStrategy
-from .unique import judge_by_validity
 
 __all__ = ["ApiFailure", "TorchRerun", "may_draw"]
 
@@ -73,6 +73,9 @@ class TorchRerun(DeviceSource):
         sides = make_sides(item)
         item.record["timings"]["inputs_s"] = time.perf_counter() - item.started
         return Whole(item, sides, execute.Runs(item, sides, *execute.third_runs(item)))
+
+    def finish(self, item: Item) -> None:
+        finish_record(item.record)  # looked up here: benchmarks/run_probe.py times it as rerun.finish_record
 
 
 class Whole(RunsStrategy):
@@ -129,19 +132,18 @@ def make_sides(item: RerunItem) -> Sides:
 
 
 def compare_item(item: RerunItem, sides: Sides, reference: ReferenceRun | None, out: Outputs) -> None:
-    """How the outputs are compared: a forward item's outputs, or a backward item's gradients, each pair with
-    the bench's and the third run's (compare.compare_outputs)."""
+    """Which outputs pair up: a forward item's outputs, or a backward item's gradients, each pair with the bench's
+    and the third run's; each kind of output compares itself (kinds.compare_outputs)."""
     record, options, specs, api, full = item.record, item.options, item.specs, item.name.api_name, item.name.full_name
     where, plan, inputs = item.where, item.plan, item.inputs
     role = reference.role if reference is not None else "torch"
     if item.backward_entry is None:
         product = bench_product(api, sides.bench(), out.leaves_b, specs) if role == "magnitude" else None
-        compare_outputs(record, f"{full}.forward.output", out.leaves_b, out.leaves_d, out.leaves_r, role, api,
-                        specs, options, product=product, autocast=plan.autocast,
-                        scalar_operand=has_scalar_operand(inputs.args, inputs.kwargs), early=out.early,
-                        contract=where.contract, summed=out.summed)
-        judge_by_validity(record, api, specs, options.standard, out.leaves_b, out.leaves_d, sides.device.args,
-                          sides.device.kwargs)
+        compare_outputs(Comparison(record, f"{full}.forward.output", out.leaves_b, out.leaves_d, out.leaves_r, role,
+                                   api, specs, options, product=product, autocast=plan.autocast,
+                                   scalar_operand=has_scalar_operand(inputs.args, inputs.kwargs), early=out.early,
+                                   contract=where.contract, summed=out.summed,
+                                   validity=(api, sides.device.args, sides.device.kwargs)))
         return
     grads_b = [leaf.grad for _, leaf in sides.bench().grad_leaves]
     grads_d = [leaf.grad for _, leaf in sides.device.grad_leaves]
@@ -152,6 +154,6 @@ def compare_item(item: RerunItem, sides: Sides, reference: ReferenceRun | None, 
     if reference is not None and reference.side is not None and out.leaves_r is not None:
         grads_r, estimated = reference.complete([leaf.grad for _, leaf in reference.side.grad_leaves],
                                                 grads_b, [pos for pos, _ in reference.side.grad_leaves])
-    compare_outputs(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options,
-                    positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early,
-                    contract=where.contract, summed=out.summed)
+    compare_outputs(Comparison(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options, positions,
+                               autocast=plan.autocast, gradients=True, estimated=estimated, early=early,
+                               contract=where.contract, summed=out.summed))
