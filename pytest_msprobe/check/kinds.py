@@ -6,8 +6,9 @@ them. KINDS lists them; a new kind of output is one class.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -27,7 +28,8 @@ class Comparison:
     """A flat declaration of what one comparison of an item's outputs reads: the record, the rows' prefix, the
     bench's, device's and third run's outputs and the third run's role, the API and settings; then what
     compare.compare_floats reads (see there), and `ms_format` (a MindSpore dump: its checker's metrics on each row),
-    `validity` (a forward item's outputs may not be unique: the API as api_specs' not_unique lists name it, and
+    `overflow` (an overflow_check dump: each output classified, no precision verdict), `validity` (a forward item's
+    outputs may not be unique: the API as api_specs' not_unique lists name it, and
     the device side's args and kwargs)."""
 
     record: dict[str, Any]
@@ -50,6 +52,7 @@ class Comparison:
     summed: tuple[list[Any], str] | None = None
     ms_format: bool = False
     validity: tuple[str, list[Any], dict[str, Any]] | None = None
+    overflow: bool = False
 
 
 class Kind:
@@ -153,12 +156,26 @@ class NotUnique(Kind):
         judge_by_validity(job.record, api, job.specs, job.options.standard, job.bench, job.device, args, kwargs)
 
 
-KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique)
+class Overflow(Kind):
+    """An overflow_check dump's outputs: each classified as a normal, abnormal or unreproduced overflow
+    (overflow.py); no precision verdict."""
+
+    def applies(self, job: Comparison) -> bool:
+        return job.overflow
+
+    def compare(self, job: Comparison) -> None:
+        capture.stash(compared_bench=job.bench, compared_device=job.device, positions=job.positions)
+        _classify(job.record, job.prefix, job.bench, job.device, job.positions)
+
+
+KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, Overflow)
 
 
 def kinds_for(job: Comparison) -> list[Kind]:
     """The kinds of a comparison's outputs, in the order their rows are made: the saved pairs' values (a dropout's,
     else float pairs; with MindSpore's metrics on a MindSpore dump), the unsaved ones, then a validity judgement."""
+    if Overflow(None).applies(job):
+        return [Overflow(None)]
     unsaved = [i for i, d in enumerate(job.device) if isinstance(d, Unsaved)]
     saved = None if not unsaved else [i for i in range(len(job.device)) if i not in unsaved]
     values: Kind = Dropout(saved)
@@ -178,3 +195,79 @@ def compare_outputs(job: Comparison) -> None:
     """The record's rows of these outputs, each kind comparing its own."""
     for kind in kinds_for(job):
         kind.compare(job)
+
+
+# ----------------------------------------------------------------------------- overflow (REFERENCE §3.6)
+
+
+def overflow_count(value: Any) -> tuple[bool, int, int]:
+    """(overflows, #inf, #NaN) of one output leaf, msprobe's CPU rule."""
+    if isinstance(value, float):
+        return (not math.isfinite(value)), int(math.isinf(value)), int(math.isnan(value))
+    if not _checkable(value):
+        return False, 0, 0
+    t = value.detach()
+    n_inf, n_nan = int(torch.isinf(t).sum()), int(torch.isnan(t).sum())
+    return bool(n_inf or n_nan), n_inf, n_nan
+
+
+def _device_only(bench: Any, device: Any) -> int:
+    """Positions where the device is inf/NaN and the bench is finite (0 when they cannot be paired)."""
+    if not (isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)) or bench.shape != device.shape:
+        return 0
+    return int((~torch.isfinite(device.detach().cpu()) & torch.isfinite(bench.detach().cpu())).sum())
+
+
+def _checkable(value: Any) -> bool:
+    return isinstance(value, float) or (isinstance(value, torch.Tensor) and value.numel() > 0
+                                         and (value.is_floating_point() or value.is_complex()))
+
+
+def _classify(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
+              positions: list[int] | None) -> None:
+    """Each floating-point output's overflow classified into its row; the item's status and overflow verdict."""
+    verdicts = []
+    for i, (b, d) in enumerate(zip(bench, device)):
+        if not (_checkable(b) or _checkable(d)):
+            continue
+        k = positions[i] if positions is not None and i < len(positions) else i
+        name = f"{prefix}.{k}"
+        over_d, inf_d, nan_d = overflow_count(d)
+        over_b, inf_b, nan_b = overflow_count(b)
+        numel = d.numel() if isinstance(d, torch.Tensor) else 1
+        counts = f"device {inf_d} inf, {nan_d} NaN; bench {inf_b} inf, {nan_b} NaN of {numel}"
+        device_only = _device_only(b, d)
+        if over_d and over_b and device_only:
+            verdict, status, message = "abnormal", "error", (
+                f"abnormal overflow: the device overflows at {device_only} position(s) where the bench is finite "
+                f"({counts})")
+        elif over_d and over_b:
+            verdict, status, message = "normal", "pass", f"normal overflow: the bench overflows too ({counts})"
+        elif over_d:
+            verdict, status, message = "abnormal", "error", \
+                f"abnormal overflow: only the device overflows, the bench in the same dtype does not ({counts})"
+        elif over_b:
+            verdict, status, message = "abnormal", "error", \
+                f"abnormal: the bench overflows but the device does not (saturation? {counts})"
+        else:
+            verdict, status, message = "not reproduced", "pass", \
+                "no overflow reproduced on the device or the bench with these inputs"
+        dtype: Callable[[Any], str] = (  # noqa: E731
+            lambda v: str(v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__)
+        record["outputs"].append({
+            "name": name, "status": status, "message": message, "bench_dtype": dtype(b), "device_dtype": dtype(d),
+            "shape": list(d.shape) if isinstance(d, torch.Tensor) else None, "metrics": blank_metrics(),
+            "worst": None, "verdict": status, "verdict_message": message,
+            "overflow": {"verdict": verdict, "device": over_d, "bench": over_b, "device_inf": inf_d,
+                         "device_nan": nan_d, "bench_inf": inf_b, "bench_nan": nan_b},
+        })
+        verdicts.append(verdict)
+    if not record["outputs"]:
+        raise NotCheckable(f"{prefix}: no floating-point output to check for overflow")
+    bad = [o for o in record["outputs"] if o["status"] == "error"]
+    record["status"] = "error" if bad else "pass"
+    record["layer1_status"] = record["status"]
+    overall = "abnormal" if bad else ("normal" if "normal" in verdicts else "not reproduced")
+    record["overflow"] = overall
+    record["message"] = "; ".join(f"{o['name'].rsplit('.', 2)[-2]}.{o['name'].rsplit('.', 1)[-1]}: {o['message']}"
+                                  for o in (bad or record["outputs"][:1]))

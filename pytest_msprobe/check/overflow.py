@@ -18,19 +18,18 @@ floating-point output (forward) or gradient (backward):
 "Overflow" is any inf or NaN in a non-empty floating-point tensor, or a non-finite Python float
 (msprobe's CPU rule); bool and integer outputs cannot overflow. On a CPU-only machine the device is
 the CPU in the recorded dtype, so only a substituted kernel (`--msprobe-kernels`) or a device backend
-can differ from the bench. Precision metrics are not computed in this mode.
+can differ from the bench. Precision metrics are not computed in this mode. The classification is an output
+kind of its own (kinds.Overflow).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ..dump.reader import Dump
-from ..metrics.vectorised import blank_metrics
 from ..runs import backends, capture, kernels
 from ..runs.backends import select as select_device
 from ..runs.execution import (
@@ -48,30 +47,8 @@ from ..runs.execution import (
 )
 from ..settings import CheckOptions
 from ..specs.loader import in_list
+from .kinds import Comparison, compare_outputs
 from .source import DeviceSource, Item, RunsStrategy
-
-
-def overflow_count(value: Any) -> tuple[bool, int, int]:
-    """(overflows, #inf, #NaN) of one output leaf, msprobe's CPU rule."""
-    if isinstance(value, float):
-        return (not math.isfinite(value)), int(math.isinf(value)), int(math.isnan(value))
-    if not _checkable(value):
-        return False, 0, 0
-    t = value.detach()
-    n_inf, n_nan = int(torch.isinf(t).sum()), int(torch.isnan(t).sum())
-    return bool(n_inf or n_nan), n_inf, n_nan
-
-
-def _device_only(bench: Any, device: Any) -> int:
-    """Positions where the device is inf/NaN and the bench is finite (0 when they cannot be paired)."""
-    if not (isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)) or bench.shape != device.shape:
-        return 0
-    return int((~torch.isfinite(device.detach().cpu()) & torch.isfinite(bench.detach().cpu())).sum())
-
-
-def _checkable(value: Any) -> bool:
-    return isinstance(value, float) or (isinstance(value, torch.Tensor) and value.numel() > 0
-                                         and (value.is_floating_point() or value.is_complex()))
 
 
 @dataclass
@@ -143,7 +120,7 @@ class OverflowRun(DeviceSource):
         return OverflowRuns(item)
 
     def finish(self, item: Item) -> None:
-        """The statuses are the classification's (`_classify`)."""
+        """The statuses are the classification's (kinds.Overflow)."""
 
 
 def _same(t: torch.Tensor) -> torch.dtype:
@@ -192,55 +169,7 @@ class OverflowRuns(RunsStrategy):
 
     def compare(self, outputs: tuple[list[Any], list[Any], list[int] | None]) -> None:
         leaves_b, leaves_d, positions = outputs
-        name = self.item.name
-        capture.stash(compared_bench=leaves_b, compared_device=leaves_d, positions=positions)
-        _classify(self.item.record, f"{name.full_name}.{name.direction}.output", leaves_b, leaves_d, positions)
-
-
-def _classify(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
-              positions: list[int] | None) -> None:
-    verdicts = []
-    for i, (b, d) in enumerate(zip(bench, device)):
-        if not (_checkable(b) or _checkable(d)):
-            continue
-        k = positions[i] if positions is not None and i < len(positions) else i
-        name = f"{prefix}.{k}"
-        over_d, inf_d, nan_d = overflow_count(d)
-        over_b, inf_b, nan_b = overflow_count(b)
-        numel = d.numel() if isinstance(d, torch.Tensor) else 1
-        counts = f"device {inf_d} inf, {nan_d} NaN; bench {inf_b} inf, {nan_b} NaN of {numel}"
-        device_only = _device_only(b, d)
-        if over_d and over_b and device_only:
-            verdict, status, message = "abnormal", "error", (
-                f"abnormal overflow: the device overflows at {device_only} position(s) where the bench is finite "
-                f"({counts})")
-        elif over_d and over_b:
-            verdict, status, message = "normal", "pass", f"normal overflow: the bench overflows too ({counts})"
-        elif over_d:
-            verdict, status, message = "abnormal", "error", \
-                f"abnormal overflow: only the device overflows, the bench in the same dtype does not ({counts})"
-        elif over_b:
-            verdict, status, message = "abnormal", "error", \
-                f"abnormal: the bench overflows but the device does not (saturation? {counts})"
-        else:
-            verdict, status, message = "not reproduced", "pass", \
-                "no overflow reproduced on the device or the bench with these inputs"
-        dtype: Callable[[Any], str] = (  # noqa: E731
-            lambda v: str(v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__)
-        record["outputs"].append({
-            "name": name, "status": status, "message": message, "bench_dtype": dtype(b), "device_dtype": dtype(d),
-            "shape": list(d.shape) if isinstance(d, torch.Tensor) else None, "metrics": blank_metrics(),
-            "worst": None, "verdict": status, "verdict_message": message,
-            "overflow": {"verdict": verdict, "device": over_d, "bench": over_b, "device_inf": inf_d,
-                         "device_nan": nan_d, "bench_inf": inf_b, "bench_nan": nan_b},
-        })
-        verdicts.append(verdict)
-    if not record["outputs"]:
-        raise NotCheckable(f"{prefix}: no floating-point output to check for overflow")
-    bad = [o for o in record["outputs"] if o["status"] == "error"]
-    record["status"] = "error" if bad else "pass"
-    record["layer1_status"] = record["status"]
-    overall = "abnormal" if bad else ("normal" if "normal" in verdicts else "not reproduced")
-    record["overflow"] = overall
-    record["message"] = "; ".join(f"{o['name'].rsplit('.', 2)[-2]}.{o['name'].rsplit('.', 1)[-1]}: {o['message']}"
-                                  for o in (bad or record["outputs"][:1]))
+        item = self.item
+        compare_outputs(Comparison(item.record, f"{item.name.full_name}.{item.name.direction}.output", leaves_b,
+                                   leaves_d, None, "torch", item.name.api_name, item.specs, item.options, positions,
+                                   overflow=True))

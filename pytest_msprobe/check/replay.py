@@ -16,9 +16,10 @@ Backward replay compares a recorded gradient only with the bench gradient of the
 * MindSpore dumps: gradients are recorded in argument order (one per positional tensor argument);
   they are matched by position and checked by shape.
 
-The same stages as a re-run item (check/rerun.py), each one call: the admitted modes; the bench (the torch twin
-of a MindSpore call); where the device result comes from (recorded.py: the saved outputs, or MindSpore running
-the call); the inputs and the precision plan; the bench's run, the device's result and the third run; the
+Two device sources (source.DeviceSource) take the protocol's stages (protocol.py), each one call of this module:
+entries (as a re-run item's, then the admitted modes); placement (the bench, the torch twin of a MindSpore call;
+where the device result comes from, recorded.py: the saved outputs, or MindSpore running the call); the inputs;
+the precision plan; the runs (`ExternalRuns`: the bench's run, the device's result, the third run); the
 comparison, whose gradients gradients.py matches to the recorded ones.
 """
 from __future__ import annotations
