@@ -2,12 +2,12 @@
 (msprobe's metrics and the selected standard), a dropout's output (the fraction of zeros), MindSpore's outputs (float
 pairs with its checker's metrics), outputs the dump did not save (SKIP rows), outputs that are not unique (judged
 again by validity). `kinds_for` picks the kinds once from the specs and the outputs; `compare_outputs` knows none of
-them. KINDS lists them; a new kind of output is one class.
+them. KINDS lists them; a new kind of output is one class. What a comparison reads: compare.Comparison.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -15,44 +15,11 @@ import torch
 from ..metrics.vectorised import blank_metrics
 from ..runs import capture
 from ..runs.execution import NotCheckable
-from ..settings import CheckOptions
 from ..verdict import ms_results, standards
 from . import compare
-from .compare import EarlyMetrics
+from .compare import Comparison
 from .recorded import Unsaved
 from .unique import judge_by_validity
-
-
-@dataclass
-class Comparison:
-    """A flat declaration of what one comparison of an item's outputs reads: the record, the rows' prefix, the
-    bench's, device's and third run's outputs and the third run's role, the API and settings; then what
-    compare.compare_floats reads (see there), and `ms_format` (a MindSpore dump: its checker's metrics on each row),
-    `overflow` (an overflow_check dump: each output classified, no precision verdict), `validity` (a forward item's
-    outputs may not be unique: the API as api_specs' not_unique lists name it, and
-    the device side's args and kwargs)."""
-
-    record: dict[str, Any]
-    prefix: str
-    bench: list[Any]
-    device: list[Any]
-    third: list[Any] | None
-    role: str
-    api: str
-    specs: dict[str, Any]
-    options: CheckOptions
-    positions: list[int] | None = None
-    product: Any = None
-    autocast: torch.dtype | None = None
-    scalar_operand: bool = False
-    gradients: bool = False
-    estimated: list[Any] | None = None
-    early: EarlyMetrics | None = None
-    contract: str = "torch"
-    summed: tuple[list[Any], str] | None = None
-    ms_format: bool = False
-    validity: tuple[str, list[Any], dict[str, Any]] | None = None
-    overflow: bool = False
 
 
 class Kind:
@@ -78,13 +45,13 @@ class FloatPairs(Kind):
     """msprobe's metrics and the selected standard's verdict on each pair (compare.compare_floats)."""
 
     def compare(self, job: Comparison) -> None:
+        if self.indices is None:
+            return compare.compare_floats(job)
         summed = job.summed
-        compare.compare_floats(job.record, job.prefix, self.pick(job.bench) or [], self.pick(job.device) or [],
-                               self.pick(job.third), job.role, job.api, job.specs, job.options, self.pick(job.positions),
-                               product=job.product, autocast=job.autocast, scalar_operand=job.scalar_operand,
-                               gradients=job.gradients, estimated=self.pick(job.estimated), early=job.early,
-                               contract=job.contract,
-                               summed=None if summed is None else (self.pick(summed[0]) or [], summed[1]))
+        compare.compare_floats(dataclasses.replace(
+            job, bench=self.pick(job.bench) or [], device=self.pick(job.device) or [], third=self.pick(job.third),
+            positions=self.pick(job.positions), estimated=self.pick(job.estimated),
+            summed=None if summed is None else (self.pick(summed[0]) or [], summed[1])))
 
 
 class Dropout(Kind):
@@ -271,3 +238,7 @@ def _classify(record: dict[str, Any], prefix: str, bench: list[Any], device: lis
     record["overflow"] = overall
     record["message"] = "; ".join(f"{o['name'].rsplit('.', 2)[-2]}.{o['name'].rsplit('.', 1)[-1]}: {o['message']}"
                                   for o in (bad or record["outputs"][:1]))
+
+
+__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique",
+           "Overflow", "compare_outputs", "kinds_for", "overflow_count"]
