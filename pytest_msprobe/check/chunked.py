@@ -133,9 +133,10 @@ def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     return rows, columns
 
 
-def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], options: CheckOptions, plan: Plan,
-          device_out: torch.Tensor, contract: str, scalar_operand: bool, narrow: torch.dtype | None) -> None:
-    """The row of one float output checked in pieces (`plan`), into record["outputs"]."""
+def check(item: Any, plan: Plan, device_out: torch.Tensor) -> None:
+    """The row of a re-run item's one float output checked in pieces (`plan`), into its record's outputs."""
+    record, api, specs, options = item.record, item.name.api_name, item.specs, item.options
+    prefix, contract, scalar_operand, narrow = _settings(item)
     d = stored(device_out)[1].reshape(-1)
     device_dtype = str(device_out.dtype)
     shape = [int(x) for x in device_out.shape]
@@ -197,6 +198,18 @@ def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], 
     record["outputs"].append(row.to_dict())
 
 
+def _settings(item: Any) -> tuple[str, str, bool, torch.dtype | None]:
+    """A piece-checked item's row prefix, contract, whether a Python number is among its arguments, and the
+    autocast dtype its kernel computes in where that is narrower (compare.strict_arrays' `narrow`)."""
+    from .calls import has_scalar_operand
+
+    autocast, api, inputs = item.plan.autocast, item.name.api_name, item.inputs
+    narrow = autocast if autocast is not None and in_list(item.specs, api, "error_model",
+                                                          "autocast_lower_precision") else None
+    return (f"{item.name.full_name}.forward.output", item.where.contract,
+            has_scalar_operand(inputs.args, inputs.kwargs), narrow)
+
+
 def _feed(feed: Callable[[int, dict[str, np.ndarray]], int], done: Callable[[], int], start: int,
           host: dict[str, np.ndarray], pending: _Pending, keys: tuple[str, ...], join: int) -> None:
     """A pass fed the piece at `start`: first the rest of the last piece joined to the next `join` elements (the
@@ -254,13 +267,13 @@ class _Pending:
         self.parts = [(s, a) for s, a in self.parts if s + next(iter(a.values())).size > upto]
 
 
-def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any, args: list[Any],
-              kwargs: dict[str, Any], bench_args: list[Any], bench_kwargs: dict[str, Any],
-              bench_dtype: Callable[[torch.Tensor], torch.dtype], out_shape: tuple[int, ...] | None,
-              bench_device: str, contract: str = "torch") -> Plan | None:
-    """The runs of a forward call checked in pieces (bench "b", third run "t" or magnitude "mag", a sum's magnitude
-    run "sum"), or None where its rows are not independent or a run cannot be cut (an NPU op, a reference device,
-    random numbers, msprobe's standards' torch run)."""
+def plan_runs(item: Any, bench_args: list[Any], bench_kwargs: dict[str, Any],
+              bench_dtype: Callable[[torch.Tensor], torch.dtype], out_shape: tuple[int, ...] | None) -> Plan | None:
+    """The runs of a re-run item's forward call checked in pieces (bench "b", third run "t" or magnitude "mag", a
+    sum's magnitude run "sum"), or None where its rows are not independent or a run cannot be cut (an NPU op, a
+    reference device, random numbers, msprobe's standards' torch run)."""
+    options, name, specs, plan, resolved = item.options, item.name, item.specs, item.plan, item.where.resolved
+    args, kwargs, bench_device, contract = item.inputs.args, item.inputs.kwargs, item.where.bench, item.where.contract
     api = name.api_name
     if name.api_type == "NPU" or options.reference_device or api in specs.get("dropout_apis", []) or \
             in_list(specs, api, "random_apis"):
@@ -311,7 +324,7 @@ def pieces_for(item: Any) -> Plan | None:
     from . import precision
 
     name, options, specs, record = item.name, item.options, item.specs, item.record
-    where, plan, inputs = item.where, item.plan, item.inputs
+    plan, inputs = item.plan, item.inputs
     api = name.api_name
     out_shape = first_output_shape(item.forward.get("output"))
     out_dtype = first_output_dtype(item.forward.get("output"))
@@ -335,8 +348,7 @@ def pieces_for(item: Any) -> Plan | None:
         raise NotCheckable(f"{why}; a backward item is not checked in pieces")
     notes: list[str] = []
     bench_args, bench_kwargs = precision.bench_arguments(api, inputs, plan, options, specs, notes)
-    pieces = plan_runs(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs, bench_args,
-                       bench_kwargs, bench_dtype, out_shape, where.bench, where.contract)
+    pieces = plan_runs(item, bench_args, bench_kwargs, bench_dtype, out_shape)
     if pieces is None:
         raise NotCheckable(f"{why}, and its output's rows are not independent: not checked in pieces")
     pieces.rows, pieces.columns = piece_plan(pieces.specs, limit)
@@ -389,15 +401,9 @@ class Pieces(RunsStrategy):
         return leaves[0]
 
     def compare(self, outputs: torch.Tensor) -> None:
-        from .calls import has_scalar_operand
-
-        item, pieces, plan = self.item, self.pieces, self.item.plan
-        record, name, specs, api, inputs = item.record, item.name, item.specs, item.name.api_name, item.inputs
+        record, pieces = self.item.record, self.pieces
         started = time.perf_counter()
-        narrow = plan.autocast if plan.autocast is not None and in_list(specs, api, "error_model",
-                                                                        "autocast_lower_precision") else None
-        check(record, f"{name.full_name}.forward.output", api, specs, item.options, pieces, outputs.detach(),
-              item.where.contract, has_scalar_operand(inputs.args, inputs.kwargs), narrow)
+        check(self.item, pieces, outputs.detach())
         if pieces.label is not None:
             record["reference"] = pieces.label
         record["timings"]["pieces_s"] = time.perf_counter() - started

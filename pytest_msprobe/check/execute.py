@@ -44,11 +44,9 @@ from .source import Item
 
 @dataclass
 class RerunItem(Item):
-    """A re-run item's context: what its entries, placement, inputs and precision stages gave (each set by its
+    """A re-run item's context: what its placement, inputs and precision stages gave (each set by its
     stage, in that order)."""
 
-    args_enc: list[Any] = field(default_factory=list)
-    kwargs_enc: dict[str, Any] = field(default_factory=dict)
     where: Placement = field(init=False)
     inputs: Inputs = field(init=False)
     plan: Plan = field(init=False)

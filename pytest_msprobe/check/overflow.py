@@ -55,8 +55,6 @@ from .source import DeviceSource, Item, RunsStrategy
 class OverflowItem(Item):
     """An overflow_check item's context, as its stages fill it in."""
 
-    args_enc: list[Any] = field(default_factory=list)
-    kwargs_enc: dict[str, Any] = field(default_factory=dict)
     device: Device = field(init=False)
     resolved: Resolved = field(init=False)
     built: Any = None  # prepare.prepared_inputs: (context, args, kwargs, cotangents)
@@ -103,8 +101,7 @@ class OverflowRun(DeviceSource):
         from .prepare import prepared_inputs
 
         item.started = time.perf_counter()
-        item.built = prepared_inputs(item.dump, item.name.api_name, item.args_enc, item.kwargs_enc,
-                                     item.backward_entry, item.record, item.options, item.specs)
+        item.built = prepared_inputs(item)
 
     def precision(self, item: Any) -> None:
         """No precision raise on either side; the recorded AMP autocast applies to both."""

@@ -50,8 +50,7 @@ class TorchRerun(DeviceSource):
 
     def inputs(self, item: Any) -> None:
         item.started = time.perf_counter()
-        ctx, args, kwargs, cotangents = prepared_inputs(item.dump, item.name.api_name, item.args_enc, item.kwargs_enc,
-                                                        item.backward_entry, item.record, item.options, item.specs)
+        ctx, args, kwargs, cotangents = prepared_inputs(item)
         item.inputs = Inputs(args, kwargs, cotangents, ctx.requires_grad)
 
     def precision(self, item: Any) -> None:

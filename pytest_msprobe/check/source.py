@@ -20,7 +20,7 @@ from . import calls
 @dataclass
 class Item:
     """One entry's context, as every stage reads it: its name, settings and record, the inputs the sides may share
-    (`shared`), then what the entries stage found (the user's settings, the recorded entries). `bare`: the torch
+    (`shared`), then what the entries stage found (the user's settings, the recorded entries, the encoded arguments). `bare`: the torch
     name the specs know the API by, where it is not the entry's own (a MindSpore call's torch twin)."""
 
     dump: Dump
@@ -32,6 +32,8 @@ class Item:
     user: dict[str, Any] = field(default_factory=dict)
     forward: dict[str, Any] = field(default_factory=dict)
     backward_entry: Any = None
+    args_enc: list[Any] = field(default_factory=list)
+    kwargs_enc: dict[str, Any] = field(default_factory=dict)
     bare: str = ""
 
     @property
