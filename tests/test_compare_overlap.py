@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pytest_msprobe.check import check_entry
-from pytest_msprobe.check.compare import OVERLAP_MIN_ELEMENTS, compare_outputs
+from pytest_msprobe.check.compare import OVERLAP_MIN_ELEMENTS, Comparison, compare_floats
 from pytest_msprobe.dump.reader import load_dump
 from pytest_msprobe.session import devices
 from pytest_msprobe.session.journal import run_fingerprint
@@ -61,8 +61,8 @@ def test_without_early_metrics_the_strict_checks_run_in_the_helper(write_dump, m
     rows = []
     for n in (1, 2):
         record: dict[str, Any] = {"outputs": [], "notes": []}
-        compare_outputs(record, "Functional.gelu.0.forward.output", [bench], [device], None, "torch", "gelu", SPECS,
-                        CheckOptions(device="cpu", standard="strict", work_threads=n))
+        compare_floats(Comparison(record, "Functional.gelu.0.forward.output", [bench], [device], None, "torch", "gelu",
+                                  SPECS, CheckOptions(device="cpu", standard="strict", work_threads=n)))
         rows.append(record["outputs"])
     assert strict_in == ["MainThread", "msprobe-helper_0"]
     assert rows[0] == rows[1] and rows[0][0]["verdict"] == "pass"

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -41,6 +43,7 @@ from ..verdict import judge, standards
 from ..verdict.strict import streamed as S
 from .compare import dress, stored
 from .prepare import terms_scale
+from .source import RunsStrategy
 
 MARGIN = 0.15  # of the host's free memory, left to everything else
 MIN_MARGIN = 1 << 30  # bytes left at least
@@ -130,9 +133,10 @@ def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     return rows, columns
 
 
-def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], options: CheckOptions, plan: Plan,
-          device_out: torch.Tensor, contract: str, scalar_operand: bool, narrow: torch.dtype | None) -> None:
-    """The row of one float output checked in pieces (`plan`), into record["outputs"]."""
+def check(item: Any, plan: Plan, device_out: torch.Tensor) -> None:
+    """The row of a re-run item's one float output checked in pieces (`plan`), into its record's outputs."""
+    record, api, specs, options = item.record, item.name.api_name, item.specs, item.options
+    prefix, contract, scalar_operand, narrow = _settings(item)
     d = stored(device_out)[1].reshape(-1)
     device_dtype = str(device_out.dtype)
     shape = [int(x) for x in device_out.shape]
@@ -140,10 +144,10 @@ def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], 
     bench_np = np.dtype(str(chunks.output_dtype(bench_spec)).split(".")[1])
     work = np.dtype(np.float32 if device_dtype == standards.BF16 else bench_np)
     dev_dtype = np.dtype(np.float32) if storage.is_bits(d) else d.dtype
-    row = standards._row(f"{prefix}.0", standards.ERROR, "", str(chunks.output_dtype(bench_spec)), device_dtype, shape)
-    th, algo, limits = standards._plan(row, device_dtype, work, api, specs, _metric_standard(options))
+    row = standards.blank_row(f"{prefix}.0", standards.ERROR, "", str(chunks.output_dtype(bench_spec)), device_dtype, shape)
+    th, algo, limits = standards.metric_plan(row, device_dtype, work, api, specs, _metric_standard(options))
     stand_b = np.broadcast_to(np.zeros((), bench_np), d.shape)
-    if device_dtype not in standards._sections(specs)[1]["layer2_dtypes"] or not \
+    if device_dtype not in standards.threshold_sections(specs)[1]["layer2_dtypes"] or not \
             _fused_ok(stand_b, d, dev_dtype, th, limits, work, device_dtype):
         raise NotCheckable(f"{api}: a {device_dtype} output is not checked in pieces (msprobe's metrics read it "
                            "whole); it does not fit the memory budget")
@@ -186,12 +190,24 @@ def check(record: dict[str, Any], prefix: str, api: str, specs: dict[str, Any], 
         raise NotCheckable(f"{api}: the strict totals are not finite (inf/NaN elements), which the strict checks "
                            "read whole; the output does not fit the memory budget")
     w = stats.worst
-    worst = standards._values(np.array([bench_worst], bench_np), d[w:w + 1], work)
-    standards._from_stats(row, stats, stand_b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th,
+    worst = standards.worst_values(np.array([bench_worst], bench_np), d[w:w + 1], work)
+    standards.from_stats(row, stats, stand_b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th,
                           _metric_standard(options), work)
     judge.decide(row, options.standard, api_name=api, specs=specs, ref_row=None, arrays=arrays,
                  reference_results=options.reference_results, strict_result=result)
     record["outputs"].append(row.to_dict())
+
+
+def _settings(item: Any) -> tuple[str, str, bool, torch.dtype | None]:
+    """A piece-checked item's row prefix, contract, whether a Python number is among its arguments, and the
+    autocast dtype its kernel computes in where that is narrower (compare.strict_arrays' `narrow`)."""
+    from .calls import has_scalar_operand
+
+    autocast, api, inputs = item.plan.autocast, item.name.api_name, item.inputs
+    narrow = autocast if autocast is not None and in_list(item.specs, api, "error_model",
+                                                          "autocast_lower_precision") else None
+    return (f"{item.name.full_name}.forward.output", item.where.contract,
+            has_scalar_operand(inputs.args, inputs.kwargs), narrow)
 
 
 def _feed(feed: Callable[[int, dict[str, np.ndarray]], int], done: Callable[[], int], start: int,
@@ -251,13 +267,13 @@ class _Pending:
         self.parts = [(s, a) for s, a in self.parts if s + next(iter(a.values())).size > upto]
 
 
-def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any, args: list[Any],
-              kwargs: dict[str, Any], bench_args: list[Any], bench_kwargs: dict[str, Any],
-              bench_dtype: Callable[[torch.Tensor], torch.dtype], out_shape: tuple[int, ...] | None,
-              bench_device: str, contract: str = "torch") -> Plan | None:
-    """The runs of a forward call checked in pieces (bench "b", third run "t" or magnitude "mag", a sum's magnitude
-    run "sum"), or None where its rows are not independent or a run cannot be cut (an NPU op, a reference device,
-    random numbers, msprobe's standards' torch run)."""
+def plan_runs(item: Any, bench_args: list[Any], bench_kwargs: dict[str, Any],
+              bench_dtype: Callable[[torch.Tensor], torch.dtype], out_shape: tuple[int, ...] | None) -> Plan | None:
+    """The runs of a re-run item's forward call checked in pieces (bench "b", third run "t" or magnitude "mag", a
+    sum's magnitude run "sum"), or None where its rows are not independent or a run cannot be cut (an NPU op, a
+    reference device, random numbers, msprobe's standards' torch run)."""
+    options, name, specs, plan, resolved = item.options, item.name, item.specs, item.plan, item.where.resolved
+    args, kwargs, bench_device, contract = item.inputs.args, item.inputs.kwargs, item.where.bench, item.where.contract
     api = name.api_name
     if name.api_type == "NPU" or options.reference_device or api in specs.get("dropout_apis", []) or \
             in_list(specs, api, "random_apis"):
@@ -302,17 +318,18 @@ def plan_runs(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     return Plan(runs, 0, 0, role, label, sums, bias)
 
 
-def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> bool:
-    """The memory stage of a re-run item: False where its whole check fits its budget (the other stages go on);
-    else the item checked a block of rows at a time (True), or NotCheckable with the reason."""
+def pieces_for(item: Any) -> Plan | None:
+    """The memory stage of a re-run item's runs: None where its whole check fits its budget; else how it is checked
+    a block of rows at a time (the record says so), or NotCheckable with the reason."""
     from . import precision
 
     name, options, specs, record = item.name, item.options, item.specs, item.record
+    plan, inputs = item.plan, item.inputs
     api = name.api_name
     out_shape = first_output_shape(item.forward.get("output"))
     out_dtype = first_output_dtype(item.forward.get("output"))
     if out_shape is None or out_dtype is None:
-        return False
+        return None
     bench_dtype = precision.bench_dtype(plan)
     wide = bench_dtype(torch.empty(0, dtype=out_dtype))
     runs = [(inputs.args, inputs.kwargs, bench_dtype, False)]  # the bench's arguments: the inputs' sizes
@@ -324,15 +341,14 @@ def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> boo
     need = memory_need(runs, numel, wide.itemsize) * (4 if item.want_grad else 1)
     limit = budget(options)
     if need <= limit:
-        return False
+        return None
     why = f"{api}: its check needs about {gib(need)} beside the device side, over the memory budget of " \
           f"{gib(limit)} (--msprobe-max-memory)"
     if item.want_grad:
         raise NotCheckable(f"{why}; a backward item is not checked in pieces")
     notes: list[str] = []
     bench_args, bench_kwargs = precision.bench_arguments(api, inputs, plan, options, specs, notes)
-    pieces = plan_runs(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs, bench_args,
-                       bench_kwargs, bench_dtype, out_shape, where.bench, where.contract)
+    pieces = plan_runs(item, bench_args, bench_kwargs, bench_dtype, out_shape)
     if pieces is None:
         raise NotCheckable(f"{why}, and its output's rows are not independent: not checked in pieces")
     pieces.rows, pieces.columns = piece_plan(pieces.specs, limit)
@@ -342,8 +358,7 @@ def in_pieces(item: Any, where: Any, plan: Any, inputs: Any, shared: Any) -> boo
                         "budget": limit, "need": need}
     record["notes"].append(f"checked in pieces of {pieces.rows} rows: the whole check needs about {gib(need)}, "
                            f"over the memory budget of {gib(limit)}")
-    _check_pieces(item, where, plan, inputs, pieces, shared)
-    return True
+    return pieces
 
 
 def _own(t: torch.Tensor) -> torch.dtype:
@@ -354,37 +369,44 @@ def _wide(t: torch.Tensor) -> torch.dtype:
     return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
 
 
-def _check_pieces(item: Any, where: Any, plan: Any, inputs: Any, pieces: Plan, shared: Any) -> None:
-    """The device's run, whole, on the inputs themselves where it cannot write them (`shared`; no bench side is
-    made), then the pieces' runs and checks (`check`)."""
-    from .calls import finish_record, has_scalar_operand
-    from .execute import Runs, Sides
-    from .placement import BenchSide, device_side, share
+class Pieces(RunsStrategy):
+    """A runs strategy (source.RunsStrategy): the device's run, whole, on the inputs themselves where it cannot
+    write them (`item.shared`; no bench side is made), then the pieces' runs and checks (`check`)."""
 
-    record, name, specs, options = item.record, item.name, item.specs, item.options
-    api = name.api_name
-    unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, record["timings"])
-    share(shared, name, where.resolved, inputs, False, item.forward, specs)
-    if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
-        shared.give = False
-    runs = Runs(item, where, plan, inputs, Sides(device_side(inputs, where, False, shared), unmade, False), None,
-                None)
-    with runs.guarded():
-        seed_random_apis(record["seed"], where.device)
-        out = runs._device_forward()
-        leaves = out.leaves_d
+    def __init__(self, item: Any, pieces: Plan) -> None:
+        from .execute import Runs, Sides
+        from .placement import BenchSide, device_side, share
+
+        self.item, self.pieces = item, pieces
+        inputs, where, shared = item.inputs, item.where, item.shared
+        unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, item.record["timings"])
+        share(shared, item.name, where.resolved, inputs, False, item.forward, item.specs)
+        if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
+            shared.give = False
+        self.runs = Runs(item, Sides(device_side(inputs, where, False, shared), unmade, False), None, None)
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        with self.runs.guarded():
+            yield
+
+    def run(self) -> torch.Tensor:
+        """The device's output: one float tensor, else NotCheckable."""
+        item = self.item
+        seed_random_apis(item.record["seed"], item.where.device)
+        leaves = self.runs.device_forward().leaves_d
         if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
-            raise NotCheckable(f"{api}: the device returned {len(leaves)} outputs, not one float tensor: not "
-                               "checked in pieces, and the whole check does not fit the memory budget")
+            raise NotCheckable(f"{item.name.api_name}: the device returned {len(leaves)} outputs, not one float "
+                               "tensor: not checked in pieces, and the whole check does not fit the memory budget")
+        return leaves[0]
+
+    def compare(self, outputs: torch.Tensor) -> None:
+        record, pieces = self.item.record, self.pieces
         started = time.perf_counter()
-        narrow = plan.autocast if plan.autocast is not None and in_list(specs, api, "error_model",
-                                                                        "autocast_lower_precision") else None
-        check(record, f"{name.full_name}.forward.output", api, specs, options, pieces, leaves[0].detach(),
-              where.contract, has_scalar_operand(inputs.args, inputs.kwargs), narrow)
+        check(self.item, pieces, outputs.detach())
         if pieces.label is not None:
             record["reference"] = pieces.label
         record["timings"]["pieces_s"] = time.perf_counter() - started
-        finish_record(record)
 
 
-__all__ = ["Plan", "budget", "check", "gib", "in_pieces", "memory_need", "piece_plan", "plan_runs"]
+__all__ = ["Pieces", "Plan", "budget", "check", "gib", "memory_need", "piece_plan", "pieces_for", "plan_runs"]

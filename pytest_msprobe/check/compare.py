@@ -9,6 +9,7 @@ that the helper has not reached (helper.wait_helping).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -19,7 +20,6 @@ import torch
 from ..helper import helper, wait_helping
 from ..metrics import storage
 from ..runs import capture
-from ..runs.execution import NotCheckable
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, load_specs, thresholds_for
 from ..verdict import contracts, grid, judge, standards, strict
@@ -98,91 +98,99 @@ def _metric_standard(options: CheckOptions) -> str:
     return "msprobe26" if options.standard == "msprobe26" else "msprobe"
 
 
-def compare_outputs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], third: list[Any] | None,
-                    role: str, api: str, specs: dict[str, Any], options: CheckOptions,
-                    positions: list[int] | None = None, product: Any = None, autocast: torch.dtype | None = None,
-                    scalar_operand: bool = False, gradients: bool = False,
-                    estimated: list[Any] | None = None, early: EarlyMetrics | None = None,
-                    contract: str = "torch", summed: tuple[list[Any], str] | None = None) -> None:
-    """Compare each output pair, and judge it by the selected standard. `positions` name the rows (the
-    inputs gradients belong to); `scalar_operand`: the call had a Python number among its arguments;
-    `gradients`: the pairs are a backward item's gradients; `estimated`: per pair, the elements of a
-    sampled third run that were estimated; `early`: start_metrics of these bench and device outputs;
-    `contract`: the device's accuracy contract (verdict/contracts.py); `summed`: per pair, the magnitude run's
-    output where that pair is a sum (None elsewhere), and the thresholds' section that scales it (third_run.Summed).
+@dataclass
+class Comparison:
+    """A flat declaration of what one comparison of an item's outputs reads (kinds.py): the record, the rows'
+    prefix, the bench's, device's and third run's outputs and the third run's role, the API and settings.
+    `positions` name the rows (the inputs gradients belong to); `product`: a magnitude run's product before the
+    bias; `autocast`: the plan's autocast dtype; `scalar_operand`: the call had a Python number among its
+    arguments; `gradients`: the pairs are a backward item's gradients; `estimated`: per pair, the elements of a
+    sampled third run that were estimated; `early`: start_metrics of these bench and device outputs; `contract`: the
+    device's accuracy contract (verdict/contracts.py); `summed`: per pair, the magnitude run's output where that
+    pair is a sum (None elsewhere), and the thresholds' section that scales it (third_run.Summed); `ms_format`: a
+    MindSpore dump (its checker's metrics on each row); `overflow`: an overflow_check dump (each output
+    classified, no precision verdict); `validity`: a forward item's outputs may not be unique (the API as
+    api_specs' not_unique lists name it, and the device side's args and kwargs)."""
+
+    record: dict[str, Any]
+    prefix: str
+    bench: list[Any]
+    device: list[Any]
+    third: list[Any] | None
+    role: str
+    api: str
+    specs: dict[str, Any]
+    options: CheckOptions
+    positions: list[int] | None = None
+    product: Any = None
+    autocast: torch.dtype | None = None
+    scalar_operand: bool = False
+    gradients: bool = False
+    estimated: list[Any] | None = None
+    early: EarlyMetrics | None = None
+    contract: str = "torch"
+    summed: tuple[list[Any], str] | None = None
+    ms_format: bool = False
+    overflow: bool = False
+    validity: tuple[str, list[Any], dict[str, Any]] | None = None
+
+
+def compare_floats(job: Comparison) -> None:
+    """Compare each float output pair (kinds.FloatPairs), and judge it by the selected standard.
 
     Stages, each one call: the pairs' arrays for the strict checks (`strict_arrays`), msprobe's metrics and the
     strict checks side by side (`metrics_and_checks`), then each row's verdict (`decide_rows`)."""
-    capture.stash(compared_bench=bench, compared_device=device, positions=positions)
-    if api in specs.get("dropout_apis", []):
-        return _judge_dropout(record, prefix, bench, device, api, specs)
+    device, third, options = job.device, job.third, job.options
+    capture.stash(compared_bench=job.bench, compared_device=device, positions=job.positions)
     # each tensor becomes one array, for msprobe's metrics and the strict checks
-    convert = early.convert if early is not None else _memoised(stored)
-    torch_run = [_round_like(r, d) for r, d in zip(third, device)] if third is not None and role == "torch" else None
-    magnitude = third if third is not None and role != "torch" else None
+    convert = job.early.convert if job.early is not None else _memoised(stored)
+    torch_run = [_round_like(r, d) for r, d in zip(third, device)] if third is not None and job.role == "torch" \
+        else None
+    magnitude = third if third is not None and job.role != "torch" else None
     on, metrics_on = checks_device(options, device, third), checks_device(options, device, None)
     if on is not None and on == metrics_on:  # the bench goes to the device once, for the strict and msprobe's passes
-        bench = [b.detach().to(on) if isinstance(b, torch.Tensor) else b for b in bench]
-    pairs = strict_arrays(bench, device, torch_run, magnitude, api, specs, product=product, autocast=autocast,
-                          scalar_operand=scalar_operand, gradients=gradients, estimated=estimated, convert=convert,
-                          on=on, contract=contract, summed=summed)
-    rows, strict_results = metrics_and_checks(prefix, bench, device, pairs, api, specs, options, early, convert,
-                                              metrics_on)
+        job = dataclasses.replace(job, bench=[b.detach().to(on) if isinstance(b, torch.Tensor) else b
+                                              for b in job.bench])
+    pairs = strict_arrays(job, torch_run, magnitude, convert, on)
+    rows, strict_results = metrics_and_checks(job, pairs, convert, metrics_on)
     ref_rows = None
     if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
-        ref_rows = standards.compare_structure(prefix, bench, torch_run, api_name=api, specs=specs,
+        ref_rows = standards.compare_structure(job.prefix, job.bench, torch_run, api_name=job.api, specs=job.specs,
                                                converter=convert, standard=_metric_standard(options))
-    decide_rows(record, prefix, rows, ref_rows, bench, device, pairs, strict_results, positions, api, specs, options)
+    decide_rows(job, rows, ref_rows, pairs, strict_results)
 
 
-def _judge_dropout(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any], api: str,
-                   specs: dict[str, Any]) -> None:
-    """A dropout's output judged by the fraction of zeros (msprobe's rule), not by values."""
-    b = next((x for x in bench if isinstance(x, torch.Tensor)), None)
-    d = next((x for x in device if isinstance(x, torch.Tensor)), None)
-    if b is None or d is None:
-        raise NotCheckable(f"{api}: dropout produced no tensor to judge")
-    status, message = standards.dropout_verdict(to_numpy(b)[1], to_numpy(d)[1], specs)
-    record["outputs"].append({
-        "name": f"{prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
-        "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
-    })
-    record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
-
-
-def strict_arrays(bench: list[Any], device: list[Any], torch_run: list[Any] | None, magnitude: list[Any] | None,
-                  api: str, specs: dict[str, Any], *, product: Any, autocast: torch.dtype | None,
-                  scalar_operand: bool, gradients: bool, estimated: list[Any] | None, convert: standards.Converter,
-                  on: torch.device | None, contract: str,
-                  summed: tuple[list[Any], str] | None) -> list[judge.StrictArrays | None]:
+def strict_arrays(job: Comparison, torch_run: list[Any] | None, magnitude: list[Any] | None,
+                  convert: standards.Converter, on: torch.device | None) -> list[judge.StrictArrays | None]:
     """Per pair, the arrays the strict checks read, with the error model's rules and the contract's allowance
     (None: not a float pair of one shape)."""
+    api, specs, autocast = job.api, job.specs, job.autocast
     kind = error_kind(api, specs)
-    if kind == "exact" and gradients:
+    if kind == "exact" and job.gradients:
         kind = "elementwise"  # IEEE exactness is the forward operation's; its gradients are other operations
     # an autocast kernel computes in the autocast dtype whatever dtype its results are stored in
     narrow = autocast if autocast is not None and in_list(specs, api, "error_model", "autocast_lower_precision") \
         else None
     pairs: list[judge.StrictArrays | None] = []
-    sums, sums_rules = summed if summed is not None else (None, None)
-    for i, (b, d) in enumerate(zip(bench, device)):
+    sums, sums_rules = job.summed if job.summed is not None else (None, None)
+    for i, (b, d) in enumerate(zip(job.bench, job.device)):
         arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i) if sums is None or _nth(sums, i) is None
-                               else _nth(sums, i), kind, product if i == 0 else None, narrow, _nth(estimated, i),
-                               convert, on)
+                               else _nth(sums, i), kind, job.product if i == 0 else None, narrow,
+                               _nth(job.estimated, i), convert, on)
         if arrays is not None:
-            dress(arrays, api, specs, gradients, scalar_operand, sums_rules if _nth(sums, i) is not None else None,
-                  contract, str(d.dtype))
+            dress(arrays, api, specs, job.gradients, job.scalar_operand,
+                  sums_rules if _nth(sums, i) is not None else None, job.contract, str(d.dtype))
         pairs.append(arrays)
     return pairs
 
 
-def metrics_and_checks(prefix: str, bench: list[Any], device: list[Any], pairs: list[judge.StrictArrays | None],
-                       api: str, specs: dict[str, Any], options: CheckOptions, early: EarlyMetrics | None,
-                       convert: standards.Converter, metrics_on: torch.device | None,
+def metrics_and_checks(job: Comparison, pairs: list[judge.StrictArrays | None], convert: standards.Converter,
+                       metrics_on: torch.device | None,
                        ) -> tuple[list[standards.OutputComparison], dict[int, strict.StrictResult]]:
     """msprobe's rows and the strict checks' results. With a spare core, msprobe's metrics of a large output and
     its strict checks run side by side: the metrics in the helper thread when they started early, else the
     strict checks there."""
+    device, api, specs, options, early = job.device, job.api, job.specs, job.options, job.early
     strict_results: dict[int, strict.StrictResult]
     strict_pairs = [(i, a) for i, a in enumerate(pairs) if a is not None and options.standard == "strict"
                     and grid.supported(str(device[i].dtype))]
@@ -194,29 +202,29 @@ def metrics_and_checks(prefix: str, bench: list[Any], device: list[Any], pairs: 
         pending = {i: helper().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
                    for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}
         # msprobe's statistics where the device output lives (on an accelerator: only they come back), else here
-        rows = standards.compare_structure(prefix, bench, device, api_name=api, specs=specs, converter=convert,
+        rows = standards.compare_structure(job.prefix, job.bench, device, api_name=api, specs=specs, converter=convert,
                                            standard=_metric_standard(options), on=metrics_on)
         strict_results = {i: wait_helping(future) for i, future in pending.items()}  # with blocks of their pass
     return rows, strict_results
 
 
-def decide_rows(record: dict[str, Any], prefix: str, rows: list[standards.OutputComparison],
-                ref_rows: list[standards.OutputComparison] | None, bench: list[Any], device: list[Any],
-                pairs: list[judge.StrictArrays | None], strict_results: dict[int, strict.StrictResult],
-                positions: list[int] | None, api: str, specs: dict[str, Any], options: CheckOptions) -> None:
+def decide_rows(job: Comparison, rows: list[standards.OutputComparison],
+                ref_rows: list[standards.OutputComparison] | None, pairs: list[judge.StrictArrays | None],
+                strict_results: dict[int, strict.StrictResult]) -> None:
     """Each row named and judged by the standard (judge.decide); the record gets it."""
+    bench, device, positions, options = job.bench, job.device, job.positions, job.options
     for i, row in enumerate(rows):
         if positions is not None and i < len(positions):
-            row.name = f"{prefix}.{positions[i]}"
+            row.name = f"{job.prefix}.{positions[i]}"
         paired = i < len(bench) and len(rows) == len(bench)
         arrays = pairs[i] if paired and i < len(pairs) else None
-        judge.decide(row, options.standard, api_name=api, specs=specs,
+        judge.decide(row, options.standard, api_name=job.api, specs=job.specs,
                      ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
                      arrays=arrays, reference_results=options.reference_results,
                      strict_result=strict_results.get(i) if arrays is not None else None)
         if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
             row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
-        record["outputs"].append(row.to_dict())
+        job.record["outputs"].append(row.to_dict())
 
 
 def dress(arrays: judge.StrictArrays, api: str, specs: dict[str, Any], gradients: bool, scalar_operand: bool,

@@ -23,7 +23,6 @@ from ..runs import backends, bench_device, capture
 from ..runs.execution import (
     NotCheckable,
     Plan,
-    Shared,
     Side,
     backward,
     broken_precondition,
@@ -34,34 +33,24 @@ from ..runs.execution import (
     seed_random_apis,
 )
 from ..runs.third_run import ReferenceRun, Summed, summed_outputs, third_run
-from ..settings import CheckOptions
 from . import calls
 from .calls import ApiFailure, bench_backward, bench_raw, device_backward, same_threads, selected
 from .compare import EarlyMetrics, start_metrics
 from .placement import BenchSide, Placement
 from .precision import Inputs
 from .prepare import bounding_run, build_pending_here, start_prefetch
+from .source import Item
 
 
-@dataclass(frozen=True)
-class Item:
-    """One entry's name, settings and recorded entries, as every stage reads them."""
+@dataclass
+class RerunItem(Item):
+    """A re-run item's context: what its placement, inputs and precision stages gave (each set by its
+    stage, in that order)."""
 
-    name: Any
-    options: CheckOptions
-    specs: dict[str, Any]
-    record: dict[str, Any]
-    user: dict[str, Any]
-    forward: dict[str, Any]
-    backward_entry: Any
-
-    @property
-    def want_grad(self) -> bool:
-        return self.backward_entry is not None
-
-    @property
-    def grad_index(self) -> int | None:
-        return calls.grad_index(self.user, self.specs, self.name.api_name)
+    where: Placement = field(init=False)
+    inputs: Inputs = field(init=False)
+    plan: Plan = field(init=False)
+    started: float = 0.0  # when the inputs stage began: the record's inputs_s
 
 
 @dataclass(frozen=True)
@@ -89,12 +78,12 @@ class Outputs:
     pairs_d: int = 0
 
 
-def third_runs(item: Item, where: Placement, plan: Plan, inputs: Inputs,
-               shared: Shared | None) -> tuple[ReferenceRun | None, Summed | None]:
+def third_runs(item: RerunItem) -> tuple[ReferenceRun | None, Summed | None]:
     """The runs beside device and bench: the third run (a reference device's, torch's own or the magnitude
     run) and the magnitude run of sums (or the terms run of a composite the contract bounds by its terms), each
     None where the standard uses none."""
-    name, options, specs = item.name, item.options, item.specs
+    name, options, specs, where, plan, inputs, shared = (item.name, item.options, item.specs, item.where, item.plan,
+                                                         item.inputs, item.shared)
     reference = third_run(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs,
                           inputs.requires_grad, item.want_grad, shared=shared, on=where.bench)
     summed = bounding_run(options, where.contract, where.resolved, name.api_name, specs, inputs.args, inputs.kwargs,
@@ -106,15 +95,14 @@ def third_runs(item: Item, where: Placement, plan: Plan, inputs: Inputs,
 class Runs:
     """One item's runs, in the order and threads they take (`run`); `guarded` around them and the comparison."""
 
-    def __init__(self, item: Item, where: Placement, plan: Plan, inputs: Inputs, sides: Sides,
-                 reference: ReferenceRun | None, summed: Summed | None) -> None:
-        self.item, self.where, self.plan, self.inputs, self.sides = item, where, plan, inputs, sides
+    def __init__(self, item: RerunItem, sides: Sides, reference: ReferenceRun | None, summed: Summed | None) -> None:
+        self.item, self.where, self.plan, self.inputs, self.sides = item, item.where, item.plan, item.inputs, sides
         self.reference, self.summed = reference, summed
         self.timings: dict[str, float] = item.record["timings"]
         name = item.name
         self.api_key, self.entry_name = f"{name.api_type}.{name.api_name}", f"{name.full_name}.{name.direction}"
         # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
-        self.device_fn = backends.runner(where.device, self.api_key, where.resolved.device_fn)
+        self.device_fn = backends.runner(self.where.device, self.api_key, self.where.resolved.device_fn)
         self.threads = torch.get_num_threads()  # this thread's: the bench's CPU reductions split by it, the helper's too
         self.bench_future: Future[Any] | None = None
         self.ref_future: Future[Any] | None = None
@@ -136,7 +124,7 @@ class Runs:
     def run(self) -> Outputs:
         """Device, bench, backward, third run and magnitude run; the bench's outputs waited for."""
         self._submit()
-        out = self._device_forward()
+        out = self.device_forward()
         if self.bench_future is None:
             self._bench_here(out)
         try:
@@ -212,7 +200,8 @@ class Runs:
             start_prefetch()  # the next item's inputs, in the helper thread while the API runs
         seed_random_apis(self.item.record["seed"], self.where.device)  # random APIs (dropout) replay per item
 
-    def _device_forward(self) -> Outputs:
+    def device_forward(self) -> Outputs:
+        """The device's forward, inside the device-call boundary; a drawn input's broken precondition a skip."""
         item, where, device = self.item, self.where, self.where.device
         try:
             out_d = calls.timed(self.timings, "device_s", "device", lambda: backends.device_call(
@@ -276,7 +265,7 @@ class Runs:
         self.timings["bench_wait_s"] = time.perf_counter() - waited  # the items' thread's part of a bench beside it
 
 
-def queued_metrics(item: Item, bench_future: Future[Any], sides: Sides, leaves_d: list[Any]) -> EarlyMetrics | None:
+def queued_metrics(item: RerunItem, bench_future: Future[Any], sides: Sides, leaves_d: list[Any]) -> EarlyMetrics | None:
     """start_metrics of a bench running in the helper thread: its outputs (a backward item's: its gradients)
     are taken there once it is done, ahead in the queue."""
     full, api, specs, options = item.name.full_name, item.name.api_name, item.specs, item.options

@@ -28,6 +28,7 @@ from ..runs.third_run import Summed, summed_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import contracts
+from .source import Item
 
 Built = tuple[BuildContext, list[Any], dict[str, Any], list[Any]]
 
@@ -145,11 +146,11 @@ def entry_of(dump: Dump, full: str, direction: str) -> dict[str, Any]:
     return entry
 
 
-def prepared_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
-                    record: dict[str, Any], options: CheckOptions,
-                    specs: dict[str, Any]) -> Built:
-    """build_inputs from the record's seed and the data mode, with msprobe's CPU dtype conversions;
-    the record gets the input notes and where the data came from."""
+def prepared_inputs(item: Item) -> Built:
+    """An item's build_inputs from the record's seed and the data mode (built ahead, where a core was spare), with
+    msprobe's CPU dtype conversions; the record gets the input notes and where the data came from."""
+    dump, api, record, options, specs = item.dump, item.name.api_name, item.record, item.options, item.specs
+    args_enc, kwargs_enc, backward_entry = item.args_enc, item.kwargs_enc, item.backward_entry
     key = _Key(id(dump), record["api"], backward_entry is not None, record["seed"], options, id(specs))
     built = _taken(key)
     ctx, args, kwargs, cotangents = built.result() if built is not None else build_inputs(

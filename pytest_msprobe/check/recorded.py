@@ -1,6 +1,6 @@
 """Where a replayed item's device result comes from: the outputs and gradients the dump saved (`Recorded`, replay
 mode), or MindSpore running the recorded call again (`MindSporeRun`, runs/mindspore.py). Each source is what
-its mode supplies to replay.py's stages; the rest (inputs, bench, third run, comparison) is shared.
+its device source (replay.RecordedOutputs, replay.MindSporeRerun) supplies to replay.py's stages; the rest (inputs, bench, third run, comparison) is shared.
 
 Apart from replay.py (the stages) and gradients.py (matching recorded gradients to the bench's): reading
 saved values from dump_tensor_data/ is its own concern, with its own failure (a tensor the dump did not save).

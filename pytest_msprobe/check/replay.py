@@ -16,9 +16,10 @@ Backward replay compares a recorded gradient only with the bench gradient of the
 * MindSpore dumps: gradients are recorded in argument order (one per positional tensor argument);
   they are matched by position and checked by shape.
 
-The same stages as a re-run item (check/rerun.py), each one call: the admitted modes; the bench (the torch twin
-of a MindSpore call); where the device result comes from (recorded.py: the saved outputs, or MindSpore running
-the call); the inputs and the precision plan; the bench's run, the device's result and the third run; the
+Two device sources (source.DeviceSource) take the protocol's stages (protocol.py), each one call of this module:
+entries (as a re-run item's, then the admitted modes); placement (the bench, the torch twin of a MindSpore call;
+where the device result comes from, recorded.py: the saved outputs, or MindSpore running the call); the inputs;
+the precision plan; the runs (`ExternalRuns`: the bench's run, the device's result, the third run); the
 comparison, whose gradients gradients.py matches to the recorded ones.
 """
 from __future__ import annotations
@@ -28,8 +29,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from ..dump.reader import Dump, EntryName
-from ..metrics.vectorised import blank_metrics
+from ..dump.reader import Dump
 from ..runs import capture, mindspore
 from ..runs.backends import select as select_device
 from ..runs.execution import (
@@ -52,10 +52,10 @@ from ..runs.third_run import ReferenceRun, Summed, summed_outputs, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
-from ..verdict.standards import OutputComparison
-from . import calls, compare, gradients, precision, prepare
+from . import calls, gradients, precision, prepare
+from .kinds import Comparison, compare_outputs
 from .recorded import MindSporeRun, Recorded, Unsaved, output_dtype, require_saved
-from .unique import judge_by_validity
+from .source import DeviceSource, Item, RunsStrategy
 
 
 def effective_mode(dump: Dump, options: CheckOptions) -> str:
@@ -69,22 +69,13 @@ def effective_mode(dump: Dump, options: CheckOptions) -> str:
 
 
 @dataclass
-class Case:
-    """A replayed or MindSpore item as its stages fill it in: the entries, the bench (`bench_fn`, its label and
-    the bare torch name the specs know it by), the device result's source, then the inputs and the bench's side."""
+class Case(Item):
+    """A replayed or MindSpore item as its stages fill it in: the bench (`bench_fn`, its label; `bare`: the torch
+    name the specs know it by), the device result's source, then the inputs and the bench's side."""
 
-    dump: Dump
-    name: EntryName
-    options: CheckOptions
-    specs: dict[str, Any]
-    record: dict[str, Any]
-    mode: str
-    forward: dict[str, Any] = field(default_factory=dict)
-    backward_entry: Any = None
+    mode: str = ""
     bench_fn: Any = None
     bench_label: str = ""
-    bare: str = ""
-    user: dict[str, Any] = field(default_factory=dict)
     source: Recorded | MindSporeRun = field(default_factory=Recorded)
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -97,51 +88,98 @@ class Case:
     bench_side: Side | None = None
     summed: Summed | None = None  # the magnitude run of sums, or a composite's terms run (execute.third_runs)
     summed_leaves: list[Any] | None = None
+    bench_args: list[Any] = field(default_factory=list)
+    bench_kwargs: dict[str, Any] = field(default_factory=dict)
+    started: float = 0.0
 
     @property
     def ms_dump(self) -> bool:
         return self.dump.framework == "mindspore"
 
-    @property
-    def want_grad(self) -> bool:
-        return self.backward_entry is not None
 
-    @property
-    def grad_index(self) -> int | None:
-        return calls.grad_index(self.user, self.specs, self.bare)
+class External(DeviceSource):
+    """The device sources whose result is not a local torch run; each stage one call of this module."""
+
+    @classmethod
+    def applies(cls, dump: Dump, options: CheckOptions) -> bool:
+        return options.mode == "replay" or dump.framework != "pytorch"
+
+    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any],
+             shared: Any) -> Case:
+        return Case(dump, name, options, specs, record, shared, mode=effective_mode(dump, options))
+
+    def entries(self, item: Any) -> None:
+        from .rerun import entries
+
+        entries(item)  # as a re-run item's, first
+        admitted(item)
+        item.forward = prepare.entry_of(item.dump, item.name.full_name, "forward")
+        item.backward_entry = prepare.entry_of(item.dump, item.name.full_name, "backward") \
+            if item.name.direction == "backward" else None
+
+    def placement(self, item: Any) -> None:
+        choose_bench(item)
+        item.source = device_source(item)
+        item.source.describe(item.record, item.bench_label)
+
+    def inputs(self, item: Any) -> None:
+        item.started = time.perf_counter()
+        item.bench_args, item.bench_kwargs = replay_inputs(item)
+
+    def precision(self, item: Any) -> None:
+        item.plan = replay_precision(item, item.bench_args, item.bench_kwargs)
+        item.bench_args = replay_rounding(item, item.plan, item.bench_args)
+        item.bench_side = make_side(item.bench_args, item.bench_kwargs, device="cpu",
+                                    dtype_for=precision.bench_dtype(item.plan), requires_grad=item.requires_grad,
+                                    want_grad=item.want_grad, bench=True)
+        # --msprobe-save-error-data/-html: the inputs as recorded (the bench's fixes are applied again on replay)
+        capture.stash(args=item.args, kwargs=item.kwargs, requires_grad=item.requires_grad,
+                      cotangents=item.cotangents, name=item.name, framework=item.dump.framework, mode=item.mode)
+        item.record["timings"]["inputs_s"] = time.perf_counter() - item.started
+
+    def runs(self, item: Any) -> RunsStrategy:
+        return ExternalRuns(item)
 
 
-def run_external(dump: Dump, name: EntryName, options: CheckOptions, specs: dict[str, Any],
-                 record: dict[str, Any]) -> None:
-    """check._run for replay mode and for MindSpore dumps, stage by stage; fills `record` the same way."""
-    case = admitted(Case(dump, name, options, specs, record, effective_mode(dump, options)))
-    case.forward = prepare.entry_of(dump, name.full_name, "forward")
-    case.backward_entry = prepare.entry_of(dump, name.full_name, "backward") if name.direction == "backward" else None
-    choose_bench(case)
-    case.source = device_source(case)
-    case.source.describe(record, case.bench_label)
-    started = time.perf_counter()
-    bench_args, bench_kwargs = replay_inputs(case)
-    case.plan = replay_precision(case, bench_args, bench_kwargs)
-    bench_args = replay_rounding(case, case.plan, bench_args)
-    case.bench_side = make_side(bench_args, bench_kwargs, device="cpu", dtype_for=precision.bench_dtype(case.plan),
-                                requires_grad=case.requires_grad, want_grad=case.want_grad, bench=True)
-    # --msprobe-save-error-data/-html: the inputs as recorded (the bench's fixes are applied again on replay)
-    capture.stash(args=case.args, kwargs=case.kwargs, requires_grad=case.requires_grad, cotangents=case.cotangents,
-                  name=name, framework=dump.framework, mode=case.mode)
-    record["timings"]["inputs_s"] = time.perf_counter() - started
-    reference = _reference(options, name, specs, case.plan, bench_args, bench_kwargs, case.requires_grad,
-                           case.want_grad, case.bench_fn, case.bench_label, case.ms_dump)
-    case.summed = replay_summed(case)
-    out_b, leaves_b, pairs_b = bench_run(case)
-    leaves_d = case.source.outputs(case, pairs_b)
-    capture.stash(out_d=leaves_d, out_b=out_b)
-    ref_leaves = reference_run(case, reference)
-    case.summed_leaves = forward_run(case, case.summed.run if case.summed is not None else None, "magnitude")
-    started, waited = time.perf_counter(), calls.backward_seconds(record["timings"])
-    compare_case(case, reference, leaves_b, leaves_d, ref_leaves, pairs_b)
-    record["timings"]["compare_s"] = time.perf_counter() - started - (calls.backward_seconds(record["timings"]) - waited)
-    calls.finish_record(record)
+class RecordedOutputs(External):
+    """The device's result: the outputs the dump saved (replay mode; MindSpore tensor dumps by default)."""
+
+    @classmethod
+    def applies(cls, dump: Dump, options: CheckOptions) -> bool:
+        return super().applies(dump, options) and effective_mode(dump, options) == "replay"
+
+
+class MindSporeRerun(External):
+    """The device's result: MindSpore running the recorded call again (runs/mindspore.py)."""
+
+    @classmethod
+    def applies(cls, dump: Dump, options: CheckOptions) -> bool:
+        return super().applies(dump, options) and effective_mode(dump, options) == "rerun"
+
+
+class ExternalRuns(RunsStrategy):
+    """The bench's run, the device's result from its source, the third run and the magnitude run; compared by
+    `compare_case`."""
+
+    def __init__(self, item: Case) -> None:
+        self.case = item
+
+    def run(self) -> tuple[Any, list[Any], list[Any], list[Any] | None, list[Any]]:
+        case = self.case
+        reference = _reference(case, case.bench_args, case.bench_kwargs)
+        case.summed = replay_summed(case)
+        out_b, leaves_b, pairs_b = bench_run(case)
+        leaves_d = case.source.outputs(case, pairs_b)
+        capture.stash(out_d=leaves_d, out_b=out_b)
+        ref_leaves = reference_run(case, reference)
+        case.summed_leaves = forward_run(case, case.summed.run if case.summed is not None else None, "magnitude")
+        return reference, leaves_b, leaves_d, ref_leaves, pairs_b
+
+    def compare(self, outputs: tuple[Any, list[Any], list[Any], list[Any] | None, list[Any]]) -> None:
+        timings = self.case.record["timings"]
+        started, waited = time.perf_counter(), calls.backward_seconds(timings)
+        compare_case(self.case, *outputs)
+        timings["compare_s"] = time.perf_counter() - started - (calls.backward_seconds(timings) - waited)
 
 
 def admitted(case: Case) -> Case:
@@ -322,13 +360,12 @@ def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any]
             from bench_functions import postprocess
             leaves_d = postprocess(name.api_name, leaves_d, case.args, case.kwargs, "device")
             leaves_b = postprocess(name.api_name, leaves_b, case.args, case.kwargs, "bench")
-        _compare_pairs(record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role,
-                       list(range(len(leaves_b))), case.bare, case.specs, case.options, case.dump.framework != "pytorch",
-                       scalar_operand=calls.has_scalar_operand(case.args, case.kwargs),
-                       summed=summed_outputs(case.summed, case.summed_leaves, False))
-        if not any(isinstance(d, Unsaved) for d in leaves_d):  # ties, writers, factors: as a re-run judges them
-            judge_by_validity(record, name.api_name, case.specs, case.options.standard, leaves_b, leaves_d, case.args,
-                              case.kwargs)
+        # ties, writers, factors: as a re-run judges them
+        _compare_pairs(case, Comparison(
+            record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role, case.bare, case.specs, case.options,
+            list(range(len(leaves_b))), scalar_operand=calls.has_scalar_operand(case.args, case.kwargs),
+            summed=summed_outputs(case.summed, case.summed_leaves, False), ms_format=case.dump.framework != "pytorch",
+            validity=(name.api_name, case.args, case.kwargs)))
     elif case.by_position:
         compare_by_position(case, reference, leaves_b, ref_leaves, pairs_b, role)
     else:
@@ -352,9 +389,10 @@ def compare_by_position(case: Case, reference: ReferenceRun | None, leaves_b: li
         raise NotCheckable(f"{full}: no recorded gradient of a floating-point argument to compare")
     refs = gradients.reference_grads_by_position(reference, ref_leaves, case.cotangents, case.grad_index, positions,
                                                  record)
-    _compare_pairs(record, f"{full}.backward.output", [grads_b[p] for p in positions],
-                   [grads_d[p] for p in positions], refs, role, positions, case.bare, case.specs, case.options, True,
-                   gradients=True, summed=summed_by_position(case, positions))
+    _compare_pairs(case, Comparison(
+        record, f"{full}.backward.output", [grads_b[p] for p in positions], [grads_d[p] for p in positions], refs,
+        role, case.bare, case.specs, case.options, positions, gradients=True,
+        summed=summed_by_position(case, positions), ms_format=True))
 
 
 def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[Any],
@@ -383,54 +421,30 @@ def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[A
                 refs = [grads_r[j] for j in slots]
         except (NotCheckable, IndexError, AttributeError) as exc:
             record["notes"].append(f"reference gradients not used: {exc}")
-    _compare_pairs(record, f"{full}.backward.output", [grads_b[j] for j in slots],
-                   [recorded_grads[j] for j in slots], refs, role, slots, case.bare, case.specs, case.options, False,
-                   gradients=True, estimated=estimated, summed=summed_by_slot(case, slots, grads_b))
+    _compare_pairs(case, Comparison(
+        record, f"{full}.backward.output", [grads_b[j] for j in slots], [recorded_grads[j] for j in slots], refs,
+        role, case.bare, case.specs, case.options, slots, gradients=True, estimated=estimated,
+        summed=summed_by_slot(case, slots, grads_b)))
 
 
-def _reference(options: CheckOptions, name: EntryName, specs: dict[str, Any], plan: Any, args: list[Any],
-               kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool, bench_fn: Any, label: str,
-               ms_dump: bool) -> Any:
-    """The third run of the standards that use one (check._reference_side), with the torch bench callable."""
-    if options.reference_device and ms_dump:
+def _reference(case: Case, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The third run of the standards that use one (third_run.third_run), with the torch bench callable."""
+    options, plan, label = case.options, case.plan, case.bench_label
+    assert plan is not None
+    if options.reference_device and case.ms_dump:
         ref_device = select_device(options.reference_device)
         side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
-                         requires_grad=requires_grad, want_grad=want_grad, bench=False)
-        return ReferenceRun(side, bench_fn, plan.autocast, ref_device, f"{label} on {ref_device.name}")
-    return third_run(options, SimpleNamespace(bench_fn=bench_fn), name, specs, plan, args, kwargs, requires_grad,
-                     want_grad)
-
+                         requires_grad=case.requires_grad, want_grad=case.want_grad, bench=False)
+        return ReferenceRun(side, case.bench_fn, plan.autocast, ref_device, f"{label} on {ref_device.name}")
+    return third_run(options, SimpleNamespace(bench_fn=case.bench_fn), case.name, case.specs, plan, args, kwargs,
+                     case.requires_grad, case.want_grad)
 
 
 # ----------------------------------------------------------------------------- comparing
 
 
 
-def _compare_pairs(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
-                   third: list[Any] | None, role: str, positions: list[int], api: str, specs: dict[str, Any],
-                   options: CheckOptions, ms_format: bool, *, scalar_operand: bool = False,
-                   gradients: bool = False, estimated: list[Any] | None = None,
-                   summed: tuple[list[Any], str] | None = None) -> None:
-    """compare.compare_outputs on the pairs with a saved device value; SKIP rows for unsaved ones; the MindSpore
-    checker's metrics on each row of a MindSpore dump (its CSV columns)."""
-    keep = [i for i, d in enumerate(device) if not isinstance(d, Unsaved)]
-    start = len(record["outputs"])
-    if keep:
-        compare.compare_outputs(record, prefix, [bench[i] for i in keep], [device[i] for i in keep],
-                       None if third is None else [third[i] for i in keep], role, api, specs, options,
-                       [positions[i] for i in keep], scalar_operand=scalar_operand, gradients=gradients,
-                       estimated=None if estimated is None else [estimated[i] for i in keep],
-                       contract=record.get("contract", "torch"),
-                       summed=None if summed is None else ([summed[0][i] for i in keep], summed[1]))
-    rows = record["outputs"][start:]
-    if ms_format and len(rows) == len(keep):
-        epsilon = specs["thresholds"]["mindspore"]["epsilon"]
-        for row, i in zip(rows, keep):
-            b, d = compare.to_numpy(bench[i]), compare.to_numpy(device[i])
-            if b[0] == "tensor" and d[0] == "tensor":
-                row["ms_metrics"] = ms_results.ms_metrics(b[1], d[1], epsilon)
-    for i, d in enumerate(device):
-        if isinstance(d, Unsaved):
-            row = OutputComparison(f"{prefix}.{positions[i]}", "SKIP", f"{d.where}: not saved in dump_tensor_data/, "
-                                   "nothing to compare", " ", " ", list(d.shape), blank_metrics(), verdict="SKIP")
-            record["outputs"].append(row.to_dict())
+def _compare_pairs(case: Case, job: Comparison) -> None:
+    """The pairs compared, each kind of output by itself (kinds.py), in the contract the record names."""
+    job.contract = case.record.get("contract", "torch")
+    compare_outputs(job)

@@ -1,138 +1,123 @@
-"""One item's whole check: rebuild inputs, run device and bench, compare, produce a record.
+"""The device source of a re-run item: the API runs again on the device under test (torch), beside the bench.
 
-`_run` is a pipeline of named stages, each one call: the entries; where each side runs (placement.py); the
-inputs, with what precision each side computes in and what rounding the inputs get (precision.py); the
-sides; which runs exist and running them (execute.py); how outputs are compared (`compare_item`, through
-compare.py). Replay and MindSpore items (replay.py) take the same stages where they apply; they differ in
-where the device result comes from.
-
-The record is a plain JSON-able dict so it can travel from an xdist worker to the controller
-on the test report; `report.py` turns records into msprobe's CSV files.
+Its stages (protocol.py), each one call: the entries; where each side runs (placement.py); the inputs, with what
+precision each side computes in and what rounding the inputs get (precision.py); the runs, whole (execute.Runs) or
+a block of rows at a time where the whole check does not fit (chunked.Pieces); how outputs are compared
+(`compare_item`, through compare.py).
 """
 from __future__ import annotations
 
-import functools
 import time
-import traceback
-from typing import Any, Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from ..dump.reader import Dump, parse_entry_name
-from ..inputs.build import InputError
-from ..inputs.seeds import item_seed
-from ..runs import capture, kernels
-from ..runs.backends import not_implemented
-from ..runs.execution import NotCheckable, Shared
+from ..dump.reader import Dump
+from ..runs import capture
+from ..runs.execution import NotCheckable
 from ..runs.third_run import ReferenceRun, bench_product
 from ..settings import CheckOptions
 from ..specs.loader import in_list
 from . import chunked, execute, placement, precision
 from .calls import ApiFailure, finish_record, has_scalar_operand
-from .compare import compare_outputs, start_metrics
-from .execute import Item, Outputs, Sides
-from .placement import Placement, may_draw
+from .compare import start_metrics
+from .execute import Outputs, RerunItem, Sides
+from .kinds import Comparison, compare_outputs
+from .placement import may_draw
 from .precision import Inputs
 from .prepare import checkable_entries, encoded_arguments, prepared_inputs
-from .unique import judge_by_validity
+from .source import DeviceSource, Item, RunsStrategy
 
-__all__ = ["ApiFailure", "check_entry", "may_draw"]
-
-
-Runner = Callable[[Dump, Any, CheckOptions, dict[str, Any], dict[str, Any]], None]
+__all__ = ["ApiFailure", "TorchRerun", "may_draw"]
 
 
-def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any], *, overflow: Runner,
-                external: Runner) -> dict[str, Any]:
-    """One entry's record. The other flows come in as callables (check/__init__.py passes them), so
-    they can reuse this module's steps without an import cycle: `overflow` for overflow_check dumps,
-    `external` for replay mode and MindSpore dumps."""
-    name = parse_entry_name(entry_name)
-    overflowing = dump.task == "overflow_check"  # REFERENCE §3.6: classify each overflow instead of judging precision
-    # the inputs the call may not write are shared by the sides (_run says which); if the call wrote into one
-    # after all, the item is judged on fresh inputs again, with a copy of every input per side. A loop, not a
-    # helper function: a frame more would make a dump nested near Python's recursion limit fail in the worker
-    note = ""
-    for shared in (None,) if overflowing else (Shared(None), None):
-        record: dict[str, Any] = {
-            "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
-            "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
-            "outputs": [], "timings": {},
-        }
-        run: Runner = overflow if overflowing else functools.partial(_run, external=external, shared=shared)
-        if overflowing:
-            record["mode"] = "overflow_check"
-        try:
-            run(dump, name, options, specs, record)
-        except (NotCheckable, InputError) as exc:
-            record["status"], record["message"] = "SKIP", str(exc)
-        except (ApiFailure, kernels.KernelError) as exc:
-            record["status"], record["message"] = "error", str(exc)
-            record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
-            if isinstance(exc, ApiFailure) and exc.side == "device" and not_implemented(exc.__cause__):
-                # a device without a kernel for this call (or dtype) says nothing about its accuracy: counted apart
-                record["status"], record["not_implemented"] = "SKIP", True
-                record["message"] = f"not implemented on the device: {exc}"
-        except Exception:
-            if shared is None or not shared.changed():
-                raise
-        written = shared.changed() if shared is not None else []
-        if not written:
-            break
-        note = (f"the call wrote into {len(written)} input(s) that another side read (torch's version counter "
-                "moved): checked again with a copy of every input per side")
-    if note:
-        record["notes"].append(note)
-    return record
+class TorchRerun(DeviceSource):
+    """The device's result: the API run again here, on --msprobe-device (the default source)."""
+
+    @classmethod
+    def applies(cls, dump: Dump, options: CheckOptions) -> bool:
+        return True
+
+    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any],
+             shared: Any) -> RerunItem:
+        return RerunItem(dump, name, options, specs, record, shared)
+
+    def entries(self, item: Any) -> None:
+        item.args_enc, item.kwargs_enc = entries(item)
+
+    def placement(self, item: Any) -> None:
+        item.where = placement.place(item.name, item.options, item.specs, item.forward, item.record)
+
+    def inputs(self, item: Any) -> None:
+        item.started = time.perf_counter()
+        ctx, args, kwargs, cotangents = prepared_inputs(item)
+        item.inputs = Inputs(args, kwargs, cotangents, ctx.requires_grad)
+
+    def precision(self, item: Any) -> None:
+        api, record = item.name.api_name, item.record
+        item.plan = precision.plan(api, item.inputs, item.forward, item.specs, item.options)
+        item.inputs = precision.round_inputs(api, item.inputs, item.plan.hf32, item.where.device, item.specs,
+                                             record["notes"])
+        item.where = placement.place_bench(item.where, item.options, item.plan, item.inputs, record)
+
+    def runs(self, item: Any) -> RunsStrategy:
+        """In pieces where the whole check does not fit its memory budget (chunked.py), else whole."""
+        pieces = chunked.pieces_for(item)
+        if pieces is not None:
+            return chunked.Pieces(item, pieces)
+        inputs, where = item.inputs, item.where
+        capture.stash(args=inputs.args, kwargs=inputs.kwargs, requires_grad=inputs.requires_grad,
+                      cotangents=inputs.cotangents, plan=item.plan, device=where.device, name=item.name,
+                      want_grad=item.want_grad, resolved=where.resolved)  # --msprobe-save-error-data/-repro/-fuzz
+        sides = make_sides(item)
+        item.record["timings"]["inputs_s"] = time.perf_counter() - item.started
+        return Whole(item, sides, execute.Runs(item, sides, *execute.third_runs(item)))
+
+    def finish(self, item: Item) -> None:
+        finish_record(item.record)  # looked up here: benchmarks/run_probe.py times it as rerun.finish_record
 
 
-def _run(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any], *,
-         external: Runner, shared: Shared | None) -> None:
-    """The stages of a re-run item, each one call; recorded outputs and MindSpore dumps go to `external`."""
-    item, args_enc, kwargs_enc = entries(dump, name, options, specs, record)
-    if options.mode == "replay" or dump.framework != "pytorch":  # recorded outputs, MindSpore (replay.py)
-        return external(dump, name, options, specs, record)
-    where = placement.place(name, options, specs, item.forward, record)
-    started = time.perf_counter()
-    ctx, args, kwargs, cotangents = prepared_inputs(dump, name.api_name, args_enc, kwargs_enc, item.backward_entry,
-                                                    record, options, specs)
-    inputs = Inputs(args, kwargs, cotangents, ctx.requires_grad)
-    plan = precision.plan(name.api_name, inputs, item.forward, specs, options)
-    inputs = precision.round_inputs(name.api_name, inputs, plan.hf32, where.device, specs, record["notes"])
-    where = placement.place_bench(where, options, plan, inputs, record)
-    if chunked.in_pieces(item, where, plan, inputs, shared):  # too large to check whole: a block of rows at a time
-        return
-    capture.stash(args=inputs.args, kwargs=inputs.kwargs, requires_grad=inputs.requires_grad,
-                  cotangents=inputs.cotangents, plan=plan, device=where.device, name=name, want_grad=item.want_grad,
-                  resolved=where.resolved)  # --msprobe-save-error-data/-repro/-fuzz
-    sides = make_sides(item, where, plan, inputs, shared)
-    record["timings"]["inputs_s"] = time.perf_counter() - started
-    runs = execute.Runs(item, where, plan, inputs, sides, *execute.third_runs(item, where, plan, inputs, shared))
-    with runs.guarded():
-        outputs = runs.run()
+class Whole(RunsStrategy):
+    """The whole check at once: device, bench, third run and magnitude run (execute.Runs), then `compare_item`."""
+
+    def __init__(self, item: RerunItem, sides: Sides, runs: execute.Runs) -> None:
+        self.item, self.sides, self.runs = item, sides, runs
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        with self.runs.guarded():
+            yield
+
+    def run(self) -> Outputs:
+        return self.runs.run()
+
+    def compare(self, outputs: Outputs) -> None:
         started = time.perf_counter()
-        compare_item(item, where, plan, inputs, sides, runs.reference, outputs)
-        record["timings"]["compare_s"] = time.perf_counter() - started
-        finish_record(record)
+        compare_item(self.item, self.sides, self.runs.reference, outputs)
+        self.item.record["timings"]["compare_s"] = time.perf_counter() - started
 
 
-def entries(dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any],
-            record: dict[str, Any]) -> tuple[Item, list[Any], dict[str, Any]]:
-    """The entries the item checks and its encoded arguments; NotCheckable where its backward cannot be."""
+def entries(item: Item) -> tuple[list[Any], dict[str, Any]]:
+    """The entries the item checks (into `item`) and its encoded arguments; NotCheckable where its backward cannot
+    be. Every source but overflow's takes this stage first."""
+    name, specs = item.name, item.specs
     api = name.api_name
-    user, forward, backward_entry = checkable_entries(dump, name, specs)
-    args_enc, kwargs_enc = encoded_arguments(forward, name.full_name)
-    if backward_entry is not None:
+    item.user, item.forward, item.backward_entry = checkable_entries(item.dump, name, specs)
+    args_enc, kwargs_enc = encoded_arguments(item.forward, name.full_name)
+    if item.backward_entry is not None:
         if in_list(specs, api, "backward", "not_backward"):
             raise NotCheckable(f"{api}: no backward input data is recorded for this API")
         if in_list(specs, api, "backward", "unsupported"):
             raise NotCheckable(f"{api}: backward of this API is not checkable")
         if "out" in kwargs_enc:
             raise NotCheckable(f"{api}: called with out=..., which does not support autograd")
-    return Item(name, options, specs, record, user, forward, backward_entry), args_enc, kwargs_enc
+    return args_enc, kwargs_enc
 
 
-def make_sides(item: Item, where: Placement, plan: Any, inputs: Inputs, shared: Shared | None) -> Sides:
+def make_sides(item: RerunItem) -> Sides:
     """The device's side, and the bench's (made here unless it runs beside the device): who shares what."""
-    name, options, specs = item.name, item.options, item.specs
+    name, options, specs, where, plan, inputs, shared = (item.name, item.options, item.specs, item.where, item.plan,
+                                                         item.inputs, item.shared)
     beside = placement.bench_beside(name, inputs.kwargs, options, specs)
     placement.share(shared, name, where.resolved, inputs, beside, item.forward, specs)
     device_side = placement.device_side(inputs, where, item.want_grad, shared)
@@ -145,20 +130,19 @@ def make_sides(item: Item, where: Placement, plan: Any, inputs: Inputs, shared: 
     return Sides(device_side, bench_side, beside)
 
 
-def compare_item(item: Item, where: Placement, plan: Any, inputs: Inputs, sides: Sides,
-                 reference: ReferenceRun | None, out: Outputs) -> None:
-    """How the outputs are compared: a forward item's outputs, or a backward item's gradients, each pair with
-    the bench's and the third run's (compare.compare_outputs)."""
+def compare_item(item: RerunItem, sides: Sides, reference: ReferenceRun | None, out: Outputs) -> None:
+    """Which outputs pair up: a forward item's outputs, or a backward item's gradients, each pair with the bench's
+    and the third run's; each kind of output compares itself (kinds.compare_outputs)."""
     record, options, specs, api, full = item.record, item.options, item.specs, item.name.api_name, item.name.full_name
+    where, plan, inputs = item.where, item.plan, item.inputs
     role = reference.role if reference is not None else "torch"
     if item.backward_entry is None:
         product = bench_product(api, sides.bench(), out.leaves_b, specs) if role == "magnitude" else None
-        compare_outputs(record, f"{full}.forward.output", out.leaves_b, out.leaves_d, out.leaves_r, role, api,
-                        specs, options, product=product, autocast=plan.autocast,
-                        scalar_operand=has_scalar_operand(inputs.args, inputs.kwargs), early=out.early,
-                        contract=where.contract, summed=out.summed)
-        judge_by_validity(record, api, specs, options.standard, out.leaves_b, out.leaves_d, sides.device.args,
-                          sides.device.kwargs)
+        compare_outputs(Comparison(record, f"{full}.forward.output", out.leaves_b, out.leaves_d, out.leaves_r, role,
+                                   api, specs, options, product=product, autocast=plan.autocast,
+                                   scalar_operand=has_scalar_operand(inputs.args, inputs.kwargs), early=out.early,
+                                   contract=where.contract, summed=out.summed,
+                                   validity=(api, sides.device.args, sides.device.kwargs)))
         return
     grads_b = [leaf.grad for _, leaf in sides.bench().grad_leaves]
     grads_d = [leaf.grad for _, leaf in sides.device.grad_leaves]
@@ -169,6 +153,6 @@ def compare_item(item: Item, where: Placement, plan: Any, inputs: Inputs, sides:
     if reference is not None and reference.side is not None and out.leaves_r is not None:
         grads_r, estimated = reference.complete([leaf.grad for _, leaf in reference.side.grad_leaves],
                                                 grads_b, [pos for pos, _ in reference.side.grad_leaves])
-    compare_outputs(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options,
-                    positions, autocast=plan.autocast, gradients=True, estimated=estimated, early=early,
-                    contract=where.contract, summed=out.summed)
+    compare_outputs(Comparison(record, prefix, grads_b, grads_d, grads_r, role, api, specs, options, positions,
+                               autocast=plan.autocast, gradients=True, estimated=estimated, early=early,
+                               contract=where.contract, summed=out.summed))

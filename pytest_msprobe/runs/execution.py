@@ -284,7 +284,7 @@ class Shared:
     one is given to one side alone (the first that needs it as it is, when `give`), every other side copying
     it before any side runs. The safety net: torch bumps a tensor's version counter on every write through
     it or any alias (detach() and views share the counter), so `changed()` names the read inputs that a run
-    wrote into after all; the item is then checked again with a copy per side (check/rerun.check_entry)."""
+    wrote into after all; the item is then checked again with a copy per side (check/protocol.check_entry)."""
 
     def __init__(self, written: Collection[int] | None, *, give: bool = True) -> None:
         self.written = written

@@ -82,7 +82,7 @@ _FIELDS = fields(OutputComparison)
 
 
 # --------------------------------------------------------------------------------------- specs
-def _sections(specs: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+def threshold_sections(specs: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     """(thresholds, categories) of a specs mapping; None means the shipped api_specs/."""
     if specs is None or "thresholds" not in specs or "categories" not in specs:
         default = load_specs()
@@ -91,7 +91,7 @@ def _sections(specs: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], Mappi
 
 
 # --------------------------------------------------------------------------------------- verdicts
-def _row(name: str, status: str, message: str, bench_dtype: str = BLANK, device_dtype: str = BLANK,
+def blank_row(name: str, status: str, message: str, bench_dtype: str = BLANK, device_dtype: str = BLANK,
          shape: list[int] | None = None) -> OutputComparison:
     return OutputComparison(name, status, message, bench_dtype, device_dtype, shape, M.blank_metrics())
 
@@ -107,7 +107,7 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
     b, d = np.asarray(bench), np.asarray(device)
     if bench_dtype == BF16:  # a bf16 bench (rare) as its values; a bf16 device output's storage is read as it is
         b = storage.widen(b)
-    row = _row(name, ERROR, "", bench_dtype, device_dtype, [int(s) for s in d.shape])
+    row = blank_row(name, ERROR, "", bench_dtype, device_dtype, [int(s) for s in d.shape])
     if device_dtype == BF16 and b.dtype != np.float64:  # msprobe compares bf16 outputs in float32 (a float64
         b = b.astype(np.float32, copy=False)           # bench: in _compare_float, read in place where it can be)
     if device_dtype in _FLOAT_NUMPY and d.dtype.kind == "f":
@@ -145,18 +145,18 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
 
 def _quantization(api_name: str, specs: Mapping[str, Any] | None) -> float | None:
     """The max-abs-error limit of a quantisation API's integer outputs (thresholds.quantization), or None."""
-    th = _sections(specs)[0]
+    th = threshold_sections(specs)[0]
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
     rule = th["quantization"]
     return rule["max_abs_err_le"] if api_name in rule["apis"] else None
 
 
-def _plan(row: OutputComparison, device_dtype: str, work: np.dtype[Any], api_name: str,
+def metric_plan(row: OutputComparison, device_dtype: str, work: np.dtype[Any], api_name: str,
           specs: Mapping[str, Any] | None, standard: str) -> tuple[Mapping[str, Any], str | None, fused.Limits]:
     """The thresholds, the Layer-2 algorithm (None outside layer2_dtypes; set on the row) and the limits of one
     float output whose error dtype is `work`."""
-    th, cats = _sections(specs)
+    th, cats = threshold_sections(specs)
     if specs is not None and "apis" in specs:
         th = thresholds_for(specs, api_name)
     eps = th["rel_err_eps"].get(device_dtype)
@@ -172,11 +172,11 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
                    api_name: str, specs: Mapping[str, Any] | None, standard: str) -> None:
     shape, dev_dtype = tuple(row.shape or ()), np.dtype(np.float32) if storage.is_bits(d) else d.dtype
     work = np.dtype(np.float32) if device_dtype == BF16 else b.dtype  # the error dtype B
-    th, algo, limits = _plan(row, device_dtype, work, api_name, specs, standard)
+    th, algo, limits = metric_plan(row, device_dtype, work, api_name, specs, standard)
     if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None, work):
         _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
         return
-    b, d = _values(b, d, work)  # the numpy path
+    b, d = worst_values(b, d, work)  # the numpy path
     err = M.error_arrays(b, d, limits.eps)
     worst = int(np.argmax(err.abs_err))
     if not err.abs_err[worst] < th["layer1"]["max_abs_err_pass_lt"]:
@@ -197,7 +197,7 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     row.message = "\n".join(messages)
 
 
-def _values(b: np.ndarray, d: np.ndarray, work: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray]:
+def worst_values(b: np.ndarray, d: np.ndarray, work: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray]:
     """The numpy paths' arrays: the bench in the error dtype `work`, and the device output's values (bf16
     storage widened, metrics/storage.py; fp16 in float32 beside a wider bench: numpy's fp16 math is slow and
     float32 holds the values exactly)."""
@@ -220,17 +220,17 @@ def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtyp
     wider than the error dtype `work` (a bf16 output's float64 bench, read in place)."""
     stats = fused.compute(b, d, dev_dtype, limits, work)
     if stats.n_nonfinite:  # rare: the numpy path below reads the values
-        b, d = _values(b, d, work)
-    _from_stats(row, stats, b, d, _values(b[stats.worst:stats.worst + 1], d[stats.worst:stats.worst + 1], work),
+        b, d = worst_values(b, d, work)
+    from_stats(row, stats, b, d, worst_values(b[stats.worst:stats.worst + 1], d[stats.worst:stats.worst + 1], work),
                 dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
 
 
-def _from_stats(row: OutputComparison, stats: fused.MetricStats, b: np.ndarray, d: np.ndarray,
+def from_stats(row: OutputComparison, stats: fused.MetricStats, b: np.ndarray, d: np.ndarray,
                 worst: tuple[np.ndarray, np.ndarray], dev_dtype: np.dtype[Any], device_dtype: str, algo: str | None,
                 limits: fused.Limits, shape: tuple[int, ...], th: Mapping[str, Any], standard: str,
                 work: np.dtype[Any]) -> None:
     """The row's columns and Layer-1 status from the statistics and the worst element's values (`worst`: bench
-    and device, as _values gives them); `b` and `d` are read only for an output holding non-finite elements,
+    and device, as worst_values gives them); `b` and `d` are read only for an output holding non-finite elements,
     for one outside layer2_dtypes, and for the cosine of values beyond vectorised._SAFE_SCALE."""
     messages: list[str] = []
     if algo == "thousandth_threshold":
@@ -298,10 +298,10 @@ def _layer1(m: dict[str, float | None], messages: list[str], cosine: tuple[float
 def compare_scalar(name: str, bench: Any, device: Any) -> OutputComparison:
     """Python bool/int/float/str outputs: equal -> pass (error rate 0), else error."""
     if not isinstance(bench, type(device)):
-        return _row(name, ERROR, MSG_TYPE)
+        return blank_row(name, ERROR, MSG_TYPE)
     if not isinstance(bench, (bool, int, float, str)):
-        return _row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
-    row = _row(name, PASS, "", str(type(bench)), str(type(device)))
+        return blank_row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
+    row = blank_row(name, PASS, "", str(type(bench)), str(type(device)))
     if bench != device:
         row.status = ERROR
     else:
@@ -320,7 +320,7 @@ def _on_device(name: str, bench: Any, device: Any, on: Any, api_name: str, specs
 
     tensors = isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)
     if not tensors or bench.dtype not in (torch.float32, torch.float64) or bench.shape != device.shape or \
-            str(device.dtype) not in _sections(specs)[1]["layer2_dtypes"]:
+            str(device.dtype) not in threshold_sections(specs)[1]["layer2_dtypes"]:
         return None
     device_dtype, shape = str(device.dtype), [int(x) for x in device.shape]
     work = np.dtype(np.float32 if device_dtype == BF16 else str(bench.dtype).split(".")[1])
@@ -329,8 +329,8 @@ def _on_device(name: str, bench: Any, device: Any, on: Any, api_name: str, specs
     b, d = (np.broadcast_to(np.zeros((), dtype), shape).reshape(-1)
             for dtype in (np.float32 if bench.dtype == torch.float32 else np.float64, held))
     dev_dtype = np.dtype(np.float32) if device_dtype == BF16 else held
-    row = _row(name, ERROR, "", str(bench.dtype), device_dtype, shape)
-    th, algo, limits = _plan(row, device_dtype, work, api_name, specs, standard)
+    row = blank_row(name, ERROR, "", str(bench.dtype), device_dtype, shape)
+    th, algo, limits = metric_plan(row, device_dtype, work, api_name, specs, standard)
     ulp_dtype = th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None
     if not fused.supported(b, d, dev_dtype, ulp_dtype, work):
         return None
@@ -343,10 +343,10 @@ def _on_device(name: str, bench: Any, device: Any, on: Any, api_name: str, specs
         return None
     if stats is None or not M.dots_unscaled(max(stats.device_max, -stats.device_min), stats.bench_absmax):
         return None  # non-finite elements, or a cosine whose dot products the host scales
-    w = slice(stats.worst, stats.worst + 1)  # its values, bf16 widened (exact): what _values makes of storage
+    w = slice(stats.worst, stats.worst + 1)  # its values, bf16 widened (exact): what worst_values makes of storage
     bw, dw = (x.detach().reshape(-1)[w].cpu() for x in (bench, device))
-    worst = _values(bw.numpy(), (dw.float() if dw.dtype == torch.bfloat16 else dw).numpy(), work)
-    _from_stats(row, stats, b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th, standard, work)
+    worst = worst_values(bw.numpy(), (dw.float() if dw.dtype == torch.bfloat16 else dw).numpy(), work)
+    from_stats(row, stats, b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th, standard, work)
     return row
 
 
@@ -360,15 +360,15 @@ def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mappi
     dkind, dval, ddtype = converter(device)
     # msprobe checks isinstance(bench, type(device)) first: a None bench only skips if the device is None too.
     if bkind != dkind or (bkind == "scalar" and not isinstance(bval, type(dval))):
-        return _row(name, ERROR, MSG_TYPE)
+        return blank_row(name, ERROR, MSG_TYPE)
     if bkind == "none":
-        return _row(name, SKIP, MSG_BENCH_NONE)
+        return blank_row(name, SKIP, MSG_BENCH_NONE)
     if bkind == "tensor":
         return compare_tensor(name, bval, dval, bench_dtype=cast(str, bdtype), device_dtype=cast(str, ddtype),
                               api_name=api_name, specs=specs, standard=standard)
     if bkind == "scalar":
         return compare_scalar(name, bval, dval)
-    return _row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
+    return blank_row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
 
 
 def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: str,
@@ -382,14 +382,14 @@ def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: st
     if not isinstance(device, (list, tuple)):
         device = [device]
     if len(bench) > len(device):
-        return [_row(f"{name_prefix}.0", ERROR, MSG_STRUCTURE)]
+        return [blank_row(f"{name_prefix}.0", ERROR, MSG_STRUCTURE)]
     return [_compare_one(f"{name_prefix}.{i}", b, d, api_name, specs, converter, standard, on)
             for i, (b, d) in enumerate(zip(bench, device))]
 
 
 def dropout_verdict(bench: np.ndarray, device: np.ndarray, specs: Mapping[str, Any] | None = None) -> tuple[str, str]:
     """Dropout outputs are random: judged only by how many zeros each side has (msprobe's rule)."""
-    rule = _sections(specs)[0]["dropout"]
+    rule = threshold_sections(specs)[0]["dropout"]
     b, d = np.asarray(bench), np.asarray(device)
     if b.size < rule["min_numel"]:
         return PASS, f"Dropout output has {b.size} < {rule['min_numel']} elements: not judged (pass)."
