@@ -1,6 +1,6 @@
 """msprobe's metric columns from the compiled pass (metrics/numba_kernel.py, metrics/fused.py) against numpy's
 (metrics/vectorised.py, the oracle): the same arrays give the same row, bit for bit, except two sums
-taken in another order (fused.py): the cosine (float64 dot products, within 1e-12) and the mean relative
+taken in another order (stats.py): the cosine (float64 dot products, within 1e-12) and the mean relative
 error where some elements are small or non-finite (within 1e-5 relative; bitwise where none is)."""
 from __future__ import annotations
 

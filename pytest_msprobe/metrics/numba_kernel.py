@@ -1,4 +1,5 @@
-"""msprobe's metric statistics of one output in one compiled pass (numba): metrics/stats.py defines them, metrics/fused.py drives it.
+"""msprobe's metric statistics of one output in one compiled pass (numba): metrics/stats.py defines them, fused.py
+drives the pass.
 
 The pass walks numpy's pairwise-summation tree of the output (leaves of at most 128 elements, in order),
 so each leaf's elements are read once from bench and device and every statistic of the leaf is taken while
