@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python -m benchmarks bench_metrics [--numel 16777216] [--repeat 3]
 
 Layer 1 + the Layer-2 columns (standards.compare_tensor) per dtype and algorithm, from the compiled pass
-(metrics/kernel.py) and from numpy (metrics/vectorised.py, its oracle), and the strict standard's checks
+(metrics/numba_kernel.py) and from numpy (metrics/vectorised.py, its oracle), and the strict standard's checks
 (strict.strict_compare). Best of `repeat` after one warm-up call, in CPU time of this thread (a shared
 machine's load does not count), with the cost per element.
 """

@@ -7,9 +7,9 @@ A pytest plugin: every call of the strict pass (verdict/strict/backends.judge_bl
 (verdict/strict/numba_kernel.py) and the numpy oracle (tests/strict_oracle.py) on the same arrays, requires every
 total to be bitwise equal (so every record's verdict, message and statistics are the same), and times each
 in CPU time of the calling thread (the load of a shared machine does not count). Likewise every row of
-msprobe's metrics (standards.compare_tensor) is computed by the compiled pass (metrics/kernel.py) and by
+msprobe's metrics (standards.compare_tensor) is computed by the compiled pass (metrics/numba_kernel.py) and by
 numpy (metrics/vectorised.py): status, message, worst element and every column must be equal, bitwise but
-for fused.py's two tolerances (cosine 1e-12, mean relative error 1e-5 relative). At the end it prints the
+for stats.py's two tolerances (cosine 1e-12, mean relative error 1e-5 relative). At the end it prints the
 outputs and elements compared, the mismatches, and the cost per element of each, and writes them as JSON to
 $VERIFY_STRICT_OUT if set. Run it with -n 0 (the patch lives in the process that runs the items).
 """
@@ -120,7 +120,7 @@ def _install_metrics() -> None:
 
 
 def row_difference(fast: Any, slow: Any) -> str:
-    """What differs between two rows of msprobe's metrics beyond fused.py's tolerances ('' if nothing)."""
+    """What differs between two rows of msprobe's metrics beyond stats.py's tolerances ('' if nothing)."""
     def key(x: Any) -> Any:
         return ("nan" if math.isnan(x) else (x, math.copysign(1.0, x))) if isinstance(x, float) else x
 

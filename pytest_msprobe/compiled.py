@@ -1,4 +1,4 @@
-"""numba's njit with the flags every compiled pass of the package needs (inputs/draw.py, metrics/kernel.py,
+"""numba's njit with the flags every compiled pass of the package needs (inputs/draw.py, metrics/numba_kernel.py,
 verdict/strict/numba_kernel.py), so they are set once. Imported by those modules only, at the first item, never at
 collection."""
 from __future__ import annotations

@@ -140,7 +140,7 @@ def strict_warm_up() -> None:
         rules = _rules(load_specs()["thresholds"]["strict"], dtype)
         device = grid.round_to(bench, dtype).astype(holder)
         strict.strict_compare(bench, device, dtype, rules)
-        # and msprobe's metrics' pass (metrics/kernel.py), of each bench dtype it is compiled for
+        # and msprobe's metrics' pass (metrics/numba_kernel.py), of each bench dtype it is compiled for
         b = bench.astype(np.float32 if dtype == "torch.bfloat16" else np.float64)
         standards.compare_tensor("warm", b, device, bench_dtype=str(b.dtype), device_dtype=dtype, api_name="add")
     from pytest_msprobe.check.compare import warm_up

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_msprobe.metrics import fused, storage
+from pytest_msprobe.metrics.stats import Limits
 from pytest_msprobe.metrics.streamed import Streamed as StreamedMetrics
 from pytest_msprobe.runs import chunks as C
 from pytest_msprobe.specs.loader import load_specs, thresholds_for
@@ -101,7 +102,7 @@ def test_metric_pass_in_pieces_is_the_whole_pass(dtype: str) -> None:
     b, d, _ = _outputs(dtype, n, rng)
     work = np.dtype(np.float32 if dtype == "torch.bfloat16" else np.float64)
     mantissa = 7 if dtype == "torch.bfloat16" else 23
-    limits = fused.Limits(1e-6, 1e-3, 1e-5, 1e-3, (0.01, 0.001, 0.0001), (mantissa, -126, 1.0))
+    limits = Limits(1e-6, 1e-3, 1e-5, 1e-3, (0.01, 0.001, 0.0001), (mantissa, -126, 1.0))
     whole = fused.compute(b, d, np.dtype(np.float32), limits, work)
     streamed = StreamedMetrics(d, np.dtype(np.float32), limits, work)
     while streamed.done() < n:

@@ -1,6 +1,6 @@
-"""msprobe's metric columns from the compiled pass (metrics/kernel.py, metrics/fused.py) against numpy's
+"""msprobe's metric columns from the compiled pass (metrics/numba_kernel.py, metrics/fused.py) against numpy's
 (metrics/vectorised.py, the oracle): the same arrays give the same row, bit for bit, except two sums
-taken in another order (fused.py): the cosine (float64 dot products, within 1e-12) and the mean relative
+taken in another order (stats.py): the cosine (float64 dot products, within 1e-12) and the mean relative
 error where some elements are small or non-finite (within 1e-5 relative; bitwise where none is)."""
 from __future__ import annotations
 
@@ -217,3 +217,45 @@ def test_an_fp16_output_beside_a_float64_bench_is_read_in_place(api: str) -> Non
         device = _device(rng, bench, "torch.float16", 1e-3)
     assert fused.supported(bench, device, np.dtype(np.float16), None)
     both(bench, device, "torch.float16", api)
+
+
+def _same_stats(got: Any, want: Any, summed: tuple[str, ...]) -> None:
+    """Every statistic equal (NaN to NaN), the fields in `summed` (sums in another order) within 1e-6 relative."""
+    for name, value in vars(want).items():
+        if name in summed and value is not None:
+            assert math.isclose(getattr(got, name), value, rel_tol=1e-6, abs_tol=1e-30), name
+        else:
+            assert _key(getattr(got, name)) == _key(value), name
+
+
+@pytest.mark.parametrize("held", ["float32", "bf16", "fp16", "float64"])
+@pytest.mark.parametrize("ulp", [None, (23, -126, 1.0)])
+def test_every_backend_gives_the_statistics_of_numpy(held: str, ulp: tuple[int, int, float] | None) -> None:
+    """backends.BACKENDS: the compiled pass and the streamed one give numpy's statistics bit for bit but for the
+    float64 sums (their order); torch's takes its pairwise sums in its own order too."""
+    import torch
+
+    from pytest_msprobe.metrics import backends
+    from pytest_msprobe.metrics.stats import Limits
+
+    rng = np.random.default_rng(7)
+    bench = rng.standard_normal(5000).astype(np.float64 if held == "float64" else np.float32)
+    bench[:3] = [0.0, 1e-6, -2e-7]  # a zero and small values
+    wide = bench * (1 + rng.standard_normal(bench.size) * 1e-3)
+    device, dev_dtype = {"float32": (wide.astype(np.float32), np.float32),
+                         "bf16": (_stored(torch.from_numpy(wide.astype(np.float32)).bfloat16().float().numpy()), np.float32),
+                         "fp16": (wide.astype(np.float16), np.float16),
+                         "float64": (wide, np.float64)}[held]
+    work, dev_dtype = np.dtype(bench.dtype), np.dtype(dev_dtype)
+    limits = Limits(1e-7, 1e-5, 1e-9, 1e-3, (0.01, 0.001, 0.0001), ulp, binary=True)
+    assert fused.supported(bench, device, dev_dtype, None, work)
+    want = backends.backend("numpy").compute(bench, device, dev_dtype, limits, work)
+    float64_sums = ("dot_db", "dot_dd", "dot_bb", "sum_rel_normal")
+    for name in ("numba", "streamed"):
+        _same_stats(backends.backend(name).compute(bench, device, dev_dtype, limits, work), want, float64_sums)
+    if held != "fp16":  # torch holds fp16 as it is: the tensor below is the same values
+        values = torch.from_numpy(storage.widen(device).astype(device.dtype if held != "bf16" else np.float32))
+        d = values.bfloat16() if held == "bf16" else values
+        got = backends.backend("torch").compute(torch.from_numpy(bench), d, dev_dtype, limits, work)
+        _same_stats(got, want, float64_sums + ("sum_sq_normal", "pairwise_rel_normal", "sum_ulp"))
+    assert list(backends.BACKENDS) == ["numpy", "numba", "torch", "streamed"]

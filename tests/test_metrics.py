@@ -189,7 +189,7 @@ def test_absolute_threshold_metrics_fp16():
     err = M.error_arrays(b, d, np.finfo(np.float32).eps)
     both, bench_dev = M.finite_mask(b, d)
     lo, hi = np.finfo(np.float16).min, np.finfo(np.float16).max
-    got = M.absolute_threshold_metrics(err, d, bench_dev, both, rtol=rtol, small_value=sv, atol=atol,
+    got = M.absolute_threshold_metrics(err, M.Sides(d, bench_dev, both), rtol=rtol, small_value=sv, atol=atol,
                                        clip_range=(lo, hi))
     # reference: walk the elements
     normal = small = bad = rel_bad = abs_bad = infnan_bad = 0
@@ -223,7 +223,7 @@ def test_absolute_threshold_empty_masks_give_zero():
     b = np.array([1.0, 2.0], np.float32)
     err = M.error_arrays(b, b, np.finfo(np.float32).eps)
     both, bd = M.finite_mask(b, b)
-    got = M.absolute_threshold_metrics(err, b, bd, both, rtol=1e-3, small_value=1e-3, atol=1e-5,
+    got = M.absolute_threshold_metrics(err, M.Sides(b, bd, both), rtol=1e-3, small_value=1e-3, atol=1e-5,
                                        clip_range=(-1e38, 1e38))
     assert got == {"inf_nan_err_ratio": 0.0, "rel_err_ratio": 0.0, "abs_err_ratio": 0.0}
 
@@ -235,7 +235,7 @@ def test_benchmark_metrics_fp32_against_reference():
     d = np.array([1.0000001, -2.0000005, 3.0, 4.2e-7, 1e-7, np.inf, 0.49999997, 8.000001], np.float32)
     err = M.error_arrays(b, d, np.finfo(np.float64).eps)
     both, bd = M.finite_mask(b, d)
-    got = M.benchmark_metrics(err, d, bd, both, small_value=sv, atol=atol, rmse_fudge=(1e-4, 1e-4))
+    got = M.benchmark_metrics(err, M.Sides(d, bd, both), small_value=sv, atol=atol, rmse_fudge=(1e-4, 1e-4))
     rel, sq, n_small, small_bad, larger, smaller = [], [], 0, 0, 0, 0
     for bi, di in zip(b, d):
         bd_i = float(np.float32(bi))
@@ -267,7 +267,7 @@ def test_benchmark_metrics_fp16_float32_arithmetic():
     d = np.array([1.099609375, 0.0001, 3.30078125, 0.0], np.float16)
     err = M.error_arrays(b, d, np.finfo(np.float32).eps)
     both, bd = M.finite_mask(b, d)
-    got = M.benchmark_metrics(err, d, bd, both, small_value=sv, atol=1e-16, rmse_fudge=(1e-4, 1e-4))
+    got = M.benchmark_metrics(err, M.Sides(d, bd, both), small_value=sv, atol=1e-16, rmse_fudge=(1e-4, 1e-4))
     rel = [r for r, bi in zip(ref_rel_f32(b, d, F32_EPS), b) if abs(float(bi)) > sv]
     ae = [f32(abs(f32(di) - bi)) for bi, di in zip(b, d) if abs(float(bi)) > sv]
     assert close(got["max_rel_err"], max(rel))
@@ -284,7 +284,8 @@ def test_benchmark_all_masked_gives_zero_relative_errors():
     d = np.array([0.0, 2e-9], np.float32)
     err = M.error_arrays(b, d, np.finfo(np.float64).eps)
     both, bd = M.finite_mask(b, d)
-    got = M.benchmark_metrics(err, d, bd, both, small_value=2.0 ** -20, atol=2.0 ** -30, rmse_fudge=(1e-4, 1e-4))
+    got = M.benchmark_metrics(err, M.Sides(d, bd, both), small_value=2.0 ** -20, atol=2.0 ** -30,
+                              rmse_fudge=(1e-4, 1e-4))
     assert got["max_rel_err"] == 0.0 and got["mean_rel_err"] == 0.0 and got["rmse"] == 0.0
     assert close(got["small_value_err_ratio"], 0.5)
 
@@ -364,7 +365,7 @@ def test_identical_outputs_have_zero_errors(x):
     err = M.error_arrays(b, x, np.finfo(np.float64).eps)
     assert not err.abs_err.any() and not err.rel_err.any()
     both, bd = M.finite_mask(b, x)
-    bm = M.benchmark_metrics(err, x, bd, both, small_value=2.0 ** -20, atol=2.0 ** -30, rmse_fudge=(1e-4, 1e-4))
+    bm = M.benchmark_metrics(err, M.Sides(x, bd, both), small_value=2.0 ** -20, atol=2.0 ** -30, rmse_fudge=(1e-4, 1e-4))
     assert bm == {"small_value_err_ratio": 0.0, "max_rel_err": 0.0, "mean_rel_err": 0.0, "rmse": 0.0,
                   "error_balance": 0.0}
     ulp = M.ulp_errors(b, x, np.abs(b), mantissa_bits=23, min_exponent=-126, compute_dtype="float64")
@@ -383,8 +384,9 @@ def test_metrics_invariant_to_element_order(data):
     def all_metrics(bb, dd):
         err = M.error_arrays(bb, dd, np.finfo(np.float64).eps)
         both, bd = M.finite_mask(bb, dd)
-        out = M.benchmark_metrics(err, dd, bd, both, small_value=2.0 ** -20, atol=2.0 ** -30, rmse_fudge=(1e-4, 1e-4))
-        out.update(M.absolute_threshold_metrics(err, dd, bd, both, rtol=2.0 ** -20, small_value=2.0 ** -20,
+        out = M.benchmark_metrics(err, M.Sides(dd, bd, both), small_value=2.0 ** -20, atol=2.0 ** -30,
+                                  rmse_fudge=(1e-4, 1e-4))
+        out.update(M.absolute_threshold_metrics(err, M.Sides(dd, bd, both), rtol=2.0 ** -20, small_value=2.0 ** -20,
                                                 atol=2.0 ** -30, clip_range=(-3e38, 3e38)))
         out.update(M.ulp_metrics(M.ulp_errors(bb, dd, err.abs_bench, mantissa_bits=23, min_exponent=-126,
                                               compute_dtype="float64"), 32))

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_msprobe.check.compare import stored
-from pytest_msprobe.metrics import fused, on_device, storage
+from pytest_msprobe.metrics import fused, on_device, stats, storage
 from pytest_msprobe.verdict import standards
 
 from .helpers import EXAMPLES, copy_dump
@@ -51,7 +51,7 @@ def host_and_device(bench: torch.Tensor, device: torch.Tensor, ulp: bool, binary
     values = stored(device)[1]
     dev_dtype = np.dtype(np.float32) if storage.is_bits(values) else values.dtype
     work = np.dtype(np.float32) if device.dtype == torch.bfloat16 else bench.numpy().dtype
-    limits = fused.Limits(2.0 ** -10, 2.0 ** -10, 2.0 ** -16, 2.0 ** -8, (0.01, 0.001, 0.0001),
+    limits = stats.Limits(2.0 ** -10, 2.0 ** -10, 2.0 ** -16, 2.0 ** -8, (0.01, 0.001, 0.0001),
                           (*ULP[device.dtype], 1.0) if ulp else None, binary)
     return (fused.compute(bench.numpy(), values, dev_dtype, limits, work),
             on_device.compute(bench, device, dev_dtype, limits, work))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pytest_msprobe.helper import helper, share, wait_helping
-from pytest_msprobe.metrics import fused
+from pytest_msprobe.metrics import fused, stats
 
 
 def _grains(count: int, grain: int, *, on_helper: bool, join: bool = False,
@@ -92,7 +92,7 @@ def test_msprobes_metric_pass_in_grains_of_both_threads_is_bitwise_one_pass(ulp:
     device[[200_000, 800_000]] = 0  # the same, largest, error twice
     if special:
         device[[600_000, 600_001]] = [0x7FC0, 0xFF80]  # a NaN and -inf where the bench is finite
-    limits = fused.Limits(eps=1e-10, small_value=1e-3, atol=1e-5, rtol=5e-3, dual=(0.01, 0.001, 0.0001), ulp=ulp)
+    limits = stats.Limits(eps=1e-10, small_value=1e-3, atol=1e-5, rtol=5e-3, dual=(0.01, 0.001, 0.0001), ulp=ulp)
     alone = fused.compute(bench, device, np.dtype(np.float32), limits)
     shared = wait_helping(helper().submit(fused.compute, bench, device, np.dtype(np.float32), limits))
     assert repr(shared) == repr(alone)  # every field, NaN included

@@ -115,12 +115,12 @@ def test_the_checks_read_an_fp16_tensor_in_place() -> None:
 def test_fp16_outputs_reach_both_compiled_passes_as_their_storage(monkeypatch: Any) -> None:
     """msprobe's metric pass and the strict pass get an fp16 output (and its torch run) as int16 storage, not a
     float32 copy; the results are those of the numpy paths."""
-    from pytest_msprobe.metrics import fused, kernel
+    from pytest_msprobe.metrics import fused, numba_kernel
     from pytest_msprobe.specs.loader import load_specs, thresholds_for
     from pytest_msprobe.verdict import judge, standards
 
     seen: list[str] = []
-    for module, name in ((kernel, "metrics_chunks"), (strict_kernel, "strict_blocks")):
+    for module, name in ((numba_kernel, "metrics_chunks"), (strict_kernel, "strict_blocks")):
         original = getattr(module, name)
 
         def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:

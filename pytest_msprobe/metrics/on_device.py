@@ -1,10 +1,11 @@
-"""msprobe's metric statistics of one output in torch ops, on the device where the output lives.
+"""msprobe's metric statistics of one output in torch ops, on the device where the output lives (the `torch` backend,
+backends.py).
 
 On an accelerator host the device output stays where it is: the bench is copied there once, and only the
 statistics (two small tensors) and later the worst element come back, instead of the whole output for the
-compiled host pass (metrics/kernel.py). Each element is computed by the same operations in the same dtype B
-as there (metrics/fused.py's definitions: `b` the bench rounded to B, `d` the device values widened to B, the
-ULP scale from numpy's own log2 and exp2 tables, fused.log2_fix_table and fused.exp2_table, indexed on the device), so
+compiled host pass (metrics/numba_kernel.py). Each element is computed by the same operations in the same dtype B
+as there (metrics/stats.py's definitions: `b` the bench rounded to B, `d` the device values widened to B, the
+ULP scale from numpy's own log2 and exp2 tables, stats.log2_fix_table and stats.exp2_table, indexed on the device), so
 maxima, positions and counts are the host pass's exactly. The sums are torch's, in float64: the cosine's dot
 products, as on the host, and the three that the host takes as numpy's pairwise sum in B (the squares behind
 the RMSE, the relative errors behind the mean relative error, the ULP errors behind their mean), which then
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import fused
+from . import stats
 
 CHUNK_CPU = 1 << 18  # elements per chunk: a few MB of temporaries on a CPU (how CI runs this path)
 CHUNK_ACCELERATOR = 1 << 22  # tens of MB on an accelerator, enough elements for each torch call
@@ -39,18 +40,18 @@ _I = ("lt0", "lt1", "lt2", "n_small", "n_small_over", "n_normal", "n_normal_over
 @functools.lru_cache(maxsize=16)
 def _ulp_tables(char: str, mantissa: int, emin: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int,
                                                                                       int]:
-    """numpy's log2 fix and exp2 tables (fused.py) on `device`, with the first fixed mantissa and exp2's first
+    """numpy's log2 fix and exp2 tables (stats.py) on `device`, with the first fixed mantissa and exp2's first
     exponent: made once per process and device."""
-    fix, top = fused.log2_fix_table(char)
-    exp2, _, kmin = fused.exp2_table(char, mantissa, emin)
+    fix, top = stats.log2_fix_table(char)
+    exp2, _, kmin = stats.exp2_table(char, mantissa, emin)
     width = 23 if char == "f" else 52
     return torch.from_numpy(fix).to(device), torch.from_numpy(exp2).to(device), (1 << width) - top, kmin
 
 
 def _ulp_errors(bs: torch.Tensor, dv: torch.Tensor, mb: int, emin: int) -> torch.Tensor:
-    """vectorised.ulp_errors of finite values, as metrics/kernel.py's _ulps makes them from the bench's bits:
+    """vectorised.ulp_errors of finite values, as metrics/numba_kernel.py's _ulps makes them from the bench's bits:
     |(d - b) * 2**(mb - max(floor(log2|b|), emin))|, the exponent of b == 0 being 0 (msprobe's quirk), the scale
-    numpy's exp2 of it (exact powers of two but where numpy's is not: fused.exp2_table)."""
+    numpy's exp2 of it (exact powers of two but where numpy's is not: stats.exp2_table)."""
     narrow = bs.dtype == torch.float32
     width, bias, allexp = (23, 127, 255) if narrow else (52, 1023, 2047)
     fix, exp2, first, kmin = _ulp_tables("f" if narrow else "d", mb, emin, bs.device)
@@ -63,8 +64,8 @@ def _ulp_errors(bs: torch.Tensor, dv: torch.Tensor, mb: int, emin: int) -> torch
     return ((dv - bs) * exp2[mb - e - kmin]).abs()
 
 
-def compute(b: torch.Tensor, d: torch.Tensor, dev_dtype: np.dtype[Any], limits: fused.Limits,
-            work: np.dtype[Any]) -> fused.MetricStats | None:
+def compute(b: torch.Tensor, d: torch.Tensor, dev_dtype: np.dtype[Any], limits: stats.Limits,
+            work: np.dtype[Any]) -> stats.MetricStats | None:
     """The statistics of fused.compute for a bench `b` (float32 or float64) and a device output `d` (bf16, fp16,
     float32 or float64 values) of one shape on one device; `dev_dtype` the numpy dtype of d's values (float32 for
     bf16), `work` the error dtype B. None where the host pass must take it (the module's docstring)."""
@@ -126,7 +127,7 @@ def compute(b: torch.Tensor, d: torch.Tensor, dev_dtype: np.dtype[Any], limits: 
         return None
     first = int(torch.argmax(torch.stack([e for e, _ in worst])))  # the first chunk holding the largest error
     ulp = limits.ulp is not None
-    return fused.MetricStats(
+    return stats.MetricStats(
         n=n, max_abs_err=got["max_abs_err"], worst=int(worst[first][1]), bench_absmax=got["bench_absmax"],
         device_max=got["device_max"], device_min=got["device_min"], dot_db=got["dot_db"], dot_dd=got["dot_dd"],
         dot_bb=got["dot_bb"], rel_below=dict(zip(limits.dual, (ints["lt0"], ints["lt1"], ints["lt2"]))),

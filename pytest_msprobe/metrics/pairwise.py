@@ -4,7 +4,7 @@ numpy sums n terms by halving them (the first half a multiple of 8) down to leav
 each added in 8 accumulators, and adds the halves back in the same order. A compiled pass that reads an
 output in chunks of whole leaves takes each leaf's sum while the leaf is in cache (`leaves` lists them in
 order) and rebuilds numpy's total from those sums (`combine`), bit for bit. The metric pass
-(metrics/kernel.py) and the strict pass (verdict/strict/numba_kernel.py) both use these two walks (the strict pass also
+(metrics/numba_kernel.py) and the strict pass (verdict/strict/numba_kernel.py) both use these two walks (the strict pass also
 for numpy's `add.reduceat` of its groups: `segment_sum`, `segment_walked`); they are
 written without recursion because numba's disk cache cannot hold a recursive function. A leaf's 8
 accumulators are one vector register (`leaf`, through a loop written in LLVM IR): numba kept

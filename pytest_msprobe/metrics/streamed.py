@@ -1,6 +1,7 @@
-"""msprobe's metric pass over a bench that arrives in pieces: the statistics of fused.compute, bit for bit.
+"""msprobe's metric pass over a bench that arrives in pieces: the statistics of fused.compute, bit for bit (the
+`streamed` backend, backends.py).
 
-The compiled pass (metrics/kernel.py) reads an output in chunks of whole leaves of numpy's pairwise tree and keeps
+The compiled pass (metrics/numba_kernel.py) reads an output in chunks of whole leaves of numpy's pairwise tree and keeps
 each chunk's results apart, combining them in the chunks' order at the end. Here each piece of the bench (a block
 of the output's elements, in flat order, beside a view of the device output) gets every chunk that lies whole in
 it, with the chunks' leaf positions shifted to the piece; the few elements of a chunk that a piece ends inside are
@@ -12,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .fused import Limits, MetricStats, Pass
+from .fused import Pass
+from .stats import Limits, MetricStats
 
 
 class Streamed:
@@ -72,3 +74,10 @@ class Streamed:
             raise RuntimeError(f"metric pass finished at chunk {self.next} of {self.p.count}")
         stats = self.p.finish()
         return stats, self.bench_at.get(stats.worst, float("nan"))
+
+
+def compute(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], limits: Limits, work: np.dtype[Any]) -> MetricStats:
+    """The statistics of a whole bench fed as one piece (the backend's form of backends.Backend)."""
+    s = Streamed(d, dev_dtype, limits, np.dtype(work))
+    s.feed(0, np.asarray(b).reshape(-1))
+    return s.finish()[0]

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar
 
 import numpy as np
 
+from ..records.columns import ALGORITHM_KEYS
 from ..records.columns import METRIC_KEYS as METRIC_KEYS  # re-exported: the metrics' column order
 from . import storage
 
@@ -42,6 +43,24 @@ COSINE_BOTH_ZERO_MSG = "All the data in device and bench outputs are zero."
 COSINE_DEVICE_ZERO_MSG = "All the data is zero in device dump data."
 COSINE_BENCH_ZERO_MSG = "All the data is zero in bench dump data."
 COSINE_NAN_MSG = "Dump data has NaN when comparing with Cosine Similarity."
+
+
+class Peaks(NamedTuple):
+    """What is known of a pair before its cosine: each side's max|x| and, where a pass summed them, their
+    unscaled float64 dot products (n.g, n.n, g.g; used inside _SAFE_SCALE)."""
+    device: float
+    bench: float
+    dots: tuple[float, float, float] | None = None
+
+
+class Sides(NamedTuple):
+    """An output's device values beside the bench as msprobe compares them (finite_mask): the bench rounded to the
+    device dtype, and where both are finite; `device_dtype` names the device's numpy dtype where `device` holds
+    its values wider (fp16 as float32)."""
+    device: np.ndarray
+    bench_dev: np.ndarray
+    both_finite: np.ndarray
+    device_dtype: np.dtype | None = None
 
 
 class ErrorArrays:
@@ -149,18 +168,17 @@ def cosine(bench: np.ndarray, device: np.ndarray, *, zero_eps: float, pass_gt: f
     n = device.reshape(-1)
     g = bench.reshape(-1)
     if n.shape != g.shape or n.size < 2:
-        return cosine_of(n, g, 0.0, 0.0, zero_eps=zero_eps, pass_gt=pass_gt)
+        return cosine_of(n, g, Peaks(0.0, 0.0), zero_eps=zero_eps, pass_gt=pass_gt)
     g_max = max_abs(g) if bench_absmax is None else bench_absmax
-    return cosine_of(n, g, float(max_abs(n)), float(g_max), zero_eps=zero_eps, pass_gt=pass_gt)
+    return cosine_of(n, g, Peaks(float(max_abs(n)), float(g_max)), zero_eps=zero_eps, pass_gt=pass_gt)
 
 
 @_quiet
-def cosine_of(n: np.ndarray, g: np.ndarray, n_max: float, g_max: float, *, zero_eps: float, pass_gt: float,
-              dots: tuple[float, float, float] | None = None,
+def cosine_of(n: np.ndarray, g: np.ndarray, peaks: Peaks, *, zero_eps: float, pass_gt: float,
               bench_dtype: np.dtype | None = None) -> tuple[float | None, bool, str]:
-    """The cosine of flat device `n` and bench `g` whose max|x| are n_max and g_max; `dots`: their
-    unscaled float64 dot products (n.g, n.n, g.g) where already summed (used inside _SAFE_SCALE);
+    """The cosine of flat device `n` and bench `g` whose max|x| and dot products are `peaks`'s;
     `bench_dtype`: the dtype msprobe compares the bench in, where `g` is wider (read in place)."""
+    n_max, g_max, dots = peaks
     if n.shape != g.shape:
         return -1.0, False, f"Shape of device and bench outputs don't match. device: {n.shape}, bench: {g.shape}."
     if n.size == 0:
@@ -254,22 +272,20 @@ def inf_nan_error_ratio(device: np.ndarray, bench_dev: np.ndarray, err: ErrorArr
 
 
 @_quiet
-def absolute_threshold_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarray,
-                               both_finite: np.ndarray, *, rtol: float, small_value: float, atol: float,
-                               clip_range: tuple[float, float],
-                               device_dtype: np.dtype | None = None) -> dict[str, float]:
+def absolute_threshold_metrics(err: ErrorArrays, sides: Sides, *, rtol: float, small_value: float, atol: float,
+                               clip_range: tuple[float, float]) -> dict[str, float]:
     """绝对阈值法: inf/nan error ratio, rel-error ratio on normal values (rel > rtol), abs-error ratio on
     small values (abs > atol)."""
+    device, bench_dev, both_finite, device_dtype = sides
     small = small_value_mask(err.abs_bench, both_finite, small_value)
     n_small = int(np.count_nonzero(small))
     normal = both_finite & ~small
     n_normal = int(np.count_nonzero(normal))
-    return {
-        "inf_nan_err_ratio": inf_nan_error_ratio(device, bench_dev, err, both_finite, rtol, clip_range,
-                                                 device_dtype),
-        "rel_err_ratio": err.count_rel_above(rtol, normal, n_normal) / n_normal if n_normal else 0.0,
-        "abs_err_ratio": _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
-    }
+    return dict(zip(ALGORITHM_KEYS["absolute_threshold"], (
+        inf_nan_error_ratio(device, bench_dev, err, both_finite, rtol, clip_range, device_dtype),
+        err.count_rel_above(rtol, normal, n_normal) / n_normal if n_normal else 0.0,
+        _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
+    )))
 
 
 def rmse(abs_err: np.ndarray, keep: np.ndarray, n_kept: int, denominator_eps: float, additive: float) -> float:
@@ -290,22 +306,23 @@ def rmse(abs_err: np.ndarray, keep: np.ndarray, n_kept: int, denominator_eps: fl
 
 
 @_quiet
-def benchmark_metrics(err: ErrorArrays, device: np.ndarray, bench_dev: np.ndarray, both_finite: np.ndarray, *,
-                      small_value: float, atol: float, rmse_fudge: tuple[float, float]) -> dict[str, float]:
+def benchmark_metrics(err: ErrorArrays, sides: Sides, *, small_value: float, atol: float,
+                      rmse_fudge: tuple[float, float]) -> dict[str, float]:
     """标杆比对法: small-value error ratio, max/mean relative error and rmse over the normal (finite,
     not small) elements, error balance over all."""
+    device, bench_dev, both_finite = sides.device, sides.bench_dev, sides.both_finite
     small = small_value_mask(err.abs_bench, both_finite, small_value)
     n_small = int(np.count_nonzero(small))
     normal = both_finite & ~small                       # = not (small or inf/nan)
     n_normal = int(np.count_nonzero(normal))
     rel_normal = err.rel_err_at(normal, n_normal)  # the same elements, in order, as msprobe's rel_err[rel_err >= 0]
-    return {
-        "small_value_err_ratio": _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
-        "max_rel_err": float(rel_normal.max()) if rel_normal.size else 0.0,
-        "mean_rel_err": float(rel_normal.mean()) if rel_normal.size else 0.0,
-        "rmse": rmse(err.abs_err, normal, n_normal, *rmse_fudge),
-        "error_balance": error_balance(device, bench_dev),
-    }
+    return dict(zip(ALGORITHM_KEYS["benchmark"], (
+        _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
+        float(rel_normal.max()) if rel_normal.size else 0.0,
+        float(rel_normal.mean()) if rel_normal.size else 0.0,
+        rmse(err.abs_err, normal, n_normal, *rmse_fudge),
+        error_balance(device, bench_dev),
+    )))
 
 
 @_quiet
@@ -352,11 +369,11 @@ def ulp_errors_fp8(bench: np.ndarray, device: np.ndarray, *, exponent_floor: flo
 @_quiet
 def ulp_metrics(ulp: np.ndarray, elem_threshold: float) -> dict[str, float]:
     """ULP误差最大值 / 平均值 / 大于阈值占比 (mean is numpy's pairwise mean in the compute dtype)."""
-    return {
-        "max_ulp_err": float(ulp.max()),
-        "mean_ulp_err": float(ulp.mean()),
-        "ulp_err_proportion": float(np.count_nonzero(ulp > elem_threshold) / ulp.size),
-    }
+    return dict(zip(ALGORITHM_KEYS["ulp_compare"], (
+        float(ulp.max()),
+        float(ulp.mean()),
+        float(np.count_nonzero(ulp > elem_threshold) / ulp.size),
+    )))
 
 
 def zero_fraction_diff(bench: np.ndarray, device: np.ndarray) -> float:

@@ -8,6 +8,15 @@ METRIC_KEYS: tuple[str, ...] = (
     "binary_error_rate", "error_balance", "rmse", "small_value_err_ratio", "max_rel_err", "mean_rel_err",
     "inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio", "max_ulp_err", "mean_ulp_err", "ulp_err_proportion",
 )
+# The columns each Layer-2 algorithm writes, in this order (the numpy metrics and those from one pass's statistics).
+ALGORITHM_KEYS: dict[str, tuple[str, ...]] = {
+    "binary_consistency": ("binary_error_rate",),
+    "thousandth_threshold": ("dual_thousandth",),
+    "ulp_compare": ("max_ulp_err", "mean_ulp_err", "ulp_err_proportion"),
+    "benchmark": ("small_value_err_ratio", "max_rel_err", "mean_rel_err", "rmse", "error_balance"),
+    "absolute_threshold": ("inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio"),
+    "accumulative_error_compare": ("inf_nan_err_ratio", "rel_err_ratio", "abs_err_ratio", "error_balance"),
+}
 
 # 23 columns of accuracy_checking_details_*.csv; columns 4..20 are METRIC_KEYS in the same order.
 DETAILS_HEADER: tuple[str, ...] = (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(os.path.abspath(__file__)).parents[1]  # as numba names it (no symlinks resolved)
 # the modules whose njit functions the first item compiles (compiled.py's cache=True)
-COMPILED_MODULES = ("metrics/kernel.py", "verdict/strict/numba_kernel.py", "inputs/draw.py")
+COMPILED_MODULES = ("metrics/numba_kernel.py", "verdict/strict/numba_kernel.py", "inputs/draw.py")
 
 
 def _cache_dirs(source: Path) -> list[Path]:

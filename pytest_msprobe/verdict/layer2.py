@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import fused
+from ..metrics import stats
 from ..metrics import vectorised as M
 from ..specs.loader import per_dtype
 
@@ -40,7 +40,7 @@ def algorithm_for(api_name: str, device_dtype: str, categories: Mapping[str, Any
     return cached[1].get(api_name, default)
 
 
-def limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> fused.Limits:
+def limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> stats.Limits:
     """The thresholds the statistics of `algo`'s columns are counted against."""
     t = th["layer1"]["dual_ratio"]
     dual = (float(t["hundredth"]), float(t["thousandth"]), float(t["ten_thousandth"]))
@@ -57,7 +57,7 @@ def limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> f
     if algo == "ulp_compare":
         p = th["ulp"][dtype]
         ulp = (int(p["mantissa_bits"]), int(p["min_exponent"]), float(p["elem_threshold"]))
-    return fused.Limits(eps, float(small), float(atol), float(rtol), dual, ulp, algo == "binary_consistency")
+    return stats.Limits(eps, float(small), float(atol), float(rtol), dual, ulp, algo == "binary_consistency")
 
 
 def columns(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M.ErrorArrays, dtype: str,
@@ -74,9 +74,10 @@ def columns(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M
                            compute_dtype=p["compute_dtype"])
         return M.ulp_metrics(ulp, p["elem_threshold"])
     both_finite, bench_dev = M.finite_mask(b, d, dev_dtype)
+    sides = M.Sides(d, bench_dev, both_finite, dev_dtype)
     if algo == "benchmark":
         fudge = th["rmse_fudge"]
-        return M.benchmark_metrics(err, d, bench_dev, both_finite, small_value=per_dtype(th["small_value"], dtype),
+        return M.benchmark_metrics(err, sides, small_value=per_dtype(th["small_value"], dtype),
                                    atol=per_dtype(th["small_value_atol"]["benchmark"], dtype),
                                    rmse_fudge=(fudge["denominator_eps"], fudge["additive"]))
     clip = th["inf_nan_clip_range"].get(dtype)
@@ -85,15 +86,14 @@ def columns(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M
         clip = (info.min, info.max)
     if algo == "absolute_threshold":
         return M.absolute_threshold_metrics(
-            err, d, bench_dev, both_finite, rtol=per_dtype(th["rtol"], dtype), clip_range=tuple(clip),
-            device_dtype=dev_dtype,
+            err, sides, rtol=per_dtype(th["rtol"], dtype), clip_range=tuple(clip),
             small_value=per_dtype(th["small_value"], dtype),
             atol=per_dtype(th["small_value_atol"]["absolute_threshold"], dtype))
     if algo == "accumulative_error_compare":
         acc = th["accumulative_error"]
         bound = per_dtype(acc["bound"], dtype)
-        out = M.absolute_threshold_metrics(err, d, bench_dev, both_finite, rtol=bound, small_value=acc["small_value"],
-                                           atol=bound, clip_range=tuple(clip), device_dtype=dev_dtype)
+        out = M.absolute_threshold_metrics(err, sides, rtol=bound, small_value=acc["small_value"], atol=bound,
+                                           clip_range=tuple(clip))
         out["error_balance"] = M.error_balance(d, bench_dev)
         return out
     raise ValueError(f"unknown precision algorithm {algo!r}")

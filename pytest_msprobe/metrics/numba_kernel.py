@@ -1,4 +1,5 @@
-"""msprobe's metric statistics of one output in one compiled pass (numba): metrics/fused.py defines them.
+"""msprobe's metric statistics of one output in one compiled pass (numba): metrics/stats.py defines them, fused.py
+drives the pass.
 
 The pass walks numpy's pairwise-summation tree of the output (leaves of at most 128 elements, in order),
 so each leaf's elements are read once from bench and device and every statistic of the leaf is taken while
@@ -47,7 +48,7 @@ DEV_SAME, DEV_FP16, DEV_FP32 = 0, 1, 2  # DEV_FP16: rounded to fp16 here (pairwi
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
 def _float64_sums(dw: Any, bs: Any, rl: Any, n: int, facc: Any) -> None:
     """The chunk's cosine dot products and relative errors' sum in float64, reassociated (vector code): these
-    sums are taken in another order than numpy's anyway (fused.py's tolerances); metrics_finish adds the chunks'
+    sums are taken in another order than numpy's anyway (stats.py: in any order); metrics_finish adds the chunks'
     in order."""
     db = dd = bb = sr = 0.0
     for j in range(n):
@@ -256,8 +257,8 @@ def metrics_chunks(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, d
     each leaf's sums of squares, ULP errors and relative errors into sums: the chunks' results do not depend
     on which call computed them, so either thread may take any of them (helper.share). `wd`: an empty array
     of the error dtype B (b's, or float32 beside a float64 b, which is rounded to it a chunk at a time);
-    `ints`: an empty signed integer array of B's width; `log2_fix`, `top`: fused.log2_fix_table; `exp2`, `odd`,
-    `kmin`: fused.exp2_table; `mb`, `emin`: the ULP's mantissa bits and smallest exponent. A compiled kernel: its arrays and constants come as arguments."""
+    `ints`: an empty signed integer array of B's width; `log2_fix`, `top`: stats.log2_fix_table; `exp2`, `odd`,
+    `kmin`: stats.exp2_table; `mb`, `emin`: the ULP's mantissa bits and smallest exponent. A compiled kernel: its arrays and constants come as arguments."""
     c = np.empty(len(params), wd.dtype)  # the parameters in the bench dtype, as numpy's operands are
     for k in range(len(params)):
         c[k] = params[k]
@@ -291,7 +292,7 @@ def metrics_chunks(b: Any, d: Any, wd: Any, ints: Any, dev: int, do_ulp: bool, d
 @compiled
 def metrics_finish(n: int, wd: Any, ints: Any, params: Any, sums: Any, ckeys: Any, cfacc: Any, ccnt: Any, out: Any,
                    iout: Any) -> None:
-    """Every statistic of metrics/fused.py into out / iout from the chunks' results, taken in the chunks' order
+    """Every statistic of metrics/stats.py into out / iout from the chunks' results, taken in the chunks' order
     (the float64 sums added chunk by chunk, the largest error's first position), then numpy's pairwise sums
     from the leaves' (the tree's own order): the same bits as one pass over the chunks in order. A compiled kernel: its arrays and constants come as arguments."""
     lowest, absmask, inf_key = _key_limits(ints)
