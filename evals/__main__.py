@@ -12,6 +12,7 @@ COMMANDS = {
     "accelerator": "evals.planted.accelerator.self_check",
     "fused_dump": "evals.planted.fused_dump",
     "controller_probe": "evals.probes.controller_probe",
+    "recorded_replay": "evals.recorded_replay",
 }
 
 if __name__ == "__main__":
