@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 DUMPS = ("accelerator", "torch")
@@ -72,7 +73,7 @@ def build_moe(dt: Any) -> tuple[Any, Callable[[], Any]]:
             self.down = nn.Linear(c["inner"], hidden, bias=False)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.down(F.silu(self.gate(x)) * self.up(x))
+            return cast(torch.Tensor, self.down(F.silu(self.gate(x)) * self.up(x)))
 
     class MoE(nn.Module):
         def __init__(self, relu: bool) -> None:
@@ -119,7 +120,7 @@ def build_moe(dt: Any) -> tuple[Any, Callable[[], Any]]:
             q, k = rope(q, cos, sin), rope(k, cos, sin)
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.o(att.transpose(1, 2).reshape(b, s, hidden))
-            return x + self.moe(self.n2(x))
+            return cast(torch.Tensor, x + self.moe(self.n2(x)))
 
     class Model(nn.Module):
         def __init__(self) -> None:
@@ -138,7 +139,7 @@ def build_moe(dt: Any) -> tuple[Any, Callable[[], Any]]:
             x = self.emb(ids)
             for blk in self.blocks:
                 x = blk(x, cos, sin)
-            return self.head(self.norm(x))
+            return cast(torch.Tensor, self.head(self.norm(x)))
 
     model = Model().to(dt)
     ids = torch.randint(c["vocab"], (c["batch"], c["seq"] + 1))
@@ -218,6 +219,12 @@ def _first_line(text: str | None) -> str:
     return lines[0] if lines else ""
 
 
+def skip_reason(node: Any) -> str:
+    """A skip's message without its item's name, shapes and counts: the reasons group across items."""
+    text = _first_line(node.get("message") or node.text).split(": ", 1)[-1]
+    return re.sub(r"\d+", "N", re.sub(r"\[[^\]]*\]", "[..]", text))[:110]
+
+
 def replay_one(out: Path, which: str, workers: str) -> dict[str, Any]:
     """`pytest DUMP --msprobe-mode replay --msprobe-contract cuda`, read back from its JUnit XML."""
     results = out / f"results-{which}"
@@ -228,7 +235,7 @@ def replay_one(out: Path, which: str, workers: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True)
     row: dict[str, Any] = {"dump": which, "rc": proc.returncode, "seconds": time.perf_counter() - t0,
-                           "command": " ".join(cmd), "failures": []}
+                           "command": " ".join(cmd), "failures": [], "skips": {}}
     if not junit.is_file():
         row["error"] = _first_line(proc.stderr) or proc.stdout.strip().splitlines()[-1:]
         return row
@@ -244,6 +251,8 @@ def replay_one(out: Path, which: str, workers: str) -> dict[str, Any]:
             row["failures"].append((case.get("name", ""), _first_line(bad.get("message")) or _first_line(bad.text)))
         elif case.find("skipped") is not None:
             counts["skipped"] += 1
+            reason = skip_reason(case.find("skipped"))
+            row["skips"][reason] = row["skips"].get(reason, 0) + 1
         else:
             counts["passed"] += 1
     row.update(counts)
@@ -261,6 +270,9 @@ def replay(out: Path, workers: str) -> int:
             print(f"\n{r['dump']}: no results (rc {r['rc']}): {r['error']}\n  {r['command']}")
         for name, message in r["failures"]:
             print(f"{r['dump']}: FAILED {name}: {message}")
+    for r in rows:
+        for reason, count in sorted(r["skips"].items(), key=lambda kv: -kv[1]):
+            print(f"{r['dump']}: {count} skipped: {reason}")
     (out / "replay.json").write_text(json.dumps(rows, indent=1))
     return 0 if rows and all(r.get("failed") == 0 and not r.get("error") for r in rows) else 1
 
