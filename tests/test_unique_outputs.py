@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from pytest_msprobe.check.unique import DECOMPOSITION, TIES, WRITERS, judge_by_validity
+from pytest_msprobe.records.record import Record, Row
 from pytest_msprobe.specs.loader import load_specs
 from tests.helpers import api_records, make_dump, tensor
 
@@ -140,17 +141,19 @@ def test_a_device_that_agrees_with_the_bench_keeps_its_record(pytester: pytest.P
 
 
 # ------------------------------------------------------------------------------------------ judge_by_validity
-def _rows(bench: list[Any], device: list[Any]) -> dict[str, Any]:
+def _rows(bench: list[Any], device: list[Any]) -> Record:
     """A record whose rows fail exactly where device and bench differ (as the integer rows of strict do)."""
     same = [bool(torch.equal(b, d)) for b, d in zip(bench, device)]
-    return {"outputs": [{"name": f"x.{i}", "status": "pass" if s else "error", "verdict": "pass" if s else "error",
-                         "verdict_message": ""} for i, s in enumerate(same)]}
+    record = Record("x", "forward", 0)
+    record.outputs = [Row(f"x.{i}", "pass" if s else "error", "", " ", " ", None, {}, verdict="pass" if s else "error")
+                      for i, s in enumerate(same)]
+    return record
 
 
 def _judge(api: str, bench: list[Any], device: list[Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     record = _rows(bench, device)
     judge_by_validity(record, api, SPECS, "strict", bench, device, list(args), kwargs)
-    return record
+    return record.to_dict()
 
 
 def test_ties_without_keepdim_nan_and_indices_out_of_range() -> None:

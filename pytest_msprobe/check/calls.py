@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..inputs.build import InputError
+from ..records.record import Record
 from ..runs import backends
 from ..runs.execution import HF32_BITS, Device, NotCheckable, backward, pair_cotangents, round_mantissa
 from ..verdict import standards
@@ -123,13 +124,13 @@ def backward_both(name: Any, leaves_b: list[Any], leaves_d: list[Any], cotangent
         raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
 
 
-def finish_record(record: dict[str, Any]) -> None:
+def finish_record(record: Record) -> None:
     """The item's statuses from its output rows: Layer 1 alone, and with the standard's verdicts."""
-    record["layer1_status"] = standards.aggregate(row["status"] for row in record["outputs"])
-    record["status"] = standards.aggregate(row["verdict"] or row["status"] for row in record["outputs"])
-    if record["status"] == "SKIP" and not record["message"]:
-        record["message"] = "; ".join(row.get("verdict_message") or row["message"] for row in record["outputs"]
-                                      if row.get("verdict_message") or row["message"]) or \
+    record.layer1_status = standards.aggregate(row.status for row in record.outputs)
+    record.status = standards.aggregate(row.verdict or row.status for row in record.outputs)
+    if record.status == "SKIP" and not record.message:
+        record.message = "; ".join(row.verdict_message or row.message for row in record.outputs
+                                      if row.verdict_message or row.message) or \
             "nothing was compared"
 
 

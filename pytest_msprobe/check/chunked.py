@@ -27,6 +27,7 @@ import torch
 from ..metrics import storage
 from ..metrics import vectorised as M
 from ..metrics.streamed import Streamed as StreamedMetrics
+from ..records.record import Row
 from ..runs import chunks
 from ..runs.execution import (
     NotCheckable,
@@ -195,7 +196,7 @@ def check(item: Any, plan: Plan, device_out: torch.Tensor) -> None:
                           _metric_standard(options), work)
     judge.decide(row, options.standard, api_name=api, specs=specs, ref_row=None, arrays=arrays,
                  reference_results=options.reference_results, strict_result=result)
-    record["outputs"].append(row.to_dict())
+    record.outputs.append(Row(**row.to_dict()))
 
 
 def _settings(item: Any) -> tuple[str, str, bool, torch.dtype | None]:
@@ -352,11 +353,11 @@ def pieces_for(item: Any) -> Plan | None:
     if pieces is None:
         raise NotCheckable(f"{why}, and its output's rows are not independent: not checked in pieces")
     pieces.rows, pieces.columns = piece_plan(pieces.specs, limit)
-    record["notes"] += notes
-    record["pieces"] = {"rows": pieces.rows, "columns": pieces.columns,
+    record.notes += notes
+    record.pieces = {"rows": pieces.rows, "columns": pieces.columns,
                         "blocks": len(chunks.blocks(pieces.specs[0].chunking.rows, pieces.rows)),
                         "budget": limit, "need": need}
-    record["notes"].append(f"checked in pieces of {pieces.rows} rows: the whole check needs about {gib(need)}, "
+    record.notes.append(f"checked in pieces of {pieces.rows} rows: the whole check needs about {gib(need)}, "
                            f"over the memory budget of {gib(limit)}")
     return pieces
 
@@ -379,7 +380,7 @@ class Pieces(RunsStrategy):
 
         self.item, self.pieces = item, pieces
         inputs, where, shared = item.inputs, item.where, item.shared
-        unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, item.record["timings"])
+        unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, item.record.timings)
         share(shared, item.name, where.resolved, inputs, False, item.forward, item.specs)
         if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
             shared.give = False
@@ -393,7 +394,7 @@ class Pieces(RunsStrategy):
     def run(self) -> torch.Tensor:
         """The device's output: one float tensor, else NotCheckable."""
         item = self.item
-        seed_random_apis(item.record["seed"], item.where.device)
+        seed_random_apis(item.record.seed, item.where.device)
         leaves = self.runs.device_forward().leaves_d
         if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
             raise NotCheckable(f"{item.name.api_name}: the device returned {len(leaves)} outputs, not one float "
@@ -405,8 +406,8 @@ class Pieces(RunsStrategy):
         started = time.perf_counter()
         check(self.item, pieces, outputs.detach())
         if pieces.label is not None:
-            record["reference"] = pieces.label
-        record["timings"]["pieces_s"] = time.perf_counter() - started
+            record.reference = pieces.label
+        record.timings["pieces_s"] = time.perf_counter() - started
 
 
 __all__ = ["Pieces", "Plan", "budget", "check", "gib", "memory_need", "piece_plan", "pieces_for", "plan_runs"]

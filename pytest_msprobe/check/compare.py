@@ -19,6 +19,7 @@ import torch
 
 from ..helper import helper, wait_helping
 from ..metrics import storage
+from ..records.record import Record, Row
 from ..runs import capture
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, load_specs, thresholds_for
@@ -112,7 +113,7 @@ class Comparison:
     classified, no precision verdict); `validity`: a forward item's outputs may not be unique (the API as
     api_specs' not_unique lists name it, and the device side's args and kwargs)."""
 
-    record: dict[str, Any]
+    record: Record
     prefix: str
     bench: list[Any]
     device: list[Any]
@@ -224,7 +225,7 @@ def decide_rows(job: Comparison, rows: list[standards.OutputComparison],
                      strict_result=strict_results.get(i) if arrays is not None else None)
         if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
             row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
-        job.record["outputs"].append(row.to_dict())
+        job.record.outputs.append(Row(**row.to_dict()))
 
 
 def dress(arrays: judge.StrictArrays, api: str, specs: dict[str, Any], gradients: bool, scalar_operand: bool,

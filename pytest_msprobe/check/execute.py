@@ -98,7 +98,7 @@ class Runs:
     def __init__(self, item: RerunItem, sides: Sides, reference: ReferenceRun | None, summed: Summed | None) -> None:
         self.item, self.where, self.plan, self.inputs, self.sides = item, item.where, item.plan, item.inputs, sides
         self.reference, self.summed = reference, summed
-        self.timings: dict[str, float] = item.record["timings"]
+        self.timings: dict[str, float] = item.record.timings
         name = item.name
         self.api_key, self.entry_name = f"{name.api_type}.{name.api_name}", f"{name.full_name}.{name.direction}"
         # The device call, and only it, runs inside the boundary (backends.device_call) that plugins wrap.
@@ -170,7 +170,7 @@ class Runs:
             return None
         item, ref_side = self.item, run.side
         same_threads(self.threads)
-        seed_random_apis(item.record["seed"], run.device)  # the same random numbers as the device call
+        seed_random_apis(item.record.seed, run.device)  # the same random numbers as the device call
         out_r = calls.timed(self.timings, f"{key}_s", key, lambda: run_side(
             run.fn, ref_side, autocast=run.autocast, device_type=run.device.kind, grad=item.want_grad), run.device)
         leaves_r = selected(output_leaves(out_r), item.name.api_name, item.specs)
@@ -198,7 +198,7 @@ class Runs:
         self.helped += [f for f in (self.bench_future, self.ref_future) if f is not None]
         if self.bench_future is None:
             start_prefetch()  # the next item's inputs, in the helper thread while the API runs
-        seed_random_apis(self.item.record["seed"], self.where.device)  # random APIs (dropout) replay per item
+        seed_random_apis(self.item.record.seed, self.where.device)  # random APIs (dropout) replay per item
 
     def device_forward(self) -> Outputs:
         """The device's forward, inside the device-call boundary; a drawn input's broken precondition a skip."""
@@ -209,7 +209,7 @@ class Runs:
                     self.device_fn, self.sides.device, autocast=self.plan.autocast, device_type=device.kind,
                     grad=item.want_grad)), None)
         except ApiFailure as failure:
-            reason = item.record["data"] == "random" and broken_precondition(
+            reason = item.record.data == "random" and broken_precondition(
                 failure.__cause__, functools.partial(bench_raw, self.bench_future) if self.bench_future
                 else self.run_bench, where.resolved.bench_fn, self.sides.bench)
             if reason:
@@ -250,7 +250,7 @@ class Runs:
         else:
             out.leaves_r = self.ref_future.result()
         if out.leaves_r is not None and self.reference is not None:
-            item.record["reference"] = self.reference.label
+            item.record.reference = self.reference.label
         summed = self.summed
         out.summed = summed_outputs(summed, self.reference_runs(summed.run, "magnitude") if summed else None,
                                     item.backward_entry is not None)

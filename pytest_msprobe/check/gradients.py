@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..records.record import Record
 from ..runs.execution import NotCheckable, backward, pair_cotangents, tensors_of
 from .recorded import Unsaved
 
@@ -130,13 +131,13 @@ def by_position(full: str, recorded: list[Any], args: list[Any], grads_b: dict[i
 
 def reference_grads_by_position(reference: Any, ref_leaves: list[Any] | None, cotangents: list[Any],
                                  grad_index: int | None, positions: list[int],
-                                 record: dict[str, Any]) -> list[Any] | None:
+                                 record: Record) -> list[Any] | None:
     if ref_leaves is None or reference is None or reference.side is None:
         return None
     pairs_r = pair_cotangents(ref_leaves, [reference.cotangent(c) for c in cotangents], grad_index)
     backward(ref_leaves, pairs_r, reference.device.name)
     by_pos = {pos: leaf.grad for pos, leaf in reference.side.grad_leaves}
     if any(by_pos.get(p) is None for p in positions):
-        record["notes"].append("reference gradients not used: the reference run has no gradient for every input")
+        record.notes.append("reference gradients not used: the reference run has no gradient for every input")
         return None
     return [by_pos[p] for p in positions]

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..metrics.vectorised import blank_metrics
+from ..records.record import DropoutRow, OverflowRow, Record, Row
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..verdict import ms_results, standards
@@ -68,11 +69,9 @@ class Dropout(Kind):
         if b is None or d is None:
             raise NotCheckable(f"{job.api}: dropout produced no tensor to judge")
         status, message = standards.dropout_verdict(compare.to_numpy(b)[1], compare.to_numpy(d)[1], job.specs)
-        job.record["outputs"].append({
-            "name": f"{job.prefix}.0", "status": status, "message": message, "bench_dtype": str(b.dtype),
-            "device_dtype": str(d.dtype), "shape": list(d.shape), "metrics": {}, "worst": None, "verdict": None,
-        })
-        job.record["notes"].append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
+        job.record.outputs.append(DropoutRow(f"{job.prefix}.0", status, message, str(b.dtype), str(d.dtype),
+                                             list(d.shape), {}))
+        job.record.notes.append("dropout: judged by the fraction of zeros (msprobe's rule), not by values")
 
 
 class MindSporeMetrics(Kind):
@@ -86,16 +85,16 @@ class MindSporeMetrics(Kind):
         return job.ms_format
 
     def compare(self, job: Comparison) -> None:
-        start = len(job.record["outputs"])
+        start = len(job.record.outputs)
         self.inner.compare(job)
-        rows, bench, device = job.record["outputs"][start:], self.pick(job.bench) or [], self.pick(job.device) or []
+        rows, bench, device = job.record.outputs[start:], self.pick(job.bench) or [], self.pick(job.device) or []
         if len(rows) != len(device):
             return
         epsilon = job.specs["thresholds"]["mindspore"]["epsilon"]
         for row, b_value, d_value in zip(rows, bench, device):
             b, d = compare.to_numpy(b_value), compare.to_numpy(d_value)
             if b[0] == "tensor" and d[0] == "tensor":
-                row["ms_metrics"] = ms_results.ms_metrics(b[1], d[1], epsilon)
+                row.ms_metrics = ms_results.ms_metrics(b[1], d[1], epsilon)
 
 
 class NotSaved(Kind):
@@ -107,7 +106,7 @@ class NotSaved(Kind):
             row = standards.OutputComparison(f"{job.prefix}.{position}", "SKIP", f"{d.where}: not saved in "
                                              "dump_tensor_data/, nothing to compare", " ", " ", list(d.shape),
                                              blank_metrics(), verdict="SKIP")
-            job.record["outputs"].append(row.to_dict())
+            job.record.outputs.append(Row(**row.to_dict()))
 
 
 class NotUnique(Kind):
@@ -190,7 +189,7 @@ def _checkable(value: Any) -> bool:
                                          and (value.is_floating_point() or value.is_complex()))
 
 
-def _classify(record: dict[str, Any], prefix: str, bench: list[Any], device: list[Any],
+def _classify(record: Record, prefix: str, bench: list[Any], device: list[Any],
               positions: list[int] | None) -> None:
     """Each floating-point output's overflow classified into its row; the item's status and overflow verdict."""
     verdicts = []
@@ -221,23 +220,21 @@ def _classify(record: dict[str, Any], prefix: str, bench: list[Any], device: lis
                 "no overflow reproduced on the device or the bench with these inputs"
         dtype: Callable[[Any], str] = (  # noqa: E731
             lambda v: str(v.dtype) if isinstance(v, torch.Tensor) else type(v).__name__)
-        record["outputs"].append({
-            "name": name, "status": status, "message": message, "bench_dtype": dtype(b), "device_dtype": dtype(d),
-            "shape": list(d.shape) if isinstance(d, torch.Tensor) else None, "metrics": blank_metrics(),
-            "worst": None, "verdict": status, "verdict_message": message,
-            "overflow": {"verdict": verdict, "device": over_d, "bench": over_b, "device_inf": inf_d,
-                         "device_nan": nan_d, "bench_inf": inf_b, "bench_nan": nan_b},
-        })
+        record.outputs.append(OverflowRow(
+            name, status, message, dtype(b), dtype(d), list(d.shape) if isinstance(d, torch.Tensor) else None,
+            blank_metrics(), verdict=status, verdict_message=message,
+            overflow={"verdict": verdict, "device": over_d, "bench": over_b, "device_inf": inf_d,
+                      "device_nan": nan_d, "bench_inf": inf_b, "bench_nan": nan_b}))
         verdicts.append(verdict)
-    if not record["outputs"]:
+    if not record.outputs:
         raise NotCheckable(f"{prefix}: no floating-point output to check for overflow")
-    bad = [o for o in record["outputs"] if o["status"] == "error"]
-    record["status"] = "error" if bad else "pass"
-    record["layer1_status"] = record["status"]
+    bad = [o for o in record.outputs if o.status == "error"]
+    record.status = "error" if bad else "pass"
+    record.layer1_status = record.status
     overall = "abnormal" if bad else ("normal" if "normal" in verdicts else "not reproduced")
-    record["overflow"] = overall
-    record["message"] = "; ".join(f"{o['name'].rsplit('.', 2)[-2]}.{o['name'].rsplit('.', 1)[-1]}: {o['message']}"
-                                  for o in (bad or record["outputs"][:1]))
+    record.overflow = overall
+    record.message = "; ".join(f"{o.name.rsplit('.', 2)[-2]}.{o.name.rsplit('.', 1)[-1]}: {o.message}"
+                                  for o in (bad or record.outputs[:1]))
 
 
 __all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique",

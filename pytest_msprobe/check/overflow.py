@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ..dump.reader import Dump
+from ..records.record import Record
 from ..runs import backends, capture, kernels
 from ..runs.backends import select as select_device
 from ..runs.execution import (
@@ -73,7 +74,7 @@ class OverflowRun(DeviceSource):
     def applies(cls, dump: Dump, options: CheckOptions) -> bool:
         return dump.task == "overflow_check"  # REFERENCE §3.6: classify each overflow instead of judging precision
 
-    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any],
+    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: Record,
              shared: Any) -> OverflowItem:
         return OverflowItem(dump, name, options, specs, record, shared)
 
@@ -93,9 +94,9 @@ class OverflowRun(DeviceSource):
         item.device = select_device(options.device, options.device_index)
         item.resolved = kernels.substitute(options.kernels, name.api_type, name.api_name,
                                            resolve(name.api_type, name.api_name, item.device, item.specs, item.forward))
-        record.update(device=item.device.name, backend=item.device.label, impl=item.resolved.label)
+        record.device, record.backend, record.impl = item.device.name, item.device.label, item.resolved.label
         if item.resolved.kernel:
-            record["kernel"] = item.resolved.kernel
+            record.kernel = item.resolved.kernel
 
     def inputs(self, item: Any) -> None:
         from .prepare import prepared_inputs
@@ -135,7 +136,7 @@ class OverflowRuns(RunsStrategy):
                                   want_grad=want_grad, bench=False, move=device.to_device)
         self.bench_side = make_side(args, kwargs, device="cpu", dtype_for=_same, requires_grad=ctx.requires_grad,
                                     want_grad=want_grad, bench=True)
-        item.record["timings"]["inputs_s"] = time.perf_counter() - item.started
+        item.record.timings["inputs_s"] = time.perf_counter() - item.started
 
     def run(self) -> tuple[list[Any], list[Any], list[int] | None]:
         """The bench's and the device's outputs (a backward item's: gradients), and the gradients' positions."""
@@ -145,11 +146,11 @@ class OverflowRuns(RunsStrategy):
 
         item, name, device, resolved, plan = self.item, self.item.name, self.item.device, self.item.resolved, \
             self.item.plan
-        record, want_grad, timings = item.record, item.want_grad, item.record["timings"]
+        record, want_grad, timings = item.record, item.want_grad, item.record.timings
         api_key, entry_name = f"{name.api_type}.{name.api_name}", f"{name.full_name}.{name.direction}"
         device_fn = backends.runner(device, api_key, resolved.device_fn)
         start_prefetch()  # the next item's inputs, in the helper thread while the API runs
-        seed_random_apis(record["seed"], device)
+        seed_random_apis(record.seed, device)
         out_d = _timed(timings, "device_s", "device", lambda: backends.device_call(
             entry_name, api_key, "forward", device, resolved.label, lambda: run_side(
                 device_fn, self.dev_side, autocast=plan.autocast, device_type=device.kind, grad=want_grad)), None)

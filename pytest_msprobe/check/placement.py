@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
+from ..records.record import Record
 from ..runs import backends, bench_device, capture, kernels
 from ..runs.backends import select as select_device
 from ..runs.execution import Device, Resolved, Shared, Side, make_side, resolve, tensors_of
@@ -31,34 +32,34 @@ class Placement(NamedTuple):
 
 
 def place_bench(where: Placement, options: CheckOptions, plan: Any, inputs: Inputs,
-                record: dict[str, Any]) -> Placement:
+                record: Record) -> Placement:
     """The bench's device for this call (runs/bench_device.py: an fp64 bench where the device has fp64, else on
     the CPU); the record's `bench_device` says where and in what."""
     on = bench_device.placement(options.bench_device, plan.raise_to, [t.dtype for t in tensors_of(inputs.args)])
-    record["bench_device"] = bench_device.describe(on, plan.raise_to)
+    record.bench_device = bench_device.describe(on, plan.raise_to)
     if on != options.bench_device and options.bench_device != "cpu":
-        record["notes"].append(f"the bench computes in fp64, which {options.bench_device} does not have: it ran on "
+        record.notes.append(f"the bench computes in fp64, which {options.bench_device} does not have: it ran on "
                                "the cpu")
     return where._replace(bench=on)
 
 
 def place(name: Any, options: CheckOptions, specs: dict[str, Any], forward: dict[str, Any],
-          record: dict[str, Any]) -> Placement:
+          record: Record) -> Placement:
     """The device (--msprobe-device) and the API's callables there, your kernels substituted; the record says
     which."""
     api = name.api_name
     device = select_device(options.device, options.device_index)
     resolved = resolve(name.api_type, api, device, specs, forward)
     resolved = kernels.substitute(options.kernels, name.api_type, api, resolved)  # --msprobe-kernels
-    record["device"] = device.name
-    record["backend"] = device.label
-    contract = record["contract"] = contracts.resolve(options.contract, device.kind)
-    record["impl"] = resolved.label
+    record.device = device.name
+    record.backend = device.label
+    contract = record.contract = contracts.resolve(options.contract, device.kind)
+    record.impl = resolved.label
     if resolved.kernel:
-        record["kernel"] = resolved.kernel
+        record.kernel = resolved.kernel
     if resolved.reference_vs_reference:
-        record["reference_only"] = True  # counted apart: such a pass says nothing about a vendor kernel
-        record["notes"].append("reference-vs-reference: the device side runs the bench function in the recorded "
+        record.reference_only = True  # counted apart: such a pass says nothing about a vendor kernel
+        record.notes.append("reference-vs-reference: the device side runs the bench function in the recorded "
                                "dtype, not a vendor kernel")
     return Placement(device, resolved, contract)
 

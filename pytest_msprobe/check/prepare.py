@@ -151,13 +151,13 @@ def prepared_inputs(item: Item) -> Built:
     msprobe's CPU dtype conversions; the record gets the input notes and where the data came from."""
     dump, api, record, options, specs = item.dump, item.name.api_name, item.record, item.options, item.specs
     args_enc, kwargs_enc, backward_entry = item.args_enc, item.kwargs_enc, item.backward_entry
-    key = _Key(id(dump), record["api"], backward_entry is not None, record["seed"], options, id(specs))
+    key = _Key(id(dump), record.api, backward_entry is not None, record.seed, options, id(specs))
     built = _taken(key)
     ctx, args, kwargs, cotangents = built.result() if built is not None else build_inputs(
-        dump, api, args_enc, kwargs_enc, backward_entry, record["seed"], _real(dump, options), options, specs)
+        dump, api, args_enc, kwargs_enc, backward_entry, record.seed, _real(dump, options), options, specs)
     args, kwargs = preprocess(api, args, kwargs, specs, ctx.requires_grad)
-    record["notes"] += ctx.notes
-    record["data"] = "real" if ctx.loaded_files else "random"
+    record.notes += ctx.notes
+    record.data = "real" if ctx.loaded_files else "random"
     return ctx, args, kwargs, cotangents
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from ..dump.reader import Dump, parse_entry_name
 from ..inputs.build import InputError
 from ..inputs.seeds import item_seed
+from ..records.record import Record
 from ..runs import kernels
 from ..runs.backends import not_implemented
 from ..runs.execution import NotCheckable, Shared
@@ -41,24 +42,20 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
     # a loop, not a helper function: a frame more would make a dump nested near Python's recursion limit fail
     note = ""
     for shared in (Shared(None), None) if source.retries else (None,):
-        record: dict[str, Any] = {
-            "api": name.full_name, "direction": name.direction, "status": "SKIP", "message": "",
-            "seed": item_seed(options.run_seed, name.full_name), "device": "", "impl": "", "notes": [],
-            "outputs": [], "timings": {},
-        }
+        record = Record(name.full_name, name.direction, item_seed(options.run_seed, name.full_name))
         if source.mode is not None:
-            record["mode"] = source.mode
+            record.mode = source.mode
         try:
             run_item(source, source.item(dump, name, options, specs, record, shared))
         except (NotCheckable, InputError) as exc:
-            record["status"], record["message"] = "SKIP", str(exc)
+            record.status, record.message = "SKIP", str(exc)
         except (ApiFailure, kernels.KernelError) as exc:
-            record["status"], record["message"] = "error", str(exc)
-            record["traceback"] = exc.__cause__ and "".join(traceback.format_exception(exc.__cause__))
+            record.status, record.message = "error", str(exc)
+            record.traceback = None if exc.__cause__ is None else "".join(traceback.format_exception(exc.__cause__))
             if isinstance(exc, ApiFailure) and exc.side == "device" and not_implemented(exc.__cause__):
                 # a device without a kernel for this call (or dtype) says nothing about its accuracy: counted apart
-                record["status"], record["not_implemented"] = "SKIP", True
-                record["message"] = f"not implemented on the device: {exc}"
+                record.status, record.not_implemented = "SKIP", True
+                record.message = f"not implemented on the device: {exc}"
         except Exception:
             if shared is None or not shared.changed():
                 raise
@@ -68,8 +65,8 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
         note = (f"the call wrote into {len(written)} input(s) that another side read (torch's version counter "
                 "moved): checked again with a copy of every input per side")
     if note:
-        record["notes"].append(note)
-    return record
+        record.notes.append(note)
+    return record.to_dict()  # the plain form: what the xdist wire and the files carry
 
 
 def run_item(source: DeviceSource, item: Item) -> None:

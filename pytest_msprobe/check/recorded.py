@@ -18,6 +18,7 @@ from ..dump.reader import Dump
 from ..inputs.build import TENSOR_TYPES, BuildContext, InputError, build, parse_dtype
 from ..inputs.build import leaf_shape as _shape
 from ..inputs.build import load_saved as _load_saved
+from ..records.record import Record
 from ..runs import mindspore
 from ..runs.execution import NotCheckable
 from . import calls
@@ -36,15 +37,15 @@ class Recorded:
 
     runs_here = False
 
-    def describe(self, record: dict[str, Any], bench_label: str) -> None:
-        record["device"], record["impl"] = "recorded", f"outputs saved in the dump (bench {bench_label})"
+    def describe(self, record: Record, bench_label: str) -> None:
+        record.device, record.impl = "recorded", f"outputs saved in the dump (bench {bench_label})"
 
     def outputs(self, case: Any, pairs_b: list[Any]) -> list[Any]:
         """The recorded forward outputs, as the bench's are selected."""
         started = time.perf_counter()
         leaves_d = calls.selected(recorded(case.forward.get("output"), case.dump, case.max_bytes, "output"),
                                   case.bare, case.specs)
-        case.record["timings"]["recorded_s"] = time.perf_counter() - started
+        case.record.timings["recorded_s"] = time.perf_counter() - started
         return leaves_d
 
     def gradients(self, case: Any) -> list[Any]:
@@ -61,14 +62,14 @@ class MindSporeRun:
         self.call = call
         self.grads: dict[int, torch.Tensor] = {}
 
-    def describe(self, record: dict[str, Any], bench_label: str) -> None:
-        record["device"], record["impl"] = f"mindspore:{self.call.target}", f"{self.call.label} (bench {bench_label})"
+    def describe(self, record: Record, bench_label: str) -> None:
+        record.device, record.impl = f"mindspore:{self.call.target}", f"{self.call.label} (bench {bench_label})"
 
     def outputs(self, case: Any, pairs_b: list[Any]) -> list[Any]:
         """MindSpore's forward outputs (and, for a backward item, its gradients, kept for `gradients`)."""
         grad_positions = sorted(pos for pos, _ in case.bench_side.grad_leaves) if case.want_grad else []
-        leaves_d, self.grads = calls.timed(case.record["timings"], "device_s", "device", lambda: mindspore.run(
-            self.call, case.args, case.kwargs, seed=case.record["seed"], grad_positions=grad_positions,
+        leaves_d, self.grads = calls.timed(case.record.timings, "device_s", "device", lambda: mindspore.run(
+            self.call, case.args, case.kwargs, seed=case.record.seed, grad_positions=grad_positions,
             cotangents=dict(pairs_b)), None)
         return calls.selected(leaves_d, case.bare, case.specs)
 

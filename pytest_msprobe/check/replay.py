@@ -30,6 +30,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..dump.reader import Dump
+from ..records.record import Record
 from ..runs import capture, mindspore
 from ..runs.backends import select as select_device
 from ..runs.execution import (
@@ -104,7 +105,7 @@ class External(DeviceSource):
     def applies(cls, dump: Dump, options: CheckOptions) -> bool:
         return options.mode == "replay" or dump.framework != "pytorch"
 
-    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any],
+    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: Record,
              shared: Any) -> Case:
         return Case(dump, name, options, specs, record, shared, mode=effective_mode(dump, options))
 
@@ -135,7 +136,7 @@ class External(DeviceSource):
         # --msprobe-save-error-data/-html: the inputs as recorded (the bench's fixes are applied again on replay)
         capture.stash(args=item.args, kwargs=item.kwargs, requires_grad=item.requires_grad,
                       cotangents=item.cotangents, name=item.name, framework=item.dump.framework, mode=item.mode)
-        item.record["timings"]["inputs_s"] = time.perf_counter() - item.started
+        item.record.timings["inputs_s"] = time.perf_counter() - item.started
 
     def runs(self, item: Any) -> RunsStrategy:
         return ExternalRuns(item)
@@ -176,7 +177,7 @@ class ExternalRuns(RunsStrategy):
         return reference, leaves_b, leaves_d, ref_leaves, pairs_b
 
     def compare(self, outputs: tuple[Any, list[Any], list[Any], list[Any] | None, list[Any]]) -> None:
-        timings = self.case.record["timings"]
+        timings = self.case.record.timings
         started, waited = time.perf_counter(), calls.backward_seconds(timings)
         compare_case(self.case, *outputs)
         timings["compare_s"] = time.perf_counter() - started - (calls.backward_seconds(timings) - waited)
@@ -186,9 +187,9 @@ def admitted(case: Case) -> Case:
     """The modes and frameworks this flow checks; NotCheckable for the others."""
     dump, mode, full, record = case.dump, case.mode, case.name.full_name, case.record
     framework = dump.framework
-    record["mode"] = mode
+    record.mode = mode
     if framework != "pytorch":
-        record["framework"] = framework
+        record.framework = framework
     reason = case.specs.get("unsupported_types", {}).get(case.name.api_type)
     if reason:
         raise NotCheckable(f"{full}: {reason}")
@@ -238,16 +239,16 @@ def replay_inputs(case: Case) -> tuple[list[Any], dict[str, Any]]:
         if case.backward_entry is not None:
             require_saved(full, case.backward_entry.get("input"), "backward.input")
     ctx, case.args, case.kwargs, case.cotangents = prepare.build_inputs(
-        dump, case.bare, args_enc, kwargs_enc, case.backward_entry, record["seed"], real, options, case.specs)
+        dump, case.bare, args_enc, kwargs_enc, case.backward_entry, record.seed, real, options, case.specs)
     case.requires_grad = ctx.requires_grad
     case.by_position = case.ms_dump or case.source.runs_here  # MindSpore's: one per positional tensor argument
     if case.by_position and (case.ms_dump or not ctx.requires_grad):  # none recorded: every float tensor (§7.4)
         ctx.requires_grad.update(id(t) for t in tensors_of(case.args) if t.is_floating_point())
     bench_args, bench_kwargs = prepare.preprocess(case.bare, case.args, case.kwargs, case.specs, ctx.requires_grad)
     case.max_bytes = ctx.max_bytes
-    record["notes"] += ctx.notes
-    record["data"] = "real" if ctx.loaded_files else "random"
-    record["contract"] = prepare.replay_contract(options, case.mode, ctx.devices)
+    record.notes += ctx.notes
+    record.data = "real" if ctx.loaded_files else "random"
+    record.contract = prepare.replay_contract(options, case.mode, ctx.devices)
     case.saved_on = ctx.devices
     return bench_args, bench_kwargs
 
@@ -265,7 +266,7 @@ def replay_rounding(case: Case, plan: Plan, bench_args: list[Any]) -> list[Any]:
     recorded_on, told = prepare.recorded_device(case.options, case.saved_on)
     if recorded_on == "npu":
         return [calls.round_input(a, case.requires_grad) for a in bench_args]
-    case.record["notes"].append(f"recorded on {recorded_on} ({told}): fp32 inputs not rounded to HF32, "
+    case.record.notes.append(f"recorded on {recorded_on} ({told}): fp32 inputs not rounded to HF32, "
                                 "which only Ascend's convolutions read")
     return bench_args
 
@@ -274,8 +275,8 @@ def bench_run(case: Case) -> tuple[Any, list[Any], list[Any]]:
     """The bench's forward; its outputs, the compared ones, and (backward) the recorded gradients they pair with."""
     bench_side = case.bench_side
     assert bench_side is not None
-    seed_random_apis(case.record["seed"])
-    out_b = calls.timed(case.record["timings"], "bench_s", "bench", lambda: run_side(
+    seed_random_apis(case.record.seed)
+    out_b = calls.timed(case.record.timings, "bench_s", "bench", lambda: run_side(
         case.bench_fn, bench_side, autocast=None, device_type="cpu", grad=case.want_grad), None)
     leaves_b = calls.selected(output_leaves(out_b), case.bare, case.specs)
     pairs_b = pair_cotangents(leaves_b, case.cotangents, case.grad_index) if case.want_grad else []
@@ -287,7 +288,7 @@ def bench_run(case: Case) -> tuple[Any, list[Any], list[Any]]:
 def reference_run(case: Case, reference: ReferenceRun | None) -> list[Any] | None:
     """The third run's forward outputs (None without one); the record names it."""
     if reference is not None and reference.side is not None:
-        case.record["reference"] = reference.label
+        case.record.reference = reference.label
     return forward_run(case, reference, "reference")
 
 
@@ -297,7 +298,7 @@ def forward_run(case: Case, run: ReferenceRun | None, key: str) -> list[Any] | N
     if run is None or run.side is None:
         return None
     side = run.side
-    out = calls.timed(case.record["timings"], f"{key}_s", key, lambda: run_side(
+    out = calls.timed(case.record.timings, f"{key}_s", key, lambda: run_side(
         run.fn, side, autocast=run.autocast, device_type=run.device.kind, grad=case.want_grad), run.device)
     return calls.selected(output_leaves(out), case.bare, case.specs)
 
@@ -305,7 +306,7 @@ def forward_run(case: Case, run: ReferenceRun | None, key: str) -> list[Any] | N
 def replay_summed(case: Case) -> Summed | None:
     """The run that bounds outputs by their terms (prepare.bounding_run), as a re-run item has it: a recorded
     kernel may have added in any order."""
-    return prepare.bounding_run(case.options, case.record.get("contract", "torch"), SimpleNamespace(
+    return prepare.bounding_run(case.options, case.record.contract or "torch", SimpleNamespace(
         bench_fn=case.bench_fn), case.bare, case.specs, case.args, case.kwargs, case.requires_grad, case.want_grad,
         first_output_shape(case.forward.get("output")))
 
@@ -319,7 +320,7 @@ def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[li
     try:
         grads, _, _, positions = gradients.node_grads(case.summed_leaves, pairs, summed.run.side, "cpu")
     except (NotCheckable, RuntimeError) as exc:
-        case.record["notes"].append(f"magnitude gradients not used: {exc}")
+        case.record.notes.append(f"magnitude gradients not used: {exc}")
         return None
     return [grads[j] if j < len(grads) and positions[j] in summed.positions and grads[j] is not None
             and tuple(grads[j].shape) == tuple(grads_b[j].shape) else None for j in slots], summed.rules
@@ -333,7 +334,7 @@ def summed_by_position(case: Case, positions: list[int]) -> tuple[list[Any], str
     try:
         backward(case.summed_leaves, pairs, "cpu")
     except RuntimeError as exc:
-        case.record["notes"].append(f"magnitude gradients not used: {exc}")
+        case.record.notes.append(f"magnitude gradients not used: {exc}")
         return None
     by_pos = {p: leaf.grad for p, leaf in summed.run.side.grad_leaves if p in summed.positions}
     return [by_pos.get(p) for p in positions], summed.rules
@@ -377,7 +378,7 @@ def compare_by_position(case: Case, reference: ReferenceRun | None, leaves_b: li
     """MindSpore's gradients: one per positional tensor argument, compared with the bench's of that argument."""
     full, record, bench_side = case.name.full_name, case.record, case.bench_side
     assert bench_side is not None
-    calls.timed(record["timings"], "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"),
+    calls.timed(record.timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, "cpu"),
                 None)
     grads_b = {pos: leaf.grad for pos, leaf in bench_side.grad_leaves if leaf.grad is not None}
     if isinstance(case.source, MindSporeRun):
@@ -400,13 +401,13 @@ def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[A
     """PyTorch's recorded gradients: slot by slot of the output's autograd node, the bench's node hooked alike."""
     full, record, bench_side = case.name.full_name, case.record, case.bench_side
     grads_b, roles, node, node_positions = calls.timed(
-        record["timings"], "bench_backward_s", "bench backward",
+        record.timings, "bench_backward_s", "bench backward",
         lambda: gradients.node_grads(leaves_b, pairs_b, bench_side, "cpu"), None)
     source = case.source
     assert isinstance(source, Recorded)  # MindSpore's gradients are matched by position
     recorded_grads = source.gradients(case)
-    slots = gradients.match_slots(full, recorded_grads, grads_b, node, record["notes"])
-    record["notes"] += [f"backward.output.{j}: {roles[j]} (input {j} of {node})" for j in slots]
+    slots = gradients.match_slots(full, recorded_grads, grads_b, node, record.notes)
+    record.notes += [f"backward.output.{j}: {roles[j]} (input {j} of {node})" for j in slots]
     refs = estimated = None
     if ref_leaves is not None and reference is not None and reference.side is not None:
         try:
@@ -420,7 +421,7 @@ def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[A
                     raise NotCheckable("a different autograd layout")
                 refs = [grads_r[j] for j in slots]
         except (NotCheckable, IndexError, AttributeError) as exc:
-            record["notes"].append(f"reference gradients not used: {exc}")
+            record.notes.append(f"reference gradients not used: {exc}")
     _compare_pairs(case, Comparison(
         record, f"{full}.backward.output", [grads_b[j] for j in slots], [recorded_grads[j] for j in slots], refs,
         role, case.bare, case.specs, case.options, slots, gradients=True, estimated=estimated,
@@ -446,5 +447,5 @@ def _reference(case: Case, args: list[Any], kwargs: dict[str, Any]) -> Any:
 
 def _compare_pairs(case: Case, job: Comparison) -> None:
     """The pairs compared, each kind of output by itself (kinds.py), in the contract the record names."""
-    job.contract = case.record.get("contract", "torch")
+    job.contract = case.record.contract or "torch"
     compare_outputs(job)

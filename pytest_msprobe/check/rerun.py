@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..dump.reader import Dump
+from ..records.record import Record
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..runs.third_run import ReferenceRun, bench_product
@@ -38,7 +39,7 @@ class TorchRerun(DeviceSource):
     def applies(cls, dump: Dump, options: CheckOptions) -> bool:
         return True
 
-    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any],
+    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: Record,
              shared: Any) -> RerunItem:
         return RerunItem(dump, name, options, specs, record, shared)
 
@@ -57,7 +58,7 @@ class TorchRerun(DeviceSource):
         api, record = item.name.api_name, item.record
         item.plan = precision.plan(api, item.inputs, item.forward, item.specs, item.options)
         item.inputs = precision.round_inputs(api, item.inputs, item.plan.hf32, item.where.device, item.specs,
-                                             record["notes"])
+                                             record.notes)
         item.where = placement.place_bench(item.where, item.options, item.plan, item.inputs, record)
 
     def runs(self, item: Any) -> RunsStrategy:
@@ -70,7 +71,7 @@ class TorchRerun(DeviceSource):
                       cotangents=inputs.cotangents, plan=item.plan, device=where.device, name=item.name,
                       want_grad=item.want_grad, resolved=where.resolved)  # --msprobe-save-error-data/-repro/-fuzz
         sides = make_sides(item)
-        item.record["timings"]["inputs_s"] = time.perf_counter() - item.started
+        item.record.timings["inputs_s"] = time.perf_counter() - item.started
         return Whole(item, sides, execute.Runs(item, sides, *execute.third_runs(item)))
 
     def finish(self, item: Item) -> None:
@@ -94,7 +95,7 @@ class Whole(RunsStrategy):
     def compare(self, outputs: Outputs) -> None:
         started = time.perf_counter()
         compare_item(self.item, self.sides, self.runs.reference, outputs)
-        self.item.record["timings"]["compare_s"] = time.perf_counter() - started
+        self.item.record.timings["compare_s"] = time.perf_counter() - started
 
 
 def entries(item: Item) -> tuple[list[Any], dict[str, Any]]:
@@ -122,9 +123,9 @@ def make_sides(item: RerunItem) -> Sides:
     placement.share(shared, name, where.resolved, inputs, beside, item.forward, specs)
     device_side = placement.device_side(inputs, where, item.want_grad, shared)
     bench_args, bench_kwargs = precision.bench_arguments(name.api_name, inputs, plan, options, specs,
-                                                         item.record["notes"])
+                                                         item.record.notes)
     bench_side = placement.BenchSide(bench_args, bench_kwargs, precision.bench_dtype(plan), inputs.requires_grad,
-                                     item.want_grad, shared, beside, item.record["timings"], where.bench)
+                                     item.want_grad, shared, beside, item.record.timings, where.bench)
     if not beside:
         bench_side()
     return Sides(device_side, bench_side, beside)

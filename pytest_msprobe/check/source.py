@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..dump.reader import Dump
+from ..records.record import Record
 from ..runs.execution import Shared
 from ..settings import CheckOptions
 from . import calls
@@ -27,7 +28,7 @@ class Item:
     name: Any
     options: CheckOptions
     specs: dict[str, Any]
-    record: dict[str, Any]
+    record: Record
     shared: Shared | None = None
     user: dict[str, Any] = field(default_factory=dict)
     forward: dict[str, Any] = field(default_factory=dict)
@@ -75,7 +76,7 @@ class DeviceSource:
     def applies(cls, dump: Dump, options: CheckOptions) -> bool:
         raise NotImplementedError
 
-    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: dict[str, Any],
+    def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: Record,
              shared: Shared | None) -> Item:
         """The item's context before its stages."""
         return Item(dump, name, options, specs, record, shared)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..records.record import Record
 from ..specs.loader import in_list
 
 TIES = "judged by validity: indices point at equal values (ties may break either way)"
@@ -33,26 +34,26 @@ _UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.fl
                   torch.bfloat16: 2.0 ** -8}
 
 
-def judge_by_validity(record: dict[str, Any], api: str, specs: Mapping[str, Any], standard: str, bench: list[Any],
+def judge_by_validity(record: Record, api: str, specs: Mapping[str, Any], standard: str, bench: list[Any],
                       device: list[Any], args: list[Any], kwargs: dict[str, Any]) -> None:
     """Judge again, by validity, the failed rows of a forward item's outputs whose values are not unique.
     `args` and `kwargs`: the device side's arguments."""
-    rows = record["outputs"]
+    rows = record.outputs
     if standard != "strict" or len(rows) != len(device) or len(bench) != len(device) or \
-            not any(row.get("verdict") == "error" for row in rows):
+            not any(row.verdict == "error" for row in rows):
         return
     base = api.removesuffix("_") if api.endswith("_") and not api.endswith("__") else api
     if in_list(specs, api, "error_model", "not_unique", "ties"):
         check = "ties"
         i = 0 if base == "argsort" else 1  # the indices output
         outcome = {i: _ties(base, args, kwargs, bench, device, i)} \
-            if i < len(rows) and rows[i].get("verdict") == "error" and _indices(device[i]) else {}
-    elif in_list(specs, api, "error_model", "not_unique", "duplicate_writers") and rows[0].get("verdict") == "error":
+            if i < len(rows) and rows[i].verdict == "error" and _indices(device[i]) else {}
+    elif in_list(specs, api, "error_model", "not_unique", "duplicate_writers") and rows[0].verdict == "error":
         check = "duplicate_writers"
         outcome = {0: _writers(base, args, kwargs, bench[0], device[0])}
     elif in_list(specs, api, "error_model", "not_unique", "decompositions") and base in _FACTORS:
         check = "decomposition"
-        failed = [i for i in _FACTORS[base] if i < len(rows) and rows[i].get("verdict") == "error"]
+        failed = [i for i in _FACTORS[base] if i < len(rows) and rows[i].verdict == "error"]
         allowance = float(specs["error_model"]["not_unique"].get("decomposition_allowance", 16))
         verdict = _decomposition(base, args, kwargs, bench, device, allowance) if failed else None
         outcome = {i: verdict for i in failed}
@@ -61,7 +62,7 @@ def judge_by_validity(record: dict[str, Any], api: str, specs: Mapping[str, Any]
     for i, verdict in outcome.items():
         if verdict is not None:
             valid, message = verdict
-            rows[i].update({"verdict": "pass" if valid else "error", "verdict_message": message, "check": check})
+            rows[i].verdict, rows[i].verdict_message, rows[i].check = "pass" if valid else "error", message, check
 
 
 def _arg(args: list[Any], kwargs: dict[str, Any], position: int, name: str, default: Any = None) -> Any:
