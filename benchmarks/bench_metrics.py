@@ -75,7 +75,7 @@ def main() -> None:
         device = as_run(grid.round_to(bench64 * (1 + 1e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
                         dtype)
         call = functools.partial(standards.compare_tensor, "x", bench, device, bench_dtype=str(bench.dtype),
-                                 device_dtype=dtype, api_name=api, specs=specs)
+                                 device_dtype=dtype, judging=standards.Judging(api, specs))
         t = best(call, args.repeat)
         restore = numpy_only()
         try:
