@@ -290,7 +290,7 @@ def test_the_library_imports_neither_evals_nor_benchmarks() -> None:
 # leaves once fixed, and the set ends empty. test_pending_is_still_found keeps it from outliving the fix.
 PENDING: frozenset[str] = frozenset({
     # private names of another module
-    # functions over six parameters (runs/: the ones check/ calls)
+    # functions over six parameters (check/)
     "pytest_msprobe/check/calls.py:device_backward takes 7",
     "pytest_msprobe/check/calls.py:backward_both takes 8",
     "pytest_msprobe/check/chunked.py:_feed takes 7",
