@@ -77,8 +77,17 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
     from pytest_msprobe.check.prepare import build_inputs, checkable_entries, encoded_arguments
     from pytest_msprobe.dump.reader import load_dump, parse_entry_name
     from pytest_msprobe.inputs.seeds import item_seed
-    from pytest_msprobe.runs.execution import RAISABLE, Device, first_output_dtype, make_side, plan_precision, resolve
-    from pytest_msprobe.runs.third_run import third_run
+    from pytest_msprobe.runs.execution import (
+        RAISABLE,
+        Device,
+        PrecisionPolicy,
+        Target,
+        first_output_dtype,
+        make_side,
+        plan_precision,
+        resolve,
+    )
+    from pytest_msprobe.runs.third_run import RunInputs, third_run
     try:  # a tree whose sides share the inputs the call does not write
         from pytest_msprobe.runs import sharing
         from pytest_msprobe.runs.execution import Shared
@@ -112,7 +121,7 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
             share["shared"] = Shared(sharing.written_inputs(name.api_type, name.api_name, None, args, kwargs, specs))
         want_grad = backward is not None
         plan = plan_precision(name.api_name, args, kwargs, first_output_dtype(forward.get("output")), specs,
-                              "auto", "strict")
+                              PrecisionPolicy("auto", "strict"))
 
         def bench_dtype(t: torch.Tensor, plan: Any = plan) -> torch.dtype:
             raise_to = plan.raise_to
@@ -122,16 +131,16 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
 
         for bench, dtype_for, move in ((False, lambda t: t.dtype, None if share else device.to_device),
                                        (True, bench_dtype, None)):
-            sides.append(make_side(args, kwargs, device="cpu", dtype_for=dtype_for, requires_grad=ctx.requires_grad,
-                                   want_grad=want_grad, bench=bench, move=move, **share))
+            sides.append(make_side(args, kwargs, target=Target("cpu", dtype_for, bench, move, shared=share.get("shared")),
+                                   requires_grad=ctx.requires_grad, want_grad=want_grad))
             marks.append(time.thread_time())
         try:
             resolved = resolve(name.api_type, name.api_name, device, specs, forward)
         except Exception:
             resolved = None
         if resolved is not None:  # the third run's side: torch's run in the recorded dtype, or the magnitude run
-            sides.append(third_run(options, resolved, name, specs, plan, args, kwargs, ctx.requires_grad, want_grad,
-                                   **share))
+            sides.append(third_run(options, resolved, name, specs, plan,
+                                   RunInputs(args, kwargs, ctx.requires_grad, want_grad, share.get("shared"))))
         marks.append(time.thread_time())
         for phase, start, stop in zip(spent, marks, marks[1:]):
             spent[phase] += stop - start

@@ -75,7 +75,7 @@ def main() -> None:
         device = as_run(grid.round_to(bench64 * (1 + 1e-3 * rng.standard_normal(args.numel)), dtype).astype(storage),
                         dtype)
         call = functools.partial(standards.compare_tensor, "x", bench, device, bench_dtype=str(bench.dtype),
-                                 device_dtype=dtype, api_name=api, specs=specs)
+                                 device_dtype=dtype, judging=standards.Judging(api, specs))
         t = best(call, args.repeat)
         restore = numpy_only()
         try:
@@ -95,8 +95,8 @@ def main() -> None:
         for kind in ("elementwise", "reduction", "contraction"):
             rules = element_rules(specs["thresholds"]["strict"], dtype, kind)
             extra = {"magnitude": np.abs(bench) * 8} if kind == "contraction" else {"torch_run": torch_run}
-            t = best(functools.partial(strict.strict_compare, bench, device, dtype, rules, kind=kind, row=1024,
-                                       **extra), args.repeat)
+            t = best(functools.partial(strict.strict_compare, bench, device, dtype, rules,
+                                       strict.Runs(kind=kind, row=1024, **extra)), args.repeat)
             print(f"  strict checks    {dtype:15} {kind:20} {t:6.3f} s = {t / args.numel * 1e9:5.2f} ns/element")
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ def strict_warm_up() -> None:
         strict.strict_compare(bench, device, dtype, rules)
         # and msprobe's metrics' pass (metrics/numba_kernel.py), of each bench dtype it is compiled for
         b = bench.astype(np.float32 if dtype == "torch.bfloat16" else np.float64)
-        standards.compare_tensor("warm", b, device, bench_dtype=str(b.dtype), device_dtype=dtype, api_name="add")
+        standards.compare_tensor("warm", b, device, bench_dtype=str(b.dtype), device_dtype=dtype, judging=standards.Judging("add"))
     from pytest_msprobe.check.compare import warm_up
 
     warm_up("strict")  # and the compiled random draw, as each process does before its first item

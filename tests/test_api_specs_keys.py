@@ -24,19 +24,18 @@ def test_quantization_apis_allow_one_step_of_rounding(standard: str) -> None:
     for device, status in ((one_off, "pass"), (two_off, "error")):
         row = standards.compare_tensor("NPU.npu_dynamic_quant.0.forward.output.0", bench, device,
                                        bench_dtype="torch.int8", device_dtype="torch.int8",
-                                       api_name="npu_dynamic_quant", specs=SPECS, standard=standard)
-        judge.decide(row, standard, api_name="npu_dynamic_quant", specs=SPECS, ref_row=None, arrays=None,
-                     reference_results=None)
+                                       judging=standards.Judging("npu_dynamic_quant", SPECS, standard))
+        judge.decide(row, standard, api_name="npu_dynamic_quant", specs=SPECS, evidence=judge.Evidence())
         assert (row.status, row.verdict) == (status, status)
         assert row.metrics["max_abs_err"] == (1.0 if status == "pass" else 2.0)
         assert "Quantization API" in row.message
     # any other API's int8 output: not comparable in msprobe 8.3.3 (an error whatever the values)
     other = standards.compare_tensor("Torch.x.0.forward.output.0", bench, one_off, bench_dtype="torch.int8",
-                                     device_dtype="torch.int8", api_name="abs", specs=SPECS)
+                                     device_dtype="torch.int8", judging=standards.Judging("abs", SPECS))
     assert other.status == "error" and "cannot compare" in other.message
     # int32 outputs of other APIs stay exact (binary consistency)
     exact = standards.compare_tensor("Torch.x.0.forward.output.0", bench.astype(np.int32), one_off.astype(np.int32),
-                                     bench_dtype="torch.int32", device_dtype="torch.int32", api_name="abs", specs=SPECS)
+                                     bench_dtype="torch.int32", device_dtype="torch.int32", judging=standards.Judging("abs", SPECS))
     assert exact.status == "error" and exact.metrics["binary_error_rate"] == 0.5
 
 
@@ -105,15 +104,14 @@ def test_fp8_outputs_get_26x_ulp_rule_without_a_reference() -> None:
     for shift, verdict in ((0.125, "pass"), (0.25, "error")):  # one and two steps of e4m3 at [1, 2)
         row = standards.compare_tensor("Torch.clone.0.forward.output.0", bench, bench + shift,
                                        bench_dtype="torch.float8_e4m3fn", device_dtype="torch.float8_e4m3fn",
-                                       api_name="clone", specs=SPECS, standard="msprobe26")
-        judge.decide(row, "msprobe26", api_name="clone", specs=SPECS, ref_row=None, arrays=None,
-                     reference_results=None)
+                                       judging=standards.Judging("clone", SPECS, "msprobe26"))
+        judge.decide(row, "msprobe26", api_name="clone", specs=SPECS, evidence=judge.Evidence())
         assert row.algorithm == "ulp_compare" and row.verdict == verdict, row.verdict_message
         assert row.compare["ulp_status"] == verdict and row.metrics["max_ulp_err"] == shift * 8
     # msprobe 8.x has no fp8 rule: Layer 1 only, no Layer-2 columns
     row = standards.compare_tensor("Torch.clone.0.forward.output.0", bench, bench + 0.25,
                                    bench_dtype="torch.float8_e4m3fn", device_dtype="torch.float8_e4m3fn",
-                                   api_name="clone", specs=SPECS, standard="msprobe")
+                                   judging=standards.Judging("clone", SPECS, "msprobe"))
     assert row.algorithm is None and row.metrics["max_ulp_err"] is None
 
 

@@ -127,8 +127,8 @@ def test_strict_pass_in_pieces_is_the_whole_pass(dtype: str, kind: str) -> None:
     squares = S.Squares()
     for start in range(0, n, 7_001):
         squares.feed(b[start:start + 7_001])
-    streamed = S.Streamed(d, dtype, rules, kind, width, S.floor(squares.finish(), n, b.dtype.itemsize, rules, kind),
-                          torch_run is not None)
+    streamed = S.Streamed(d, dtype, rules, S.Cut(kind, width),
+                          S.floor(squares.finish(), n, b.dtype.itemsize, rules, kind), torch_run is not None)
     while streamed.done() < n:
         start = streamed.done()
         end = min(n, start + int(rng.integers(1, 60_000)))

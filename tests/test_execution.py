@@ -15,6 +15,8 @@ from pytest_msprobe.runs.backends import select as select_device
 from pytest_msprobe.runs.execution import (
     HF32_BITS,
     NotCheckable,
+    PrecisionPolicy,
+    Target,
     _getitem,
     make_side,
     pair_cotangents,
@@ -54,13 +56,14 @@ def test_type_conversion_apis_are_not_raised_and_convs_use_hf32() -> None:
 
 def test_bench_precision_per_api_and_the_fp64_policy() -> None:
     attention = [torch.zeros(2, dtype=bf16)] * 3
+    FP64, STRICT = PrecisionPolicy("fp64"), PrecisionPolicy("auto", "strict")
     assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS).raise_to == f32
     assert plan_precision("npu_fusion_attention", [torch.zeros(2, dtype=f16)], {}, f16, SPECS).raise_to == f64
-    assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS, "fp64").raise_to == f64
-    assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS, "auto", "strict").raise_to == f32
-    assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS, "auto", "strict").raise_to == f32
-    assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS, "fp64").raise_to == f64
-    assert plan_precision("add", [torch.zeros(2, dtype=bf16), torch.zeros(2)], {}, bf16, SPECS, "fp64").raise_to == f64
+    assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS, FP64).raise_to == f64
+    assert plan_precision("npu_fusion_attention", attention, {}, bf16, SPECS, STRICT).raise_to == f32
+    assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS, STRICT).raise_to == f32
+    assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS, FP64).raise_to == f64
+    assert plan_precision("add", [torch.zeros(2, dtype=bf16), torch.zeros(2)], {}, bf16, SPECS, FP64).raise_to == f64
     assert plan_precision("add", [torch.zeros(2, dtype=bf16)], {}, bf16, SPECS).raise_to == f32
 
 
@@ -221,14 +224,14 @@ def test_magnitude_run_is_the_api_on_absolute_values() -> None:
     from types import SimpleNamespace
 
     from pytest_msprobe.runs.execution import run_side
-    from pytest_msprobe.runs.third_run import third_run
+    from pytest_msprobe.runs.third_run import RunInputs, third_run
 
     x, w, b = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)
     name = SimpleNamespace(api_type="Torch", api_name="addmm")
     args, kwargs = [b, x, w.T], {"beta": -0.5, "alpha": -2.0}
     plan = plan_precision("addmm", args, kwargs, f32, SPECS)
     run3 = third_run(CheckOptions(standard="strict"), SimpleNamespace(bench_fn=torch.addmm), name, SPECS, plan,
-                     args, kwargs, set(), False)
+                     RunInputs(args, kwargs, set(), False))
     assert run3 is not None and run3.role == "magnitude" and run3.side is not None
     out = run_side(run3.fn, run3.side, autocast=None, device_type="cpu", grad=False)
     assert torch.allclose(out, 0.5 * b.abs() + 2.0 * x.abs() @ w.T.abs())
@@ -281,8 +284,9 @@ def test_a_side_takes_its_own_temporaries_without_a_copy_and_copies_everything_e
     """make_side's `owned`: a temporary made for the side alone (the magnitude run's |inputs|) is taken as
     it is when no cast is needed; a recorded input is always copied, so an in-place API cannot reach it."""
     temp, recorded, narrow = torch.rand(64), torch.rand(64), torch.rand(64, dtype=torch.bfloat16)
-    side = make_side([temp, recorded, narrow], {}, device="cpu", dtype_for=lambda t: torch.float32,
-                     requires_grad=set(), want_grad=False, bench=True, owned={id(temp), id(narrow)})
+    side = make_side([temp, recorded, narrow], {},
+                     target=Target("cpu", lambda t: torch.float32, True, owned={id(temp), id(narrow)}),
+                     requires_grad=set(), want_grad=False)
     taken, copied, cast = side.args
     assert taken.untyped_storage().data_ptr() == temp.untyped_storage().data_ptr()
     assert copied.untyped_storage().data_ptr() != recorded.untyped_storage().data_ptr()

@@ -212,15 +212,15 @@ def test_the_worked_example_sound_kernel_passes_and_the_bf16_rowsum_fails(pytest
 
 
 def test_rms_norms_bench_is_fp64_under_strict_only() -> None:
-    from pytest_msprobe.runs.execution import plan_precision
+    from pytest_msprobe.runs.execution import PrecisionPolicy, plan_precision
     from pytest_msprobe.specs.loader import load_specs
 
     specs = load_specs()
     x = [torch.zeros(2, 8, dtype=torch.bfloat16), torch.ones(8, dtype=torch.bfloat16)]
     for api in ("npu_rms_norm", "npu_add_rms_norm"):
-        assert plan_precision(api, x, {}, torch.bfloat16, specs, standard="strict").raise_to == torch.float64
-        assert plan_precision(api, x, {}, torch.bfloat16, specs, standard="msprobe").raise_to == torch.float32
-    other = plan_precision("npu_scaled_masked_softmax", x[:1], {}, torch.bfloat16, specs, standard="strict")
+        assert plan_precision(api, x, {}, torch.bfloat16, specs, PrecisionPolicy(standard="strict")).raise_to == torch.float64
+        assert plan_precision(api, x, {}, torch.bfloat16, specs, PrecisionPolicy(standard="msprobe")).raise_to == torch.float32
+    other = plan_precision("npu_scaled_masked_softmax", x[:1], {}, torch.bfloat16, specs, PrecisionPolicy(standard="strict"))
     assert other.raise_to == torch.float32  # another reduction keeps msprobe's raise
 
 

@@ -52,8 +52,8 @@ def _close(a: float | None, b: float | None, rel: float) -> bool:
 
 def both(b: np.ndarray, d: np.ndarray, dtype: str, api: str, standard: str = "msprobe") -> tuple[Any, Any]:
     """(compiled row, numpy row) of one pair, after checking they agree; the compiled path must be taken."""
-    kwargs = {"bench_dtype": str(b.dtype), "device_dtype": dtype, "api_name": api, "specs": SPECS,
-              "standard": standard}
+    kwargs = {"bench_dtype": str(b.dtype), "device_dtype": dtype,
+              "judging": standards.Judging(api, SPECS, standard)}
     # a bf16 output reaches the compiled pass as its 16-bit storage (as in a run), the oracle as float32 values
     fast = standards.compare_tensor("x", b, _stored(d) if dtype == "torch.bfloat16" else d, **kwargs)
     with numpy_metrics():

@@ -290,10 +290,7 @@ def test_the_library_imports_neither_evals_nor_benchmarks() -> None:
 # leaves once fixed, and the set ends empty. test_pending_is_still_found keeps it from outliving the fix.
 PENDING: frozenset[str] = frozenset({
     # private names of another module
-    # functions over six parameters: make_side (its callers are in check/), an autograd Function's forward
-    "pytest_msprobe/runs/execution.py:make_side takes 10",
-    "pytest_msprobe/runs/third_run.py:_ConvTorchBackward.forward takes 11",
-    # functions over six parameters (runs/: the ones check/ calls)
+    # functions over six parameters (check/)
     "pytest_msprobe/check/calls.py:device_backward takes 7",
     "pytest_msprobe/check/calls.py:backward_both takes 8",
     "pytest_msprobe/check/chunked.py:_feed takes 7",
@@ -305,23 +302,6 @@ PENDING: frozenset[str] = frozenset({
     "pytest_msprobe/check/prepare.py:build_inputs takes 9",
     "pytest_msprobe/check/prepare.py:bounding_run takes 12",
     "pytest_msprobe/check/unique.py:judge_by_validity takes 8",
-    "pytest_msprobe/metrics/vectorised.py:inf_nan_error_ratio takes 7",
-    "pytest_msprobe/verdict/strict/streamed.py:Streamed.__init__ takes 7",
-    "pytest_msprobe/verdict/standards.py:from_stats takes 13",
-    "pytest_msprobe/runs/execution.py:plan_precision takes 7",
-    "pytest_msprobe/runs/terms.py:terms_run takes 8",
-    "pytest_msprobe/runs/third_run.py:third_run takes 11",
-    "pytest_msprobe/runs/third_run.py:summed_run takes 11",
-    "pytest_msprobe/verdict/judge.py:decide takes 8",
-    "pytest_msprobe/verdict/layer2.py:columns takes 7",
-    "pytest_msprobe/verdict/standards.py:compare_tensor takes 8",
-    "pytest_msprobe/verdict/standards.py:_compare_float takes 7",
-    "pytest_msprobe/verdict/standards.py:_compare_fused takes 11",
-    "pytest_msprobe/verdict/standards.py:_layer1 takes 7",
-    "pytest_msprobe/verdict/standards.py:_on_device takes 7",
-    "pytest_msprobe/verdict/standards.py:_compare_one takes 8",
-    "pytest_msprobe/verdict/standards.py:compare_structure takes 8",
-    "pytest_msprobe/verdict/verdicts.py:with_reference takes 7",
     # the one protocol module
 })
 

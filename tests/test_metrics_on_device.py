@@ -92,7 +92,7 @@ def test_a_non_finite_output_is_left_to_the_host(kind: str) -> None:
     host, on = host_and_device(bench, device, True, False)
     assert host.n_nonfinite == 1 and on is None
     # and its row is the host's, column for column (NaN included)
-    rows = [json.dumps(standards.compare_structure("x", [bench], [device], api_name="matmul", converter=stored,
+    rows = [json.dumps(standards.compare_structure("x", [bench], [device], judging=standards.Judging("matmul"), converter=stored,
                                                    on=where)[0].to_dict(), sort_keys=True)
             for where in (None, torch.device("cpu"))]
     assert rows[0] == rows[1] and "NaN" in rows[0]
@@ -106,13 +106,13 @@ def test_a_failing_accelerator_hands_the_metrics_to_the_host(monkeypatch: pytest
     def lacking(*args: Any) -> Any:
         raise RuntimeError("no float64 sum here")
 
-    host = standards.compare_structure("x", [bench], [device], api_name="add", converter=stored)[0].to_dict()
+    host = standards.compare_structure("x", [bench], [device], judging=standards.Judging("add"), converter=stored)[0].to_dict()
     monkeypatch.setattr(on_device, "compute", lacking)
     with pytest.raises(RuntimeError, match="no float64"):
-        standards.compare_structure("x", [bench], [device], api_name="add", converter=stored, on=torch.device("cpu"))
+        standards.compare_structure("x", [bench], [device], judging=standards.Judging("add"), converter=stored, on=torch.device("cpu"))
     noted: list[Any] = []
     monkeypatch.setattr("pytest_msprobe.verdict.strict.torch_pass.unsupported", lambda on, exc: noted.append(on))
-    row = standards.compare_structure("x", [bench], [device], api_name="add", converter=stored,
+    row = standards.compare_structure("x", [bench], [device], judging=standards.Judging("add"), converter=stored,
                                       on=torch.device("cpu"))[0]
     assert row.to_dict() == host and noted == [torch.device("cpu")]
 

@@ -345,11 +345,11 @@ def test_mindspore_standard_compares_scalars_exactly() -> None:
     specs = load_specs()
     row = OutputComparison("Mint.item.0.forward.output.0", "pass", "", "<class 'float'>", "<class 'float'>", None,
                            {})
-    judge.decide(row, "mindspore", api_name="item", specs=specs, ref_row=None, arrays=None, reference_results=None)
+    judge.decide(row, "mindspore", api_name="item", specs=specs, evidence=judge.Evidence())
     assert row.verdict == "pass" and row.verdict_message == "compared exactly"
     row = OutputComparison("x", "pass", "", "torch.float64", "torch.float32", [3], {})
-    judge.decide(row, "mindspore", api_name="add", specs=specs, ref_row=None, reference_results=None,
-                 arrays=judge.StrictArrays(np.ones(3), np.ones(3) + 0.01))
+    judge.decide(row, "mindspore", api_name="add", specs=specs,
+                 evidence=judge.Evidence(arrays=judge.StrictArrays(np.ones(3), np.ones(3) + 0.01)))
     assert row.verdict == "error" and "max abs error 0.01 is not < 0.001" in row.verdict_message
 
 

@@ -11,7 +11,7 @@ import torch
 
 from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump.reader import load_dump
-from pytest_msprobe.runs.execution import Shared, make_side
+from pytest_msprobe.runs.execution import Shared, Target, make_side
 from pytest_msprobe.runs.sharing import written_inputs
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs
@@ -27,8 +27,9 @@ def _ptr(t: torch.Tensor) -> int:
 
 def _side(args: list[Any], shared: Shared | None, dtype: torch.dtype | None = None, *, grad: set[int] | None = None,
           kwargs: dict[str, Any] | None = None) -> Any:
-    return make_side(args, kwargs or {}, device="cpu", dtype_for=lambda t: dtype or t.dtype,
-                     requires_grad=grad or set(), want_grad=grad is not None, bench=dtype is not None, shared=shared)
+    return make_side(args, kwargs or {}, target=Target("cpu", lambda t: dtype or t.dtype, dtype is not None,
+                                                       shared=shared),
+                     requires_grad=grad or set(), want_grad=grad is not None)
 
 
 def test_sides_share_an_input_the_call_cannot_write_and_a_write_moves_its_version() -> None:

@@ -144,7 +144,7 @@ def run(bench, device, device_dtype, api="softmax", shape=None, bench_dtype=None
     if shape is not None:
         b, d = b.reshape(shape), d.reshape(shape)
     return S.compare_tensor("T.api.0.forward.output.0", b, d, bench_dtype=bench_dtype or BENCH_DT[device_dtype],
-                            device_dtype=device_dtype, api_name=api)
+                            device_dtype=device_dtype, judging=S.Judging(api))
 
 
 def bf16_round(x) -> np.ndarray:
@@ -235,7 +235,7 @@ def test_all_zero_outputs():
 
 def test_shape_mismatch_is_an_error():
     row = S.compare_tensor("x", np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float16), bench_dtype="torch.float32",
-                           device_dtype="torch.float16", api_name="add")
+                           device_dtype="torch.float16", judging=S.Judging("add"))
     assert row.status == "error" and row.shape == [3, 2]
     assert row.message == "The shape of benchtorch.Size([2, 3]) and nputorch.Size([3, 2]) not equal."
     assert all(v is None for v in row.metrics.values())
@@ -243,14 +243,14 @@ def test_shape_mismatch_is_an_error():
 
 def test_int8_is_not_comparable():
     a = np.array([1, 2], np.int8)
-    row = S.compare_tensor("x", a, a, bench_dtype="torch.int8", device_dtype="torch.int8", api_name="x")
+    row = S.compare_tensor("x", a, a, bench_dtype="torch.int8", device_dtype="torch.int8", judging=S.Judging("x"))
     assert row.status == "error"
     assert row.message == "Bench out dtype is int8 but npu output dtype is int8, cannot compare."
 
 
 def test_float_vs_int_is_not_comparable():
     row = S.compare_tensor("x", np.ones(2, np.float32), np.ones(2, np.int64), bench_dtype="torch.float32",
-                           device_dtype="torch.int64", api_name="x")
+                           device_dtype="torch.int64", judging=S.Judging("x"))
     assert row.status == "error" and "cannot compare" in row.message
 
 
@@ -261,7 +261,7 @@ def test_float_vs_int_is_not_comparable():
     (np.array([True, False]), np.array([1, 1], np.uint8), "torch.bool", "torch.uint8", 0.5),
 ])
 def test_integer_outputs_judged_by_binary_error_rate(b, d, bt, dt, rate):
-    row = S.compare_tensor("x", b, d, bench_dtype=bt, device_dtype=dt, api_name="argmax")
+    row = S.compare_tensor("x", b, d, bench_dtype=bt, device_dtype=dt, judging=S.Judging("argmax"))
     ref = sum(int(x) != int(y) for x, y in zip(b, d)) / len(b)
     assert close(row.metrics["binary_error_rate"], ref) and ref == rate
     assert row.status == ("pass" if rate == 0 else "error")
@@ -364,14 +364,14 @@ def test_parity_6_benchmark_ratio_floors_and_eb_excluded():
 
 def test_parity_7_status_literals_and_blank_cells():
     assert (S.PASS, S.WARNING, S.ERROR, S.SKIP, S.BLANK) == ("pass", "Warning", "error", "SKIP", " ")
-    rows = S.compare_structure("p", [None, np.ones(3, np.float32)], [None], api_name="x", converter=converter)
+    rows = S.compare_structure("p", [None, np.ones(3, np.float32)], [None], judging=S.Judging("x"), converter=converter)
     assert [r.status for r in rows] == ["error"] and rows[0].bench_dtype == " " and rows[0].shape is None
 
 
 def test_parity_8_row_naming():
     b = [np.ones(3, np.float32), np.ones(2, np.float32)]
     rows = S.compare_structure("Functional.linear.0.forward.output", b, b + [np.ones(1, np.float32)],
-                               api_name="linear", converter=converter)
+                               judging=S.Judging("linear"), converter=converter)
     assert [r.name for r in rows] == ["Functional.linear.0.forward.output.0", "Functional.linear.0.forward.output.1"]
     assert [r.status for r in rows] == ["pass", "pass"]
 
@@ -423,7 +423,7 @@ def test_accumulative_uses_bound_as_rtol_and_atol():
 # ------------------------------------------------------------------ structure, scalars, dropout, aggregate
 def test_structure_rules():
     t = np.ones(3, np.float32)
-    kw = dict(api_name="x", converter=converter)
+    kw = dict(judging=S.Judging("x"), converter=converter)
     assert [r.message for r in S.compare_structure("p", [t, t], [t], **kw)] == [S.MSG_STRUCTURE]
     rows = S.compare_structure("p", [t, None, None, 3], [t, t, None, 3.0], **kw)
     assert [(r.name, r.status, r.message) for r in rows[1:]] == [
@@ -538,7 +538,7 @@ def test_identical_outputs_pass(dtype, api, x):
     if dtype == "torch.bfloat16":
         d = bf16_round(d)
     b = d.astype(BENCH_NP[dtype])
-    row = S.compare_tensor("x", b, d, bench_dtype=BENCH_DT[dtype], device_dtype=dtype, api_name=api)
+    row = S.compare_tensor("x", b, d, bench_dtype=BENCH_DT[dtype], device_dtype=dtype, judging=S.Judging(api))
     assert row.status == "pass"
     assert row.metrics["max_abs_err"] in (None, 0.0)
 
@@ -554,7 +554,7 @@ def test_random_outputs_give_valid_rows(dtype, api, data):
     d = (b * (1 + noise)).astype(DEVICE_NP[dtype])
     if dtype == "torch.bfloat16":
         d = bf16_round(d)
-    row = S.compare_tensor("x", b, d, bench_dtype=BENCH_DT[dtype], device_dtype=dtype, api_name=api)
+    row = S.compare_tensor("x", b, d, bench_dtype=BENCH_DT[dtype], device_dtype=dtype, judging=S.Judging(api))
     assert row.status in STATUSES - {"SKIP"}
     cos = row.metrics["cosine"]
     assert cos is None or -1.0 <= cos <= 1.0

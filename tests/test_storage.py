@@ -59,9 +59,9 @@ def test_the_mindspore_standard_judges_a_bf16_output_by_its_values() -> None:
     rows = []
     for held in (compare.stored(device)[1], device.float().numpy()):
         row = standards.compare_tensor("x", bench.numpy(), held, bench_dtype="torch.float64",
-                                       device_dtype="torch.bfloat16", api_name="sin", specs=specs)
-        judge.decide(row, "mindspore", api_name="sin", specs=specs, ref_row=None,
-                     arrays=judge.StrictArrays(bench.numpy(), held), reference_results=None)
+                                       device_dtype="torch.bfloat16", judging=standards.Judging("sin", specs))
+        judge.decide(row, "mindspore", api_name="sin", specs=specs,
+                     evidence=judge.Evidence(arrays=judge.StrictArrays(bench.numpy(), held)))
         rows.append((row.status, row.message, row.verdict, row.verdict_message, row.metrics))
     assert rows[0] == rows[1] and rows[0][2] == "error"  # 1 % off: msprobe's MindSpore rule fails it
 
@@ -74,7 +74,7 @@ def test_integer_uint16_outputs_are_not_taken_for_bf16_storage() -> None:
 
     values = np.arange(1000, dtype=np.uint16)
     row = standards.compare_tensor("x", values, values.copy(), bench_dtype="torch.uint16",
-                                   device_dtype="torch.uint16", api_name="add")
+                                   device_dtype="torch.uint16", judging=standards.Judging("add"))
     assert (row.status, row.message) == ("error", "Bench out dtype is uint16 but npu output dtype is uint16, cannot "
                                                   "compare.")
 
@@ -133,14 +133,14 @@ def test_fp16_outputs_reach_both_compiled_passes_as_their_storage(monkeypatch: A
     device = (bench * np.float32(1.0005)).astype(np.float16)
     device[:3] = [np.inf, np.float16(2.0 ** -20), 0]  # an inf, a subnormal, a zero
     row = standards.compare_tensor("x", bench, device, bench_dtype="torch.float32", device_dtype="torch.float16",
-                                   api_name="mul", specs=specs)
+                                   judging=standards.Judging("mul", specs))
     torch_run = (bench * np.float32(0.9995)).astype(np.float16)
     verdict = judge.strict_verdict(judge.StrictArrays(bench, device, torch_run=torch_run), "torch.float16",
                                    thresholds_for(specs, "mul"))
     assert set(seen) == {"metrics_chunks int16", "strict_blocks int16"}  # every call, each pass
     monkeypatch.setattr(fused, "supported", lambda *a, **k: False)
     slow = standards.compare_tensor("x", bench, device, bench_dtype="torch.float32", device_dtype="torch.float16",
-                                    api_name="mul", specs=specs)
+                                    judging=standards.Judging("mul", specs))
     assert (row.status, row.message, row.worst) == (slow.status, slow.message, slow.worst)
     # the strict pass's float32 path (fp16 values widened by numpy before the call, as before) gives the same
     wide = judge.strict_verdict(judge.StrictArrays(bench, device.astype(np.float32),

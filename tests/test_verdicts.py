@@ -6,7 +6,7 @@ import math
 import pytest
 
 from pytest_msprobe.specs.loader import load_specs
-from pytest_msprobe.verdict.verdicts import benchmark_thresholds, single_run, with_reference
+from pytest_msprobe.verdict.verdicts import ApiRules, benchmark_thresholds, single_run, with_reference
 
 TH = load_specs()["thresholds"]
 
@@ -33,24 +33,24 @@ def test_single_run_rules() -> None:
 
 def test_benchmark_ratios_floor_and_thresholds() -> None:
     ref = bench_metrics()
-    assert with_reference("benchmark", bench_metrics(), ref, "torch.float32", "add", "msprobe", TH)[0] == "pass"
-    status, message, cells = with_reference("benchmark", bench_metrics(rmse=2.5e-3), ref, "torch.float32", "add",
-                                            "msprobe", TH)
+    assert with_reference("benchmark", bench_metrics(), ref, "torch.float32", ApiRules("add", "msprobe", TH))[0] == "pass"
+    status, message, cells = with_reference("benchmark", bench_metrics(rmse=2.5e-3), ref, "torch.float32",
+                                            ApiRules("add", "msprobe", TH))
     assert status == "error" and "均方根误差比值超过阈值" in message and cells["rmse_ratio"] == pytest.approx(2.5)
     # ratio floors the reference at min_err: a tiny reference does not make every device error infinite
     status, _, cells = with_reference("benchmark", bench_metrics(rmse=1e-5), bench_metrics(rmse=0.0),
-                                      "torch.float32", "add", "msprobe", TH)
+                                      "torch.float32", ApiRules("add", "msprobe", TH))
     assert status == "pass" and cells["rmse_ratio"] == pytest.approx(1e-5 / 2 ** -14)
     # error balance is written but not part of the verdict (msprobe)
-    status, _, cells = with_reference("benchmark", bench_metrics(error_balance=0.9), ref, "torch.float32", "add",
-                                      "msprobe", TH)
+    status, _, cells = with_reference("benchmark", bench_metrics(error_balance=0.9), ref, "torch.float32",
+                                      ApiRules("add", "msprobe", TH))
     assert status == "pass" and cells["eb_status"] == "error"
 
 
 def test_benchmark_non_finite_metrics_must_agree() -> None:
     ref = bench_metrics(rmse=math.inf)
-    assert with_reference("benchmark", bench_metrics(rmse=math.inf), ref, "torch.float16", "x", "msprobe", TH)[0] == "pass"
-    assert with_reference("benchmark", bench_metrics(rmse=math.nan), ref, "torch.float16", "x", "msprobe", TH)[0] == "error"
+    assert with_reference("benchmark", bench_metrics(rmse=math.inf), ref, "torch.float16", ApiRules("x", "msprobe", TH))[0] == "pass"
+    assert with_reference("benchmark", bench_metrics(rmse=math.nan), ref, "torch.float16", ApiRules("x", "msprobe", TH))[0] == "error"
 
 
 def test_msprobe26_levels() -> None:
@@ -69,4 +69,4 @@ def test_msprobe26_levels() -> None:
     ("torch.bfloat16", {"mean_ulp_err": 1, "ulp_err_proportion": 0.01}, {"ulp_err_proportion": 0.0}, "error"),
 ])
 def test_ulp_rules(dtype, metrics, ref, expected) -> None:
-    assert with_reference("ulp_compare", metrics, {"mean_ulp_err": 1, **ref}, dtype, "mm", "msprobe", TH)[0] == expected
+    assert with_reference("ulp_compare", metrics, {"mean_ulp_err": 1, **ref}, dtype, ApiRules("mm", "msprobe", TH))[0] == expected

@@ -168,7 +168,7 @@ def check(item: Any, plan: Plan, device_out: torch.Tensor) -> None:
             squares.feed(piece["b"].numpy())
         floor = S.floor(squares.finish(), d.size, bench_np.itemsize, rules, arrays.kind)
     metrics = StreamedMetrics(d, dev_dtype, limits, work)
-    strict_pass = S.Streamed(d, dtype, rules, arrays.kind, arrays.row, floor, has_t) if strict_on else None
+    strict_pass = S.Streamed(d, dtype, rules, S.Cut(arrays.kind, arrays.row), floor, has_t) if strict_on else None
     pending = _Pending()
     for start, piece in chunks.pieces_of(plan.specs, plan.rows, plan.columns):
         if plan.bias is not None:  # the product before the bias (third_run.bench_product), piece by piece
@@ -192,10 +192,10 @@ def check(item: Any, plan: Plan, device_out: torch.Tensor) -> None:
                            "read whole; the output does not fit the memory budget")
     w = stats.worst
     worst = standards.worst_values(np.array([bench_worst], bench_np), d[w:w + 1], work)
-    standards.from_stats(row, stats, stand_b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th,
-                          _metric_standard(options), work)
-    judge.decide(row, options.standard, api_name=api, specs=specs, ref_row=None, arrays=arrays,
-                 reference_results=options.reference_results, strict_result=result)
+    standards.from_stats(row, stats, stand_b, d, worst, standards.Plan(device_dtype, dev_dtype, work, th, algo, limits,
+                                                                       _metric_standard(options)))
+    judge.decide(row, options.standard, api_name=api, specs=specs,
+                 evidence=judge.Evidence(None, arrays, options.reference_results, result))
     record.outputs.append(Row(**row.to_dict()))
 
 

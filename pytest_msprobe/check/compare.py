@@ -89,8 +89,8 @@ def start_metrics(prefix: str, bench: list[Any] | Callable[[], list[Any]], devic
         leaves = bench() if callable(bench) else bench
         for x in (*leaves, *device):  # converted once: the strict checks read the same arrays
             convert(x)
-        return standards.compare_structure(prefix, leaves, device, api_name=api, specs=specs, converter=convert,
-                                           standard=_metric_standard(options))
+        return standards.compare_structure(prefix, leaves, device, judging=standards.Judging(
+                                           api, specs, _metric_standard(options)), converter=convert)
 
     return EarlyMetrics(helper().submit(rows), convert)
 
@@ -156,8 +156,8 @@ def compare_floats(job: Comparison) -> None:
     rows, strict_results = metrics_and_checks(job, pairs, convert, metrics_on)
     ref_rows = None
     if torch_run is not None and options.standard in ("msprobe", "msprobe26"):
-        ref_rows = standards.compare_structure(job.prefix, job.bench, torch_run, api_name=job.api, specs=job.specs,
-                                               converter=convert, standard=_metric_standard(options))
+        ref_rows = standards.compare_structure(job.prefix, job.bench, torch_run, judging=standards.Judging(
+                                               job.api, job.specs, _metric_standard(options)), converter=convert)
     decide_rows(job, rows, ref_rows, pairs, strict_results)
 
 
@@ -203,8 +203,8 @@ def metrics_and_checks(job: Comparison, pairs: list[judge.StrictArrays | None], 
         pending = {i: helper().submit(judge.strict_verdict, a, str(device[i].dtype), thresholds_for(specs, api))
                    for i, a in strict_pairs if options.work_threads > 1 and strict.size_of(a.device) >= OVERLAP_MIN_ELEMENTS}
         # msprobe's statistics where the device output lives (on an accelerator: only they come back), else here
-        rows = standards.compare_structure(job.prefix, job.bench, device, api_name=api, specs=specs, converter=convert,
-                                           standard=_metric_standard(options), on=metrics_on)
+        rows = standards.compare_structure(job.prefix, job.bench, device, judging=standards.Judging(
+                                           api, specs, _metric_standard(options)), converter=convert, on=metrics_on)
         strict_results = {i: wait_helping(future) for i, future in pending.items()}  # with blocks of their pass
     return rows, strict_results
 
@@ -220,9 +220,9 @@ def decide_rows(job: Comparison, rows: list[standards.OutputComparison],
         paired = i < len(bench) and len(rows) == len(bench)
         arrays = pairs[i] if paired and i < len(pairs) else None
         judge.decide(row, options.standard, api_name=job.api, specs=job.specs,
-                     ref_row=ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None,
-                     arrays=arrays, reference_results=options.reference_results,
-                     strict_result=strict_results.get(i) if arrays is not None else None)
+                     evidence=judge.Evidence(
+                         ref_rows[i] if ref_rows is not None and paired and i < len(ref_rows) else None, arrays,
+                         options.reference_results, strict_results.get(i) if arrays is not None else None))
         if options.standard == "strict" and paired and row.verdict == "error" and arrays is None:
             row.verdict, row.verdict_message = _exactly(bench[i], device[i]) or (row.verdict, row.verdict_message)
         job.record.outputs.append(Row(**row.to_dict()))
@@ -287,7 +287,7 @@ def warm_up(standard: str) -> None:
         pairs += [(dtype, device, values.astype(np.float64)) for dtype, device in sides.items()]  # read in place too
         for dtype, device, bench in pairs:
             standards.compare_tensor("warm-up", bench, device, bench_dtype=str(bench.dtype), device_dtype=dtype,
-                                     api_name="add", specs=load_specs())
+                                     judging=standards.Judging("add", load_specs()))
         _WARMED.add("draw and metrics")
     if standard == "strict" and "strict" not in _WARMED:  # a float32 bench and a float64 one (read as they are)
         benches: tuple[Any, ...] = (values, values.astype(np.float64))

@@ -32,7 +32,7 @@ from ..runs.execution import (
     run_side,
     seed_random_apis,
 )
-from ..runs.third_run import ReferenceRun, Summed, summed_outputs, third_run
+from ..runs.third_run import ReferenceRun, RunInputs, Summed, summed_outputs, third_run
 from . import calls
 from .calls import ApiFailure, bench_backward, bench_raw, device_backward, same_threads, selected
 from .compare import EarlyMetrics, start_metrics
@@ -84,8 +84,8 @@ def third_runs(item: RerunItem) -> tuple[ReferenceRun | None, Summed | None]:
     None where the standard uses none."""
     name, options, specs, where, plan, inputs, shared = (item.name, item.options, item.specs, item.where, item.plan,
                                                          item.inputs, item.shared)
-    reference = third_run(options, where.resolved, name, specs, plan, inputs.args, inputs.kwargs,
-                          inputs.requires_grad, item.want_grad, shared=shared, on=where.bench)
+    reference = third_run(options, where.resolved, name, specs, plan,
+                          RunInputs(inputs.args, inputs.kwargs, inputs.requires_grad, item.want_grad, shared, where.bench))
     summed = bounding_run(options, where.contract, where.resolved, name.api_name, specs, inputs.args, inputs.kwargs,
                           inputs.requires_grad, item.want_grad, first_output_shape(item.forward.get("output")),
                           shared, where.bench)

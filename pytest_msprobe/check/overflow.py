@@ -37,7 +37,9 @@ from ..runs.execution import (
     Device,
     NotCheckable,
     Plan,
+    PrecisionPolicy,
     Resolved,
+    Target,
     first_output_dtype,
     make_side,
     output_leaves,
@@ -109,7 +111,7 @@ class OverflowRun(DeviceSource):
         ctx, args, kwargs, cotangents = item.built
         options = item.options
         item.plan = plan_precision(item.name.api_name, args, kwargs, first_output_dtype(item.forward.get("output")),
-                                   item.specs, options.bench_precision, options.standard)
+                                   item.specs, PrecisionPolicy(options.bench_precision, options.standard))
         capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents,
                       plan=item.plan, device=item.device, name=item.name, want_grad=item.want_grad,
                       mode="overflow_check", resolved=item.resolved)
@@ -132,10 +134,10 @@ class OverflowRuns(RunsStrategy):
         ctx, args, kwargs, _ = item.built
         device, want_grad = item.device, item.want_grad
         self.item = item
-        self.dev_side = make_side(args, kwargs, device=device.name, dtype_for=_same, requires_grad=ctx.requires_grad,
-                                  want_grad=want_grad, bench=False, move=device.to_device)
-        self.bench_side = make_side(args, kwargs, device="cpu", dtype_for=_same, requires_grad=ctx.requires_grad,
-                                    want_grad=want_grad, bench=True)
+        self.dev_side = make_side(args, kwargs, target=Target(device.name, _same, False, device.to_device),
+                                  requires_grad=ctx.requires_grad, want_grad=want_grad)
+        self.bench_side = make_side(args, kwargs, target=Target("cpu", _same, True), requires_grad=ctx.requires_grad,
+                                    want_grad=want_grad)
         item.record.timings["inputs_s"] = time.perf_counter() - item.started
 
     def run(self) -> tuple[list[Any], list[Any], list[int] | None]:

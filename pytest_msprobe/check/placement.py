@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from ..records.record import Record
 from ..runs import backends, bench_device, capture, kernels
 from ..runs.backends import select as select_device
-from ..runs.execution import Device, Resolved, Shared, Side, make_side, resolve, tensors_of
+from ..runs.execution import Device, Resolved, Shared, Side, Target, make_side, resolve, tensors_of
 from ..runs.sharing import may_grow, written_inputs
 from ..settings import CheckOptions
 from ..specs.loader import in_list
@@ -94,10 +94,10 @@ def device_side(inputs: Inputs, where: Placement, want_grad: bool, shared: Share
     """The device's side: the inputs in their own dtypes on the device (moved by its backend, if it has its own)."""
     device = where.device
     plain = device.backend is None or type(device.backend).to_device is backends.Backend.to_device
-    return make_side(inputs.args, inputs.kwargs, device=device.name, dtype_for=lambda t: t.dtype,
-                     requires_grad=inputs.requires_grad, want_grad=want_grad, bench=False,
-                     move=None if plain else device.to_device,
-                     shared=None if where.resolved.kernel else shared)  # a kernel may write behind torch's back
+    return make_side(inputs.args, inputs.kwargs,
+                     target=Target(device.name, lambda t: t.dtype, False, None if plain else device.to_device,
+                                   shared=None if where.resolved.kernel else shared),  # a kernel may write behind torch's back
+                     requires_grad=inputs.requires_grad, want_grad=want_grad)
 
 
 class BenchSide:
@@ -117,9 +117,10 @@ class BenchSide:
         if not self.made:
             began = time.perf_counter()
             on_cpu = self.on == "cpu"
-            self.made.append(make_side(self.args, self.kwargs, device=self.on, dtype_for=self.dtype_for,
-                                       requires_grad=self.requires_grad, want_grad=self.want_grad, bench=on_cpu,
-                                       shared=self.shared if on_cpu else None))
+            self.made.append(make_side(self.args, self.kwargs,
+                                       target=Target(self.on, self.dtype_for, on_cpu,
+                                                     shared=self.shared if on_cpu else None),
+                                       requires_grad=self.requires_grad, want_grad=self.want_grad))
             if self.beside:
                 self.timings["inputs_beside_s"] = time.perf_counter() - began
         return self.made[0]

@@ -17,6 +17,7 @@ from ..runs.execution import (
     TF32_BITS,
     Device,
     Plan,
+    PrecisionPolicy,
     first_output_dtype,
     input_rounding,
     map_structure,
@@ -41,7 +42,7 @@ class Inputs(NamedTuple):
 def plan(api: str, inputs: Inputs, forward: dict[str, Any], specs: dict[str, Any], options: CheckOptions) -> Plan:
     """The call's precision plan (plan_precision), from its recorded output dtype."""
     return plan_precision(api, inputs.args, inputs.kwargs, first_output_dtype(forward.get("output")), specs,
-                          options.bench_precision, options.standard)
+                          PrecisionPolicy(options.bench_precision, options.standard))
 
 
 def round_inputs(api: str, inputs: Inputs, hf32: bool, device: Device, specs: dict[str, Any],

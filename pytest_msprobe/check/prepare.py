@@ -24,7 +24,7 @@ from ..inputs.build import BuildContext, build, parse_dtype
 from ..inputs.seeds import item_seed
 from ..runs.execution import NotCheckable, Shared, output_leaves
 from ..runs.terms import FORMS, terms_run
-from ..runs.third_run import Summed, summed_run
+from ..runs.third_run import RunInputs, Summed, summed_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import contracts
@@ -250,9 +250,9 @@ def bounding_run(options: CheckOptions, contract: str, resolved: Any, api: str, 
                  out_shape: tuple[int, ...] | None, shared: Shared | None = None, on: str = "cpu") -> Summed | None:
     """The run that bounds an item's outputs by the size of their terms, where any exists: the magnitude run of a
     sum or fused multiply-add (third_run.summed_run), else the terms run of a composite the contract bounds so."""
-    summed = summed_run(options, resolved, api, specs, args, kwargs, requires_grad, want_grad, out_shape,
-                        shared=shared, on=on)
+    summed = summed_run(options, resolved, api, specs, RunInputs(args, kwargs, requires_grad, want_grad, shared, on),
+                        out_shape)
     if summed is not None:
         return summed
     scale = terms_scale(options, contract, api, specs, args, want_grad)
-    return None if scale is None else terms_run(api, scale, args, kwargs, requires_grad, want_grad, shared, on)
+    return None if scale is None else terms_run(api, scale, RunInputs(args, kwargs, requires_grad, want_grad, shared, on))

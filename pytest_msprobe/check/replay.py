@@ -37,7 +37,9 @@ from ..runs.execution import (
     Device,
     NotCheckable,
     Plan,
+    PrecisionPolicy,
     Side,
+    Target,
     backward,
     first_output_shape,
     make_side,
@@ -49,7 +51,7 @@ from ..runs.execution import (
     seed_random_apis,
     tensors_of,
 )
-from ..runs.third_run import ReferenceRun, Summed, summed_outputs, third_run
+from ..runs.third_run import ReferenceRun, RunInputs, Summed, summed_outputs, third_run
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
@@ -130,9 +132,9 @@ class External(DeviceSource):
     def precision(self, item: Any) -> None:
         item.plan = replay_precision(item, item.bench_args, item.bench_kwargs)
         item.bench_args = replay_rounding(item, item.plan, item.bench_args)
-        item.bench_side = make_side(item.bench_args, item.bench_kwargs, device="cpu",
-                                    dtype_for=precision.bench_dtype(item.plan), requires_grad=item.requires_grad,
-                                    want_grad=item.want_grad, bench=True)
+        item.bench_side = make_side(item.bench_args, item.bench_kwargs,
+                                    target=Target("cpu", precision.bench_dtype(item.plan), True),
+                                    requires_grad=item.requires_grad, want_grad=item.want_grad)
         # --msprobe-save-error-data/-html: the inputs as recorded (the bench's fixes are applied again on replay)
         capture.stash(args=item.args, kwargs=item.kwargs, requires_grad=item.requires_grad,
                       cotangents=item.cotangents, name=item.name, framework=item.dump.framework, mode=item.mode)
@@ -256,7 +258,7 @@ def replay_inputs(case: Case) -> tuple[list[Any], dict[str, Any]]:
 def replay_precision(case: Case, bench_args: list[Any], bench_kwargs: dict[str, Any]) -> Plan:
     """The bench's precision plan, from the bench's arguments and the recorded output dtype."""
     return plan_precision(case.bare, bench_args, bench_kwargs, output_dtype(case.forward.get("output")), case.specs,
-                          case.options.bench_precision, case.options.standard)
+                          PrecisionPolicy(case.options.bench_precision, case.options.standard))
 
 
 def replay_rounding(case: Case, plan: Plan, bench_args: list[Any]) -> list[Any]:
@@ -434,11 +436,11 @@ def _reference(case: Case, args: list[Any], kwargs: dict[str, Any]) -> Any:
     assert plan is not None
     if options.reference_device and case.ms_dump:
         ref_device = select_device(options.reference_device)
-        side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
-                         requires_grad=case.requires_grad, want_grad=case.want_grad, bench=False)
+        side = make_side(args, kwargs, target=Target(ref_device.name, lambda t: t.dtype, False),
+                         requires_grad=case.requires_grad, want_grad=case.want_grad)
         return ReferenceRun(side, case.bench_fn, plan.autocast, ref_device, f"{label} on {ref_device.name}")
-    return third_run(options, SimpleNamespace(bench_fn=case.bench_fn), case.name, case.specs, plan, args, kwargs,
-                     case.requires_grad, case.want_grad)
+    return third_run(options, SimpleNamespace(bench_fn=case.bench_fn), case.name, case.specs, plan,
+                     RunInputs(args, kwargs, case.requires_grad, case.want_grad))
 
 
 # ----------------------------------------------------------------------------- comparing

@@ -251,12 +251,11 @@ def error_balance(device: np.ndarray, bench_dev: np.ndarray) -> float:
 
 
 @_quiet
-def inf_nan_error_ratio(device: np.ndarray, bench_dev: np.ndarray, err: ErrorArrays,
-                        both_finite: np.ndarray, rtol: float, clip_range: tuple[float, float],
-                        device_dtype: np.dtype | None = None) -> float:
+def inf_nan_error_ratio(err: ErrorArrays, sides: Sides, rtol: float, clip_range: tuple[float, float]) -> float:
     """Among elements where either side is inf/NaN: fraction NOT matching after clipping both sides to the
     device dtype's finite range (|dc - bc| / (|b| + eps) <= rtol, or both NaN); the difference is taken in
     the device dtype, as msprobe does. Elementwise, so it is computed on the non-finite subset only."""
+    device, bench_dev, both_finite, device_dtype = sides
     bad = ~both_finite
     n_bad = np.count_nonzero(bad)
     if n_bad == 0:
@@ -276,13 +275,13 @@ def absolute_threshold_metrics(err: ErrorArrays, sides: Sides, *, rtol: float, s
                                clip_range: tuple[float, float]) -> dict[str, float]:
     """绝对阈值法: inf/nan error ratio, rel-error ratio on normal values (rel > rtol), abs-error ratio on
     small values (abs > atol)."""
-    device, bench_dev, both_finite, device_dtype = sides
+    both_finite = sides.both_finite
     small = small_value_mask(err.abs_bench, both_finite, small_value)
     n_small = int(np.count_nonzero(small))
     normal = both_finite & ~small
     n_normal = int(np.count_nonzero(normal))
     return dict(zip(ALGORITHM_KEYS["absolute_threshold"], (
-        inf_nan_error_ratio(device, bench_dev, err, both_finite, rtol, clip_range, device_dtype),
+        inf_nan_error_ratio(err, sides, rtol, clip_range),
         err.count_rel_above(rtol, normal, n_normal) / n_normal if n_normal else 0.0,
         _fraction(err.abs_err > atol, small, n_small) if n_small else 0.0,
     )))

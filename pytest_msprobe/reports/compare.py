@@ -113,7 +113,8 @@ def _judge(npu: Mapping[str, str], gpu: Mapping[str, str], api_name: str, specs:
     mine = _metrics(npu, keys, standard == "msprobe26")
     if verdicts.needs_reference(algorithm, dtype, th):
         ref = _metrics(gpu, keys, standard == "msprobe26")
-        status, message, cells = verdicts.with_reference(algorithm, mine, ref, dtype, api_name, standard, th)
+        status, message, cells = verdicts.with_reference(algorithm, mine, ref, dtype,
+                                                         verdicts.ApiRules(api_name, standard, th))
     else:
         status, message, cells = verdicts.single_run(algorithm, mine, dtype, th)
     cells["algorithm_name"] = cats["algorithm_names"].get(algorithm, algorithm)

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from .execution import Side, make_side, map_structure, run_side
+from .execution import Side, Target, make_side, map_structure, run_side
 
 ROW_MULTIPLE = 64  # rows per block are a multiple of this, and no block is shorter (but a whole output)
 POINTWISE = frozenset({
@@ -233,8 +233,8 @@ def run_piece(spec: RunSpec, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor
         args = [map_structure(absolute, a) for a in args]
         kwargs = {k: abs(v) if k in spec.scalars and isinstance(v, (int, float)) else map_structure(absolute, v)
                   for k, v in kwargs.items()}
-    side: Side = make_side(args, kwargs, device=spec.device, dtype_for=spec.dtype_for, requires_grad=set(),
-                           want_grad=False, bench=spec.device == "cpu")
+    side: Side = make_side(args, kwargs, target=Target(spec.device, spec.dtype_for, spec.device == "cpu"),
+                           requires_grad=set(), want_grad=False)
     out = run_side(spec.fn, side, autocast=spec.autocast, device_type=spec.device.split(":")[0], grad=False)
     leaf = out[0] if isinstance(out, (list, tuple)) else out
     if not isinstance(leaf, torch.Tensor):

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+from typing import Any, Callable, NamedTuple, cast
 
 import torch
 
@@ -214,12 +214,19 @@ class Plan:
     hf32: bool
 
 
+class PrecisionPolicy(NamedTuple):
+    """How a call's bench dtypes are chosen: msprobe_bench_precision ("auto" or "fp64") and the standard."""
+    policy: str = "auto"
+    standard: str = "msprobe"
+
+
 def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtype: torch.dtype | None,
-                   specs: dict[str, Any], policy: str = "auto", standard: str = "msprobe") -> Plan:
-    """Bench dtypes and autocast for one call. `policy` (msprobe_bench_precision): "auto" is msprobe's
-    raise rule with the per-API tables of api_specs (precision.raise_map_by_api), and under `strict` its own
-    per-API tables (precision.strict_raise_map_by_api) and the elementwise functions' table
+                   specs: dict[str, Any], chosen: PrecisionPolicy | None = None) -> Plan:
+    """Bench dtypes and autocast for one call. `chosen.policy`: "auto" is msprobe's raise rule with the per-API
+    tables of api_specs (precision.raise_map_by_api), and under `strict` its own per-API tables
+    (precision.strict_raise_map_by_api) and the elementwise functions' table
     (precision.strict_elementwise_raise_map); "fp64" raises every float dtype to fp64."""
+    policy, standard = chosen or PrecisionPolicy()
     rules = specs["precision"]
     table, mixed = rules["raise_map"], rules["mixed_raise_to"]
     by_api = rules.get("raise_map_by_api", {})
@@ -320,14 +327,24 @@ class Side:
     grad_leaves: list[tuple[int, torch.Tensor]] = field(default_factory=list)
 
 
-def make_side(args: list[Any], kwargs: dict[str, Any], *, device: str, dtype_for: Callable[[torch.Tensor], torch.dtype],
-              requires_grad: set[int], want_grad: bool, bench: bool,
-              move: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None,
-              owned: Collection[int] = (), shared: Shared | None = None) -> Side:
+class Target(NamedTuple):
+    """Where one side's tensors go: its device, the dtype each is cast to, whether it is the bench side, the
+    backend's `move` (None: torch's), and the CPU tensors it may take uncopied (`owned`, `shared`: make_side)."""
+    device: str
+    dtype_for: Callable[[torch.Tensor], torch.dtype]
+    bench: bool
+    move: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None
+    owned: Collection[int] = ()
+    shared: Shared | None = None
+
+
+def make_side(args: list[Any], kwargs: dict[str, Any], *, target: Target, requires_grad: set[int],
+              want_grad: bool) -> Side:
     """Every tensor cast and moved (by `move`, a backend's, when given); grad-requiring inputs become
     non-leaf clones. A tensor already on the CPU in the side's dtype, for a side on the CPU that torch moves
     to (no `move`), is taken without a copy when its id is in `owned` (a temporary made for this side alone)
     or `shared` lets this side have it; every other one is a fresh copy."""
+    device, dtype_for, bench, move, owned, shared = target
     side = Side([], {})
     counter = [0]
 
@@ -477,7 +494,7 @@ def is_finite_number(x: Any) -> bool:
 
 
 __all__ = [
-    "Device", "InputError", "NotCheckable", "Plan", "Resolved", "Shared", "Side", "backward", "first_output_dtype",
-    "HF32_BITS", "TF32_BITS", "input_rounding", "make_side", "map_structure", "output_leaves", "pair_cotangents",
-    "plan_precision", "resolve", "round_mantissa", "run_side", "tensors_of", "to_cpu",
+    "Device", "InputError", "NotCheckable", "Plan", "PrecisionPolicy", "Resolved", "Shared", "Side", "Target",
+    "backward", "first_output_dtype", "HF32_BITS", "TF32_BITS", "input_rounding", "make_side", "map_structure",
+    "output_leaves", "pair_cotangents", "plan_precision", "resolve", "round_mantissa", "run_side", "tensors_of", "to_cpu",
 ]

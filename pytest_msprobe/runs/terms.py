@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from .execution import Shared, make_side
-from .third_run import ReferenceRun, Summed, device_named
+from .execution import Target, make_side
+from .third_run import ReferenceRun, RunInputs, Summed, device_named
 
 _SQRT_HALF = math.sqrt(0.5)
 _TANH_K = math.sqrt(2.0 / math.pi)
@@ -70,13 +70,14 @@ def terms_fn(form: str, scale: float, approximate: str = "none") -> Any:
     return fn
 
 
-def terms_run(form: str, scale: float, args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-              want_grad: bool, shared: Shared | None = None, on: str = "cpu") -> Summed:
+def terms_run(form: str, scale: float, inputs: RunInputs) -> Summed:
     """The terms run of a call to erfinv, gelu or silu (`form`) in fp32 (fp64 for fp64), scaled by the contract's
     bound, on the bench's device `on`; the gradient belongs to the first tensor argument."""
-    side = make_side(list(args[:1]), {}, device=on, requires_grad=requires_grad, want_grad=want_grad,
-                     bench=on == "cpu", dtype_for=lambda t: torch.float64 if t.dtype == torch.float64 else torch.float32,
-                     shared=shared if on == "cpu" else None)
+    args, kwargs, requires_grad, want_grad, shared, on = inputs
+    side = make_side(list(args[:1]), {}, target=Target(on, lambda t: torch.float64 if t.dtype == torch.float64
+                                                       else torch.float32, on == "cpu",
+                                                       shared=shared if on == "cpu" else None),
+                     requires_grad=requires_grad, want_grad=want_grad)
     where = "" if on == "cpu" else f" on {on}"
     run = ReferenceRun(side, terms_fn(form, scale, str(kwargs.get("approximate", "none"))), None, device_named(on),
                        f"terms of {form}'s cancelling sum{where}", "magnitude")

@@ -12,14 +12,14 @@ saw them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list
 from .backends import select as select_device
-from .execution import Device, Shared, Side, make_side, map_structure, resolve
+from .execution import Device, Shared, Side, Target, make_side, map_structure, resolve
 from .memory import cpu_empty_like
 
 
@@ -56,9 +56,21 @@ class ReferenceRun:
 Sampled = dict[int, tuple[torch.Tensor, int]]  # tensor argument's position -> (rows computed, rows in all)
 
 
+class RunInputs(NamedTuple):
+    """A call's inputs as an extra run of it (third_run, summed_run, terms.terms_run) takes them: its arguments,
+    the ids of the tensors that take a gradient and whether gradients are wanted (a backward item), the CPU
+    tensors a side on the CPU may take without a copy (None: fresh copies), and the bench's device, where the
+    run goes (msprobe_bench_device)."""
+    args: list[Any]
+    kwargs: dict[str, Any]
+    requires_grad: set[int]
+    want_grad: bool
+    shared: Shared | None = None
+    on: str = "cpu"
+
+
 def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, Any], plan: Any,
-                    args: list[Any], kwargs: dict[str, Any], requires_grad: set[int],
-                    want_grad: bool, *, shared: Shared | None = None, on: str = "cpu") -> ReferenceRun | None:
+              inputs: RunInputs) -> ReferenceRun | None:
     """The third run the chosen standard compares against, or None.
 
     With --msprobe-reference the API runs on that device in the recorded dtype (three-way check).
@@ -67,11 +79,12 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
     size of their terms: the API on CPU on the absolute values of its inputs, in fp32 (fp64 for fp64). `on`: the
     device of these runs (msprobe_bench_device; the torch run's sampled kernels stay on the CPU).
     """
+    args, kwargs, requires_grad, want_grad, shared, on = inputs
     if options.reference_device:
         ref_device = select_device(options.reference_device)
         ref = resolve(name.api_type, name.api_name, ref_device, specs, getattr(resolved, "call", None))
-        side = make_side(args, kwargs, device=ref_device.name, dtype_for=lambda t: t.dtype,
-                         requires_grad=requires_grad, want_grad=want_grad, bench=False)
+        side = make_side(args, kwargs, target=Target(ref_device.name, lambda t: t.dtype, False),
+                         requires_grad=requires_grad, want_grad=want_grad)
         return ReferenceRun(side, ref.device_fn, plan.autocast, ref_device, f"{ref.label} on {ref_device.name}")
     if options.standard != "strict":
         return None
@@ -82,20 +95,20 @@ def third_run(options: CheckOptions, resolved: Any, name: Any, specs: dict[str, 
         specs, name.api_name, "error_model", "sampled_torch_run") else 1.0
     sampled: Sampled = {}
     if want_grad and in_list(specs, name.api_name, "error_model", "torch_backward") and sixteen:
-        side = make_side(args, kwargs, device="cpu", requires_grad=requires_grad, want_grad=want_grad, bench=True,
-                         dtype_for=lambda t: plan.autocast if plan.autocast in low and t.is_floating_point()
-                         else t.dtype, shared=shared)
+        side = make_side(args, kwargs, target=Target("cpu", lambda t: plan.autocast if plan.autocast in low and
+                                                     t.is_floating_point() else t.dtype, True, shared=shared),
+                         requires_grad=requires_grad, want_grad=want_grad)
         return ReferenceRun(side, lambda *a, **k: _conv_torch_backward(sampled, sample, *a, **k), None,
                             Device("cpu"), "torch's conv backward kernel on cpu, device dtype"
                             + (", on sampled rows" if sample < 1 else ""), sampled=sampled)
     if error_kind(name.api_name, specs) == "contraction":
         return _magnitude(resolved, specs, (args, kwargs), (requires_grad, want_grad), shared, on)
     if on != "cpu" and sample == 1 and name.api_type != "NPU":
-        side = make_side(args, kwargs, device=on, dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
-                         want_grad=want_grad, bench=False)
+        side = make_side(args, kwargs, target=Target(on, lambda t: t.dtype, False), requires_grad=requires_grad,
+                         want_grad=want_grad)
         return ReferenceRun(side, resolved.bench_fn, plan.autocast, device_named(on), f"torch's kernel on {on}, device dtype")
-    side = make_side(args, kwargs, device="cpu", dtype_for=lambda t: t.dtype, requires_grad=requires_grad,
-                     want_grad=want_grad, bench=True, shared=shared)
+    side = make_side(args, kwargs, target=Target("cpu", lambda t: t.dtype, True, shared=shared),
+                     requires_grad=requires_grad, want_grad=want_grad)
     if sample < 1 and name.api_name == "scaled_dot_product_attention":
         return ReferenceRun(side, lambda *a, **k: sampled_attention(resolved.bench_fn, sampled, sample, *a, **k),
                             plan.autocast, Device("cpu"), "torch's kernel on cpu, device dtype, on sampled heads",
@@ -118,15 +131,15 @@ class Summed:
     positions: frozenset[int] = frozenset()
 
 
-def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, Any], args: list[Any],
-               kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool, out_shape: tuple[int, ...] | None, *,
-               shared: Shared | None = None, on: str = "cpu") -> Summed | None:
+def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, Any], inputs: RunInputs,
+               out_shape: tuple[int, ...] | None) -> Summed | None:
     """The magnitude run of a call that sums (strict only; contractions have theirs as the third run): a forward
     item of an API listed under `sums` or `fused_multiply_add` (or an add with alpha); a backward item some of whose
     gradients sum over a broadcast (the input broadcast to the output, as a mul's bias or a norm's weight) or over
     the API's indices (`sums_backward`: embedding, gather). Any order of adding n terms loses at most about
     n * u * their sizes, and a fused multiply-add differs from two roundings by u * the product's size: both are
     relative to the terms, not to a result they cancel to."""
+    args, kwargs, requires_grad, want_grad, shared, on = inputs
     if options.standard != "strict" or options.reference_device or error_kind(api, specs) == "contraction":
         return None
     if not want_grad:
@@ -208,9 +221,9 @@ def _magnitude(resolved: Any, specs: dict[str, Any], call: tuple[list[Any], dict
     abs_args = [map_structure(absolute, a) for a in args]
     abs_kwargs = {k: (abs(v) if k in scalars and isinstance(v, (int, float)) else map_structure(absolute, v))
                   for k, v in kwargs.items()}
-    side = make_side(abs_args, abs_kwargs, device=on, requires_grad=requires_grad, want_grad=want_grad,
-                     bench=on == "cpu", dtype_for=wide, owned=owned if on == "cpu" else (),
-                     shared=shared if on == "cpu" else None)
+    side = make_side(abs_args, abs_kwargs, target=Target(on, wide, on == "cpu", owned=owned if on == "cpu" else (),
+                                                         shared=shared if on == "cpu" else None),
+                     requires_grad=requires_grad, want_grad=want_grad)
     where = "" if on == "cpu" else f" on {on}"
     return ReferenceRun(side, resolved.bench_fn, None, device_named(on), f"magnitude: the API on |inputs| in fp32{where}",
                         "magnitude")
@@ -326,6 +339,19 @@ def _scatter(part: torch.Tensor, rows: torch.Tensor, total: int) -> torch.Tensor
 _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
+class _Conv(NamedTuple):
+    """_ConvTorchBackward's arguments beside its tensors (which stay positional, so that autograd sees them):
+    the convolution's stride, padding, dilation and groups, and its sampling: where the rows go (`sampled`),
+    the fraction of rows, and the tensors' argument positions (input, weight, bias)."""
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    groups: int
+    sampled: Sampled
+    fraction: float
+    positions: list[int]
+
+
 class _ConvTorchBackward(torch.autograd.Function):
     """A 16-bit convolution for backward items: no forward values (torch's 16-bit CPU forward is tens of
     times slower, and a backward item compares gradients only) and torch's own 16-bit backward kernel,
@@ -334,9 +360,8 @@ class _ConvTorchBackward(torch.autograd.Function):
     argument position."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: list[int],
-                padding: list[int], dilation: list[int], groups: int, sampled: Sampled, fraction: float,
-                positions: list[int]) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, conv: _Conv) -> torch.Tensor:
+        stride, padding, dilation, groups, sampled, fraction, positions = conv
         ctx.save_for_backward(x, w)
         ctx.params = (b is not None, stride, padding, dilation, groups)
         ctx.sampled, ctx.fraction, ctx.positions = sampled, fraction, positions
@@ -365,7 +390,7 @@ class _ConvTorchBackward(torch.autograd.Function):
         ctx.sampled.update({ctx.positions[0]: (samples, x.shape[0]), ctx.positions[1]: (channels, w.shape[0])})
         if has_bias:
             ctx.sampled[ctx.positions[2]] = (channels, w.shape[0])
-        return gx, gw, gb, None, None, None, None, None, None, None
+        return gx, gw, gb, None
 
 
 def _conv_torch_backward(sampled: Sampled, fraction: float, *args: Any,
@@ -382,7 +407,7 @@ def _conv_torch_backward(sampled: Sampled, fraction: float, *args: Any,
     if isinstance(bound.get("padding"), str) or x.dim() != w.dim():  # unbatched or "same": torch's own
         return cast(torch.Tensor, getattr(torch.nn.functional, f"conv{spatial}d")(*args, **kwargs))
     out: torch.Tensor = _ConvTorchBackward.apply(  # type: ignore[no-untyped-call]  # Function.apply: unannotated
-        x, w, bound.get("bias"), expand(bound.get("stride"), 1), expand(bound.get("padding"), 0),
-        expand(bound.get("dilation"), 1), int(bound.get("groups") or 1), sampled, fraction,
-        [_positions(args, kwargs).get(id(t), -1) for t in (x, w, bound.get("bias"))])
+        x, w, bound.get("bias"), _Conv(expand(bound.get("stride"), 1), expand(bound.get("padding"), 0),
+                                       expand(bound.get("dilation"), 1), int(bound.get("groups") or 1), sampled,
+                                       fraction, [_positions(args, kwargs).get(id(t), -1) for t in (x, w, bound.get("bias"))]))
     return out

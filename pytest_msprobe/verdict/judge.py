@@ -36,10 +36,23 @@ class StrictArrays:
     allowance: tuple[float, float] | None = None  # the device's contract for this output: (ULP bound, bias)
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What a row's verdict may read beside its own metrics: the reference run's row, the strict standard's
+    arrays and their strict_verdict when computed already, and a reference-results file
+    (msprobe_reference_results)."""
+
+    ref_row: OutputComparison | None = None
+    arrays: StrictArrays | None = None
+    reference_results: str | None = None
+    strict_result: strict.StrictResult | None = None
+
+
 def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mapping[str, Any],
-           ref_row: OutputComparison | None, arrays: StrictArrays | None,
-           reference_results: str | None, strict_result: strict.StrictResult | None = None) -> None:
-    """The row's verdict by `standard`; `strict_result`: strict_verdict of `arrays`, computed already."""
+           evidence: Evidence) -> None:
+    """The row's verdict by `standard`."""
+    ref_row, arrays, reference_results, strict_result = (evidence.ref_row, evidence.arrays,
+                                                         evidence.reference_results, evidence.strict_result)
     if standard == "original" or row.status == "SKIP":
         row.verdict = row.status
         return
@@ -68,7 +81,7 @@ def decide(row: OutputComparison, standard: str, *, api_name: str, specs: Mappin
                                    "-o msprobe_reference_results=PATH): original standard applied")
             return
         status, message, cells = verdicts.with_reference(algorithm, row.metrics, ref_metrics, row.device_dtype,
-                                                         api_name, standard, th)
+                                                         verdicts.ApiRules(api_name, standard, th))
         row.reference = dict(ref_metrics)
     cells["algorithm_name"] = specs["categories"]["algorithm_names"].get(algorithm, algorithm)
     row.verdict, row.verdict_message, row.compare = status, message, cells

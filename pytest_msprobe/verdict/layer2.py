@@ -6,6 +6,7 @@ compare command (reports/compare.py) read them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,10 +61,25 @@ def limits(algo: str | None, dtype: str, eps: float, th: Mapping[str, Any]) -> s
     return stats.Limits(eps, float(small), float(atol), float(rtol), dual, ulp, algo == "binary_consistency")
 
 
-def columns(algo: str, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype, err: M.ErrorArrays, dtype: str,
-            th: Mapping[str, Any]) -> dict[str, float]:
+@dataclass(frozen=True)
+class Plan:
+    """How one float output is measured (standards.metric_plan decides it): its torch dtype string, the numpy
+    dtype of its device values (`dev_dtype`: float32 for bf16) and the error dtype `work`, the API's thresholds,
+    its Layer-2 algorithm (None outside layer2_dtypes), the limits its statistics are counted against, and the
+    metric standard."""
+    dtype: str
+    dev_dtype: np.dtype[Any]
+    work: np.dtype[Any]
+    th: Mapping[str, Any]
+    algo: str | None
+    limits: stats.Limits
+    standard: str
+
+
+def columns(plan: Plan, b: np.ndarray, d: np.ndarray, err: M.ErrorArrays) -> dict[str, float]:
     """The metric columns of the one Layer-2 algorithm chosen for this output (§4.2). `d` may be wider than
-    the device's numpy dtype `dev_dtype` (fp16 held as fp32)."""
+    the device's numpy dtype `plan.dev_dtype` (fp16 held as fp32)."""
+    algo, dev_dtype, dtype, th = plan.algo, plan.dev_dtype, plan.dtype, plan.th
     if algo == "binary_consistency":
         return {"binary_error_rate": M.binary_error_rate(b, d)}
     if algo == "thousandth_threshold":

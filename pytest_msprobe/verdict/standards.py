@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, NamedTuple, Optional, cast
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..metrics import fused, storage
 from ..metrics import vectorised as M
 from ..specs.loader import load_specs, thresholds_for
 from . import layer2
+from .layer2 import Plan as Plan  # from_stats' argument; check/chunked.py makes one
 
 PASS, WARNING, ERROR, SKIP = "pass", "Warning", "error", "SKIP"
 BLANK = " "
@@ -47,6 +48,22 @@ _COMPARABLE = ({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 # What a converter makes of one output: (kind: "tensor" | "scalar" | "none" | other, value, torch dtype
 # string of a tensor, else None).
 Converter = Callable[[Any], tuple[str, Any, Optional[str]]]  # Optional: a run-time alias, and Python 3.9's
+
+
+class Judging(NamedTuple):
+    """What an output is judged by: its API's name (its thresholds and category), the specs (None: the shipped
+    api_specs/) and the metric standard."""
+    api_name: str
+    specs: Mapping[str, Any] | None = None
+    standard: str = "msprobe"
+
+
+class Layer1Measures(NamedTuple):
+    """What the Layer-1 verdict reads of one output: its cosine (value, whether it passes, a message), its
+    largest abs error, and `dual(t)`: the fraction of relative errors below t and whether it passes."""
+    cosine: tuple[float | None, bool, str]
+    max_abs: np.floating
+    dual: Callable[[float], tuple[float, bool]]
 
 
 @dataclass
@@ -101,9 +118,9 @@ def _torch_size(shape: tuple[int, ...]) -> str:
 
 
 def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dtype: str, device_dtype: str,
-                   api_name: str, specs: Mapping[str, Any] | None = None,
-                   standard: str = "msprobe") -> OutputComparison:
+                   judging: Judging) -> OutputComparison:
     """Layer-1 verdict of one tensor pair plus the Layer-2 columns of its algorithm (§4.1, §4.2)."""
+    api_name, specs = judging.api_name, judging.specs
     b, d = np.asarray(bench), np.asarray(device)
     if bench_dtype == BF16:  # a bf16 bench (rare) as its values; a bf16 device output's storage is read as it is
         b = storage.widen(b)
@@ -139,7 +156,7 @@ def compare_tensor(name: str, bench: np.ndarray, device: np.ndarray, *, bench_dt
         row.message = f"Compare algorithm is not supported for {b.dtype} data. Only judged by Error Rate."
         return row
     with np.errstate(all="ignore"):
-        _compare_float(row, b.reshape(-1), d.reshape(-1), device_dtype, api_name, specs, standard)
+        _compare_float(row, b.reshape(-1), d.reshape(-1), device_dtype, judging)
     return row
 
 
@@ -169,12 +186,13 @@ def metric_plan(row: OutputComparison, device_dtype: str, work: np.dtype[Any], a
 
 
 def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_dtype: str,
-                   api_name: str, specs: Mapping[str, Any] | None, standard: str) -> None:
+                   judging: Judging) -> None:
     shape, dev_dtype = tuple(row.shape or ()), np.dtype(np.float32) if storage.is_bits(d) else d.dtype
     work = np.dtype(np.float32) if device_dtype == BF16 else b.dtype  # the error dtype B
-    th, algo, limits = metric_plan(row, device_dtype, work, api_name, specs, standard)
+    standard = judging.standard
+    th, algo, limits = metric_plan(row, device_dtype, work, judging.api_name, judging.specs, standard)
     if fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None, work):
-        _compare_fused(row, b, d, dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
+        _compare_fused(row, b, d, Plan(device_dtype, dev_dtype, work, th, algo, limits, standard))
         return
     b, d = worst_values(b, d, work)  # the numpy path
     err = M.error_arrays(b, d, limits.eps)
@@ -183,7 +201,7 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
         _ = err.rel_err  # Layer 1's ratios will read every relative error: made now, Layer 2 takes its own from them
     messages: list[str] = []
     if algo is not None:
-        row.metrics.update(layer2.columns(algo, b, d, dev_dtype, err, device_dtype, th))
+        row.metrics.update(layer2.columns(Plan(device_dtype, dev_dtype, work, th, algo, limits, standard), b, d, err))
     else:
         messages += _other_columns(row, b, d, device_dtype, th, standard)
     row.worst = {"index": [int(i) for i in np.unravel_index(worst, shape)], "device": float(d[worst]),
@@ -192,8 +210,8 @@ def _compare_float(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     l1 = th["layer1"]
     cos = M.cosine(b, d, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"],
                    bench_absmax=np.max(err.abs_bench))
-    row.status = _layer1(row.metrics, messages, cos, err.abs_err[worst],
-                         lambda t: M.dual_ratio(err.rel_err, t), device_dtype, l1)
+    row.status = _layer1(row.metrics, messages, Layer1Measures(cos, err.abs_err[worst],
+                         lambda t: M.dual_ratio(err.rel_err, t)), device_dtype, l1)
     row.message = "\n".join(messages)
 
 
@@ -213,25 +231,26 @@ def _other_columns(row: OutputComparison, b: np.ndarray, d: np.ndarray, device_d
     return messages
 
 
-def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], device_dtype: str,
-                   algo: str | None, limits: fused.Limits, shape: tuple[int, ...], th: Mapping[str, Any],
-                   standard: str, work: np.dtype[Any]) -> None:
+def _compare_fused(row: OutputComparison, b: np.ndarray, d: np.ndarray, plan: Plan) -> None:
     """_compare_float from the statistics of one compiled pass (metrics/fused.py): the same columns. `b` may be
-    wider than the error dtype `work` (a bf16 output's float64 bench, read in place)."""
-    stats = fused.compute(b, d, dev_dtype, limits, work)
+    wider than the error dtype `plan.work` (a bf16 output's float64 bench, read in place)."""
+    work = plan.work
+    stats = fused.compute(b, d, plan.dev_dtype, plan.limits, work)
     if stats.n_nonfinite:  # rare: the numpy path below reads the values
         b, d = worst_values(b, d, work)
     from_stats(row, stats, b, d, worst_values(b[stats.worst:stats.worst + 1], d[stats.worst:stats.worst + 1], work),
-                dev_dtype, device_dtype, algo, limits, shape, th, standard, work)
+               plan)
 
 
 def from_stats(row: OutputComparison, stats: fused.MetricStats, b: np.ndarray, d: np.ndarray,
-                worst: tuple[np.ndarray, np.ndarray], dev_dtype: np.dtype[Any], device_dtype: str, algo: str | None,
-                limits: fused.Limits, shape: tuple[int, ...], th: Mapping[str, Any], standard: str,
-                work: np.dtype[Any]) -> None:
+               worst: tuple[np.ndarray, np.ndarray], plan: Plan) -> None:
     """The row's columns and Layer-1 status from the statistics and the worst element's values (`worst`: bench
     and device, as worst_values gives them); `b` and `d` are read only for an output holding non-finite elements,
-    for one outside layer2_dtypes, and for the cosine of values beyond vectorised._SAFE_SCALE."""
+    for one outside layer2_dtypes, and for the cosine of values beyond vectorised._SAFE_SCALE. The row's shape
+    is the output's."""
+    dev_dtype, device_dtype, algo, limits, th, work = (plan.dev_dtype, plan.dtype, plan.algo, plan.limits, plan.th,
+                                                       plan.work)
+    shape = tuple(row.shape or ())
     messages: list[str] = []
     if algo == "thousandth_threshold":
         row.metrics["dual_thousandth"] = fused.dual(stats, limits.dual[1])[0]
@@ -241,28 +260,28 @@ def from_stats(row: OutputComparison, stats: fused.MetricStats, b: np.ndarray, d
             err = M.error_arrays(b, d, limits.eps)  # only outputs with inf/NaN: their non-finite elements
             both_finite, bench_dev = M.finite_mask(b, d, dev_dtype)
             clip = th["inf_nan_clip_range"].get(device_dtype) or (np.finfo(dev_dtype).min, np.finfo(dev_dtype).max)
-            inf_nan = M.inf_nan_error_ratio(d, bench_dev, err, both_finite, limits.rtol, tuple(clip), dev_dtype)
+            inf_nan = M.inf_nan_error_ratio(err, M.Sides(d, bench_dev, both_finite, dev_dtype), limits.rtol,
+                                            tuple(clip))
         fudge = th["rmse_fudge"]
         row.metrics.update(fused.layer2(stats, algo, work, rmse_fudge=(fudge["denominator_eps"], fudge["additive"]),
                                         inf_nan=inf_nan))
     else:
-        messages += _other_columns(row, b, d, device_dtype, th, standard)
+        messages += _other_columns(row, b, d, device_dtype, th, plan.standard)
     w, (bw, dw) = stats.worst, worst
     one = M.error_arrays(bw, dw, limits.eps)
     row.worst = {"index": [int(i) for i in np.unravel_index(w, shape)], "device": float(dw[0]), "bench": float(bw[0]),
                  "abs_err": float(one.abs_err[0]), "rel_err": float(one.rel_err[0])}
     l1 = th["layer1"]
     cos = fused.cosine(stats, d, b, zero_eps=l1["cosine"]["zero_eps"], pass_gt=l1["cosine"]["pass_gt"], work=work)
-    row.status = _layer1(row.metrics, messages, cos, one.abs_err[0], lambda t: fused.dual(stats, t), device_dtype, l1)
+    row.status = _layer1(row.metrics, messages, Layer1Measures(cos, one.abs_err[0], lambda t: fused.dual(stats, t)),
+                         device_dtype, l1)
     row.message = "\n".join(messages)
 
 
-def _layer1(m: dict[str, float | None], messages: list[str], cosine: tuple[float | None, bool, str],
-            max_abs: np.floating, dual: Callable[[float], tuple[float, bool]], device_dtype: str,
+def _layer1(m: dict[str, float | None], messages: list[str], measures: Layer1Measures, device_dtype: str,
             l1: Mapping[str, Any]) -> str:
-    """cosine -> max-abs short-circuit -> 双百/双千/双万 (fp16/bf16 vs fp32/fp64 branches); `dual(t)`: the
-    fraction of relative errors below t and whether it passes."""
-    cos, cos_ok, msg = cosine
+    """cosine -> max-abs short-circuit -> 双百/双千/双万 (fp16/bf16 vs fp32/fp64 branches)."""
+    (cos, cos_ok, msg), max_abs, dual = measures
     m["cosine"] = cos
     if msg:
         messages.append(msg)
@@ -309,14 +328,15 @@ def compare_scalar(name: str, bench: Any, device: Any) -> OutputComparison:
     return row
 
 
-def _on_device(name: str, bench: Any, device: Any, on: Any, api_name: str, specs: Mapping[str, Any] | None,
-               standard: str) -> OutputComparison | None:
+def _on_device(name: str, bench: Any, device: Any, on: Any, judging: Judging) -> OutputComparison | None:
     """The row of a float output of layer2_dtypes from statistics taken where the device output lives (`on`, a
     torch.device; metrics/on_device.py): the bench goes there once, and only the statistics and the worst element
     come back. None where the host must take it (then the converter copies both as usual)."""
     import torch
 
     from ..metrics import on_device
+
+    api_name, specs, standard = judging
 
     tensors = isinstance(bench, torch.Tensor) and isinstance(device, torch.Tensor)
     if not tensors or bench.dtype not in (torch.float32, torch.float64) or bench.shape != device.shape or \
@@ -346,14 +366,14 @@ def _on_device(name: str, bench: Any, device: Any, on: Any, api_name: str, specs
     w = slice(stats.worst, stats.worst + 1)  # its values, bf16 widened (exact): what worst_values makes of storage
     bw, dw = (x.detach().reshape(-1)[w].cpu() for x in (bench, device))
     worst = worst_values(bw.numpy(), (dw.float() if dw.dtype == torch.bfloat16 else dw).numpy(), work)
-    from_stats(row, stats, b, d, worst, dev_dtype, device_dtype, algo, limits, tuple(shape), th, standard, work)
+    from_stats(row, stats, b, d, worst, Plan(device_dtype, dev_dtype, work, th, algo, limits, standard))
     return row
 
 
-def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mapping[str, Any] | None,
-                 converter: Converter, standard: str = "msprobe", on: Any = None) -> OutputComparison:
+def _compare_one(name: str, bench: Any, device: Any, judging: Judging, converter: Converter,
+                 on: Any = None) -> OutputComparison:
     if on is not None:  # the checks run where the device output lives
-        row = _on_device(name, bench, device, on, api_name, specs, standard)
+        row = _on_device(name, bench, device, on, judging)
         if row is not None:
             return row
     bkind, bval, bdtype = converter(bench)
@@ -365,25 +385,24 @@ def _compare_one(name: str, bench: Any, device: Any, api_name: str, specs: Mappi
         return blank_row(name, SKIP, MSG_BENCH_NONE)
     if bkind == "tensor":
         return compare_tensor(name, bval, dval, bench_dtype=cast(str, bdtype), device_dtype=cast(str, ddtype),
-                              api_name=api_name, specs=specs, standard=standard)
+                              judging=judging)
     if bkind == "scalar":
         return compare_scalar(name, bval, dval)
     return blank_row(name, ERROR, f"Unexpected output type in compare_core: {type(bench)}")
 
 
-def compare_structure(name_prefix: str, bench: Any, device: Any, *, api_name: str,
-                      specs: Mapping[str, Any] | None = None, converter: Converter,
-                      standard: str = "msprobe", on: Any = None) -> list[OutputComparison]:
+def compare_structure(name_prefix: str, bench: Any, device: Any, *, judging: Judging, converter: Converter,
+                      on: Any = None) -> list[OutputComparison]:
     """msprobe's list rules: more bench than device outputs -> one error row; else the device list is
     truncated and each pair gives a row `{name_prefix}.{i}`. A non-list bench is one pair. `on`: the
     torch.device where the float outputs' statistics are taken (_on_device), else the host."""
     if not isinstance(bench, (list, tuple)):
-        return [_compare_one(f"{name_prefix}.0", bench, device, api_name, specs, converter, standard, on)]
+        return [_compare_one(f"{name_prefix}.0", bench, device, judging, converter, on)]
     if not isinstance(device, (list, tuple)):
         device = [device]
     if len(bench) > len(device):
         return [blank_row(f"{name_prefix}.0", ERROR, MSG_STRUCTURE)]
-    return [_compare_one(f"{name_prefix}.{i}", b, d, api_name, specs, converter, standard, on)
+    return [_compare_one(f"{name_prefix}.{i}", b, d, judging, converter, on)
             for i, (b, d) in enumerate(zip(bench, device))]
 
 

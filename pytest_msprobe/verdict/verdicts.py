@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..specs.loader import per_dtype
 
@@ -152,14 +152,23 @@ def benchmark_thresholds(api_name: str, standard: str, th: Mapping[str, Any]) ->
     return limits
 
 
+class ApiRules(NamedTuple):
+    """The rules one API's outputs are judged by: its name (26.x's monitoring level), the metric standard and
+    its thresholds (benchmark_thresholds takes exactly these)."""
+    api_name: str
+    standard: str
+    th: Mapping[str, Any]
+
+
 def with_reference(algorithm: str, metrics: Mapping[str, Any], ref: Mapping[str, Any], device_dtype: str,
-                   api_name: str, standard: str, th: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+                   rules: ApiRules) -> tuple[str, str, dict[str, Any]]:
     """Benchmark / ULP verdict: the device's error must not be much worse than the reference's."""
+    th = rules.th
     floor = per_dtype(th["min_err"], device_dtype)
     cells: dict[str, Any] = {}
     messages: list[str] = []
     if algorithm == "benchmark":
-        limits = benchmark_thresholds(api_name, standard, th)
+        limits = benchmark_thresholds(*rules)
         failed = False
         for metric, (key, message) in _BENCHMARK.items():
             ratio, consistent = _ratio(_num(metrics.get(key)), _num(ref.get(key)), floor)

@@ -14,7 +14,7 @@ arrays whole: `finish` returns None there, and the caller says it cannot be judg
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,13 +50,22 @@ class Squares:
         return self.total
 
 
+class Cut(NamedTuple):
+    """How the strict pass cuts an output into blocks: the op's kind (elementwise, reduction, contraction:
+    rules.ROW_KINDS judge whole rows) and the length of its last dimension (a block is whole rows)."""
+    kind: str
+    row: int
+
+
 class Streamed:
     """strict_compare of an output whose device values `d` (flat, as the checks read them) are whole and whose
     bench ("b"), torch run ("t"), magnitude run ("mag") and product ("prod") come in pieces (`feed`)."""
 
-    def __init__(self, d: np.ndarray, device_dtype: str, rules: Mapping[str, Any], kind: str, row: int,
-                 floor: float, has_t: bool) -> None:
+    def __init__(self, d: np.ndarray, device_dtype: str, rules: Mapping[str, Any], cut: Cut, floor: float,
+                 has_t: bool) -> None:
         from . import numba_kernel as K  # numba: imported and loaded on the first check, not at collection
+
+        kind, row = cut
 
         self.K, self.d, self.device_dtype, self.rules, self.kind, self.has_t = K, d, device_dtype, rules, kind, has_t
         self.m = m = int(d.size)
@@ -136,7 +145,7 @@ def judge_blocks(flat: dict[str, Any], row: int, device_dtype: str, rules: Mappi
     squares = Squares()
     squares.feed(flat["b"])
     m = int(flat["d"].size)
-    blocks = Streamed(flat["d"], device_dtype, rules, kind, row, floor(squares.finish(), m, flat["b"].dtype.itemsize,
-                                                                        rules, kind), "t" in flat)
+    blocks = Streamed(flat["d"], device_dtype, rules, Cut(kind, row),
+                      floor(squares.finish(), m, flat["b"].dtype.itemsize, rules, kind), "t" in flat)
     blocks.feed(0, {k: v for k, v in flat.items() if k != "d"})
     return blocks.totals()
