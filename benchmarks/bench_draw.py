@@ -80,6 +80,7 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
     from pytest_msprobe.runs.execution import (
         RAISABLE,
         Device,
+        Plan,
         PrecisionPolicy,
         Target,
         first_output_dtype,
@@ -123,7 +124,7 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
         plan = plan_precision(name.api_name, args, kwargs, first_output_dtype(forward.get("output")), specs,
                               PrecisionPolicy("auto", "strict"))
 
-        def bench_dtype(t: torch.Tensor, plan: Any = plan) -> torch.dtype:
+        def bench_dtype(t: torch.Tensor, plan: Plan = plan) -> torch.dtype:
             raise_to = plan.raise_to
             if raise_to is None or t.dtype not in RAISABLE or (plan.hf32 and t.dtype == torch.float32):
                 return t.dtype

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "dumps"
@@ -28,12 +29,12 @@ def pytest(args: list[str], cwd: Path) -> float:
     return time.perf_counter() - start
 
 
-def records(out: Path) -> list[dict]:
+def records(out: Path) -> list[dict[str, Any]]:
     (path,) = out.glob("msprobe_records_*.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def split(recs: list[dict]) -> dict[str, float]:
+def split(recs: list[dict[str, Any]]) -> dict[str, float]:
     parts = {"inputs": 0.0, "device": 0.0, "bench": 0.0, "compare": 0.0}
     for rec in recs:
         t = rec.get("timings") or {}
@@ -59,7 +60,7 @@ def main() -> None:
             suites["shared PyTorch dumps"] = [str(p / "dump.json") for p in sorted(SHARED.iterdir()) if "_pt_" in p.name]
         print(f"{'suite':24} {'-n':>3} {'items':>6} {'wall s':>7} {'collect s':>9} {'inputs':>7} {'device':>7} "
               f"{'bench':>7} {'compare':>8} {'other':>7}  (item sums, s)")
-        largest: list[dict] = []
+        largest: list[dict[str, Any]] = []
         for suite, dumps in suites.items():
             collect = pytest(["--collect-only", *dumps], work)
             for n in args.workers:

@@ -34,7 +34,7 @@ def measure(seq: int, causal: bool, dtype_name: str) -> dict[str, float]:
     started = time.perf_counter()
     out = npu_fusion_attention(q, k, v, N, "BNSD", atten_mask=mask, scale=D ** -0.5, sparse_mode=2 if causal else 0)[0]
     forward = time.perf_counter() - started
-    out.backward(torch.ones_like(out))
+    out.backward(torch.ones_like(out))  # type: ignore[no-untyped-call]  # Tensor.backward is unannotated
     total = time.perf_counter() - started
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"seq": seq, "causal": causal, "forward_s": forward, "total_s": total, "peak_rss_mib": peak_kib / 1024}

@@ -40,7 +40,7 @@ def as_run(values: np.ndarray, dtype: str) -> np.ndarray:
     return (values.astype(np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
 
-def best(fn, repeat: int) -> float:
+def best(fn: Callable[[], object], repeat: int) -> float:
     fn()
     times = []
     for _ in range(repeat):
@@ -53,7 +53,7 @@ def best(fn, repeat: int) -> float:
 def numpy_only() -> Callable[[], None]:
     """Route every pair to numpy's metrics until the returned function is called."""
     original = fused.supported
-    fused.supported = lambda *args, **kwargs: False  # type: ignore[assignment]
+    fused.supported = lambda *args, **kwargs: False
 
     def restore() -> None:
         fused.supported = original

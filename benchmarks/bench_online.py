@@ -151,11 +151,11 @@ def wire_calls(text: str) -> int:
     return len(set(re.findall(r"WIRE SEND CALL (\d+) ", text)))
 
 
-def session(cwd: Path, port: int, clients: int = 1) -> subprocess.Popen[str]:
+def session(cwd: Path, port: int, clients: int = 1, extra: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--msprobe-online",
                              f"tcp://127.0.0.1:{port}", "-o", f"msprobe_online_clients={clients}",
-                             "-o", "msprobe_online_idle=300", "--msprobe-out", "results"],
+                             "-o", "msprobe_online_idle=300", "--msprobe-out", "results", *extra],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -334,10 +334,10 @@ def two_ranks(python: str, cwd: Path, layers: int) -> None:
     logs = [cwd / f"client_rank{r}_{port}.log" for r in (0, 1)]
     ranks = []
     for r, log in enumerate(logs):
-        with log.open("w") as out:
+        with log.open("w") as sink:
             ranks.append(subprocess.Popen([python, str(CLIENT), "--model", "llama", "--layers", str(layers), "--steps",
                                            "1", "--mode", "tcp", "--port", str(port), "--world", "2", "--rank", str(r),
-                                           "--init", init, "--trace"], cwd=cwd, stdout=out, stderr=subprocess.STDOUT))
+                                           "--init", init, "--trace"], cwd=cwd, stdout=sink, stderr=subprocess.STDOUT))
     for p in ranks:
         p.wait(timeout=1800)
     texts = [log.read_text() for log in logs]

@@ -26,7 +26,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "dumps"
@@ -101,11 +101,14 @@ def attention_accuracy(seq: int) -> None:
     q, k, v, dy = (torch.randn(1, heads, seq, dim, generator=gen).bfloat16().double() * s for s in (2, 2, 2, 1))
     mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
 
-    def run(inputs: list, cotangent) -> list:
+    def run(inputs: list[torch.Tensor], cotangent: torch.Tensor) -> list[np.ndarray]:
         leaves = [t.clone().requires_grad_() for t in inputs]
-        out = npu_fusion_attention(*leaves, heads, "BNSD", scale=dim ** -0.5, sparse_mode=2, atten_mask=mask)[0]
-        out.backward(cotangent.to(out.dtype))
-        return [t.detach().double().numpy() for t in (out, *(x.grad for x in leaves))]
+        query, key, value = leaves
+        out = npu_fusion_attention(query, key, value, heads, "BNSD", scale=dim ** -0.5, sparse_mode=2,
+                                   atten_mask=mask)[0]
+        out.backward(cotangent.to(out.dtype))  # type: ignore[no-untyped-call]  # Tensor.backward is unannotated
+        grads = [cast(torch.Tensor, x.grad) for x in leaves]  # every leaf reaches the output
+        return [t.detach().double().numpy() for t in (out, *grads)]
 
     exact = run([q, k, v], dy)
     fast = run([t.float() for t in (q, k, v)], dy)
@@ -115,7 +118,8 @@ def attention_accuracy(seq: int) -> None:
         for twin in range(2):
             g = torch.Generator().manual_seed(10 + twin)
 
-            def move(t, g=g, eps=eps):  # bound now: ruff's B023
+            # g and eps bound now: ruff's B023
+            def move(t: torch.Tensor, g: torch.Generator = g, eps: float = eps) -> torch.Tensor:
                 return t * (1 + eps * (torch.randint(0, 2, t.shape, generator=g).double() * 2 - 1))
 
             moved = run([move(t) for t in (q, k, v)], move(dy))

@@ -75,7 +75,7 @@ def run(args: list[str], probe: Path) -> tuple[float, dict[str, Any]]:
 
 
 def throughput(probe: dict[str, Any]) -> float:
-    finished = probe["finished"]
+    finished: list[float] = probe["finished"]
     return (len(finished) - 1) / (finished[-1] - finished[0])
 
 

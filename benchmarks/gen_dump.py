@@ -29,7 +29,9 @@ def _stats(t: torch.Tensor) -> dict[str, Any]:
 
 class Writer:
     def __init__(self, out: Path, mode: str) -> None:
-        self.out, self.mode, self.data, self.counters = out, mode, {}, {}
+        self.out, self.mode = out, mode
+        self.data: dict[str, dict[str, Any]] = {}
+        self.counters: dict[str, int] = {}
         if mode == "tensor":
             (out / "dump_tensor_data").mkdir(parents=True, exist_ok=True)
 
@@ -41,7 +43,7 @@ class Writer:
             torch.save(t.contiguous().clone(), self.out / "dump_tensor_data" / f"{name}.pt")
         return enc
 
-    def call(self, api: str, args: list[Any], kwargs: dict[str, Any], out: torch.Tensor | tuple,
+    def call(self, api: str, args: list[Any], kwargs: dict[str, Any], out: torch.Tensor | tuple[torch.Tensor, ...],
              grads: list[torch.Tensor] | None = None) -> None:
         index = self.counters.get(api, 0)
         self.counters[api] = index + 1

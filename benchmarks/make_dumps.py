@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 MODELS = ("llama", "conv", "mlp")
 SIZES = ("tiny", "realistic")
@@ -85,8 +85,19 @@ LLAMA = {"tiny": {"vocab": 128, "hidden": 64, "heads": 4, "inner": 176, "layers"
          "7b": {"vocab": 128256, "hidden": 4096, "heads": 32, "kv_heads": 8, "inner": 14336, "layers": 2,
                 "seq": 4096, "batch": 1}}
 LLAMA["7b-small"] = {**LLAMA["7b"], "seq": SMALL_SEQ}
-CONV = {"tiny": {"channels": (8, 16, 16), "image": 8, "batch": 2, "classes": 10, "groups": 4},
-        "realistic": {"channels": (64, 128, 256), "image": 56, "batch": 8, "classes": 100, "groups": 32}}
+class ConvShape(TypedDict):
+    """One conv net's sizes: three conv layers' channels, image side, batch, classes, group_norm groups."""
+
+    channels: tuple[int, int, int]
+    image: int
+    batch: int
+    classes: int
+    groups: int
+
+
+CONV: dict[str, ConvShape] = {
+    "tiny": {"channels": (8, 16, 16), "image": 8, "batch": 2, "classes": 10, "groups": 4},
+    "realistic": {"channels": (64, 128, 256), "image": 56, "batch": 8, "classes": 100, "groups": 32}}
 MLP = {"tiny": {"features": 16, "hidden": 32, "classes": 10, "batch": 4},
        "realistic": {"features": 1024, "hidden": 4096, "classes": 1000, "batch": 64}}
 
@@ -136,7 +147,8 @@ def build_llama(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             x = x + self.o(att.transpose(1, 2).reshape(b, s, hidden))
             h = self.n2(x)
-            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+            out: torch.Tensor = x + self.down(F.silu(self.gate(h)) * self.up(h))
+            return out
 
     class Block(nn.Module):
         def __init__(self) -> None:
@@ -154,7 +166,8 @@ def build_llama(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.o(att.transpose(1, 2).reshape(b, s, hidden))
             g, u = self.up(self.n2(x)).chunk(2, -1)
-            return x + self.down(F.silu(g) * u)
+            out: torch.Tensor = x + self.down(F.silu(g) * u)
+            return out
 
     class Llama(nn.Module):
         def __init__(self) -> None:
@@ -173,7 +186,8 @@ def build_llama(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
             x = self.emb(ids)
             for blk in self.blocks:
                 x = blk(x, cos, sin)
-            return self.head(self.norm(x))
+            logits: torch.Tensor = self.head(self.norm(x))
+            return logits
 
     if "kv_heads" in c:  # made in bf16 from the start: no fp32 copy of 1.3B parameters on the way
         torch.set_default_dtype(dt)
@@ -208,7 +222,8 @@ def build_conv(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
             x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
             x = F.max_pool2d(F.gelu(self.gn2(self.conv2(x))), 2)
             x = F.relu(self.bn3(self.conv3(x)))
-            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+            logits: torch.Tensor = self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+            return logits
 
     autocast = dt == "autocastbf16"
     wdt = torch.float32 if autocast else dt
@@ -243,7 +258,8 @@ def build_mlp(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             x = F.dropout(F.gelu(self.ln1(self.fc1(x))), p=0.0, training=True)
             x = F.gelu(self.ln2(self.fc2(x)))
-            return self.fc3(x)
+            logits: torch.Tensor = self.fc3(x)
+            return logits
 
     model = Net().to(dt)
     x = torch.randn(c["batch"], c["features"]).to(dt)

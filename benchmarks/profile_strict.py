@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -44,7 +44,8 @@ def pytest_configure(config: Any) -> None:
         return
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    kernel, largest = backends.judge_blocks, {}
+    kernel = backends.judge_blocks
+    largest: dict[str, int] = {}
 
     def saving(flat: dict[str, np.ndarray], row: int, device_dtype: str, rules: Any, kind: str) -> Any:
         third = next((k for k in ("t", "mag") if k in flat), "none")
@@ -52,12 +53,12 @@ def pytest_configure(config: Any) -> None:
         n = int(flat["d"].size)
         if n > largest.get(name, 0) and isinstance(flat["d"], np.ndarray):
             largest[name] = n
-            np.savez(folder / f"{name}.npz", **flat)
+            np.savez(folder / f"{name}.npz", **cast("dict[str, Any]", flat))  # not allow_pickle's bool
             (folder / f"{name}.json").write_text(json.dumps({"row": row, "dtype": device_dtype, "kind": kind,
                                                              "rules": dict(rules)}))
         return kernel(flat, row, device_dtype, rules, kind)
 
-    backends.judge_blocks = saving  # type: ignore[assignment]
+    backends.judge_blocks = saving
 
 
 def best(calls: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from pytest_msprobe.dump.reader import parse_entry_name
 
@@ -16,10 +17,10 @@ SOURCES = (ROOT / "examples" / "mlp_bf16_statistics" / "step0" / "rank0" / "dump
 
 def write_synthetic_dump(folder: Path, min_items: int = 1000, sources: tuple[Path, ...] = SOURCES) -> Path:
     """Write `folder/dump.json` with at least `min_items` entries (one pytest item each)."""
-    entries: list[tuple[str, dict]] = []
+    entries: list[tuple[str, dict[str, Any]]] = []
     for source in sources:
         entries += json.loads(source.read_text())["data"].items()
-    data: dict[str, dict] = {}
+    data: dict[str, dict[str, Any]] = {}
     copy = 0
     while len(data) < min_items:
         for name, entry in entries:
@@ -34,7 +35,7 @@ def write_synthetic_dump(folder: Path, min_items: int = 1000, sources: tuple[Pat
     return path
 
 
-def _tensor(shape: list[int], dtype: str = "torch.float32") -> dict:
+def _tensor(shape: list[int], dtype: str = "torch.float32") -> dict[str, Any]:
     return {"type": "torch.Tensor", "dtype": dtype, "shape": shape, "Max": 1.0, "Min": -1.0, "Mean": 0.0,
             "Norm": 1.0, "requires_grad": False}
 

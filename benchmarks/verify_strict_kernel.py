@@ -115,8 +115,8 @@ def _install_metrics() -> None:
                                            "what": problem})
         return fast
 
-    fused.supported = only_compiled  # type: ignore[assignment]
-    standards.compare_tensor = rows  # type: ignore[assignment]
+    fused.supported = only_compiled
+    standards.compare_tensor = rows
 
 
 def row_difference(fast: Any, slow: Any) -> str:
@@ -129,7 +129,8 @@ def row_difference(fast: Any, slow: Any) -> str:
             return attr
     if {k: key(v) for k, v in (fast.worst or {}).items()} != {k: key(v) for k, v in (slow.worst or {}).items()}:
         return "worst"
-    for k, v in fast.metrics.items():
+    metrics: dict[str, Any] = fast.metrics
+    for k, v in metrics.items():
         w = slow.metrics.get(k)
         if k in ("cosine", "mean_rel_err") and isinstance(v, float) and isinstance(w, float) and \
                 math.isfinite(v) and math.isfinite(w):

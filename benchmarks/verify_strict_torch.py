@@ -73,12 +73,14 @@ def install() -> None:
     def both(arrays: judge.StrictArrays, device_dtype: str, th: Any) -> strict.StrictResult:
         on_device = isinstance(arrays.device, torch.Tensor)
         where = arrays.device.device if on_device else target
-        host = dataclasses.replace(arrays, **{k: backends.host(getattr(arrays, k)) for k in _FIELDS
-                                              if getattr(arrays, k) is not None})
+        on_host: dict[str, Any] = {k: backends.host(getattr(arrays, k)) for k in _FIELDS
+                                   if getattr(arrays, k) is not None}
+        host = dataclasses.replace(arrays, **on_host)
         t0 = _clock(where)
-        tensors = arrays if on_device else dataclasses.replace(arrays, **{
+        placed: dict[str, Any] = {} if on_device else {
             k: torch.from_numpy(np.ascontiguousarray(getattr(arrays, k))).to(where) for k in _FIELDS
-            if getattr(arrays, k) is not None})
+            if getattr(arrays, k) is not None}
+        tensors = arrays if on_device else dataclasses.replace(arrays, **placed)
         synchronize(where)
         t1 = _clock(where)
         fast = verdict(tensors, device_dtype, th)
