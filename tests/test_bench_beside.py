@@ -81,7 +81,7 @@ def test_the_benchs_side_is_made_beside_from_the_inputs_as_drawn(write_dump, mon
     threads: list[str] = []
 
     def late(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("bench"):
+        if kwargs["target"].bench:
             threads.append(threading.current_thread().name)
             if threading.current_thread() is not threading.main_thread():
                 time.sleep(0.3)  # the device's addcdiv_ is done by now

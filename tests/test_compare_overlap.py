@@ -11,6 +11,7 @@ import torch
 from pytest_msprobe.check import check_entry
 from pytest_msprobe.check.compare import OVERLAP_MIN_ELEMENTS, Comparison, compare_floats
 from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.records.record import Record
 from pytest_msprobe.session import devices
 from pytest_msprobe.session.journal import run_fingerprint
 from pytest_msprobe.settings import CheckOptions, Settings
@@ -60,10 +61,10 @@ def test_without_early_metrics_the_strict_checks_run_in_the_helper(write_dump, m
     strict_in = _threads_of(monkeypatch, judge, "strict_verdict")
     rows = []
     for n in (1, 2):
-        record: dict[str, Any] = {"outputs": [], "notes": []}
+        record = Record("Functional.gelu.0", "forward", 0)
         compare_floats(Comparison(record, "Functional.gelu.0.forward.output", [bench], [device], None, "torch", "gelu",
                                   SPECS, CheckOptions(device="cpu", standard="strict", work_threads=n)))
-        rows.append(record["outputs"])
+        rows.append(record.to_dict()["outputs"])
     assert strict_in == ["MainThread", "msprobe-helper_0"]
     assert rows[0] == rows[1] and rows[0][0]["verdict"] == "pass"
 
