@@ -21,6 +21,7 @@ from ..specs.loader import error_kind, in_list
 from .backends import select as select_device
 from .execution import Device, Shared, Side, Target, make_side, map_structure, resolve
 from .memory import cpu_empty_like
+from .term_sizes import term_size_fn
 
 
 @dataclass
@@ -146,6 +147,9 @@ def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, 
         rules = forward_sums(api, specs, kwargs)
         if rules is None:
             return None
+        sizes = term_size_fn(api, specs)
+        if sizes is not None:
+            return Summed(_term_sizes(sizes, (args, kwargs), shared, on), rules)
         return Summed(_magnitude(resolved, specs, (args, kwargs), (set(requires_grad), False), shared, on), rules)
     positions = summed_gradients(api, args, kwargs, requires_grad, out_shape, specs)
     if not positions:
@@ -205,9 +209,6 @@ def _magnitude(resolved: Any, specs: dict[str, Any], call: tuple[list[Any], dict
 
     owned: set[int] = set()  # the |inputs| made here: the side takes them without a copy where no cast is needed
 
-    def wide(t: torch.Tensor) -> torch.dtype:
-        return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
-
     def absolute(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             moved = torch.abs(v, out=cpu_empty_like(v, v.dtype)) if v.device.type == "cpu" and not v.requires_grad \
@@ -221,12 +222,28 @@ def _magnitude(resolved: Any, specs: dict[str, Any], call: tuple[list[Any], dict
     abs_args = [map_structure(absolute, a) for a in args]
     abs_kwargs = {k: (abs(v) if k in scalars and isinstance(v, (int, float)) else map_structure(absolute, v))
                   for k, v in kwargs.items()}
-    side = make_side(abs_args, abs_kwargs, target=Target(on, wide, on == "cpu", owned=owned if on == "cpu" else (),
+    side = make_side(abs_args, abs_kwargs, target=Target(on, _wide, on == "cpu", owned=owned if on == "cpu" else (),
                                                          shared=shared if on == "cpu" else None),
                      requires_grad=requires_grad, want_grad=want_grad)
     where = "" if on == "cpu" else f" on {on}"
     return ReferenceRun(side, resolved.bench_fn, None, device_named(on), f"magnitude: the API on |inputs| in fp32{where}",
                         "magnitude")
+
+
+def _term_sizes(fn: Any, call: tuple[list[Any], dict[str, Any]], shared: Shared | None, on: str) -> ReferenceRun:
+    """The magnitude run of a forward sum with a subtraction inside (error_model.yaml `term_sizes`): its term-size
+    function on the call's own arguments, in fp32 (fp64 for fp64)."""
+    args, kwargs = call
+    side = make_side(args, kwargs, target=Target(on, _wide, on == "cpu", shared=shared if on == "cpu" else None),
+                     requires_grad=set(), want_grad=False)
+    where = "" if on == "cpu" else f" on {on}"
+    return ReferenceRun(side, fn, None, device_named(on), f"magnitude: the size of its terms in fp32{where}",
+                        "magnitude")
+
+
+def _wide(t: torch.Tensor) -> torch.dtype:
+    """fp32 for a float tensor below it, fp64 kept, others as they are: the dtype of the magnitude runs."""
+    return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
 
 
 def device_named(on: str) -> Device:
