@@ -3,6 +3,7 @@ tied values and elements written through repeated indices are judged by validity
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -384,3 +385,55 @@ def test_replayed_outputs_that_break_ties_another_valid_way_pass_and_wrong_ones_
     pytester.runpytest(str(wrong), "--msprobe-mode", "replay", "--msprobe-out", "wrong",
                        *LEAN).assert_outcomes(failed=4)
     judged_wrong(api_records(pytester, "wrong"))
+
+
+def _tied_topk_dump(root: Path, planted: str = "") -> Path:
+    """A replayed topk of a ReLU router's scores (bf16, zeros tied at the top-2 boundary in every row), recorded by
+    a kernel that breaks ties from the end: its forward and its backward, whose gradient goes where its indices
+    point. `planted`: `scaled` multiplies that gradient by 1.5; `misrouted` sends it to the bench's own indices."""
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.relu(torch.randn(32, 8, generator=gen)).bfloat16()
+    scores[:, :7] = torch.where(torch.arange(32)[:, None] % 2 == 0, 0.0, scores[:, :7]).bfloat16()
+    scores[::2, 7] = 1.0  # even rows: one positive score, then seven tied zeros for the second place
+    flipped = torch.topk(scores.flip(-1), 2, -1)
+    values, indices = flipped.values, 7 - flipped.indices
+    grad = torch.randn(32, 2, generator=gen).bfloat16()
+    routed = torch.topk(scores, 2, -1).indices if planted == "misrouted" else indices
+    grad_in = torch.zeros_like(scores).scatter(-1, routed, grad * (1.5 if planted == "scaled" else 1.0))
+    folder = root / "dump_tensor_data"
+    folder.mkdir(parents=True)
+
+    def leaves(where: str, tensors: list[torch.Tensor], requires_grad: bool = False) -> list[dict[str, Any]]:
+        found = []
+        for i, t in enumerate(tensors):
+            name = f"Torch.topk.0.{where}.{i}.pt"
+            torch.save(t.clone(), folder / name)
+            found.append(tensor(str(t.dtype), list(t.shape), float(t.max()), float(t.min()), data_name=name,
+                                requires_grad=requires_grad))
+        return found
+
+    data = {"Torch.topk.0.forward": {"input_args": [*leaves("forward.input", [scores], True), _int(2)],
+                                     "input_kwargs": {"dim": _int(-1)},
+                                     "output": leaves("forward.output", [values, indices])},
+            "Torch.topk.0.backward": {"input": leaves("backward.input", [grad]),
+                                      "output": leaves("backward.output", [grad_in])}}
+    path = root / "dump.json"
+    path.write_text(json.dumps({"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                                "data": data}))
+    return path
+
+
+def test_a_replayed_backward_follows_the_ties_its_forward_recorded(pytester: pytest.Pytester) -> None:
+    """Indices that break ties another valid way pass the forward; the backward's gradient went where they point,
+    so the bench's goes there too. A gradient scaled, or sent where the recorded indices do not point, fails."""
+    replay = ("--msprobe-mode", "replay", *LEAN)
+    pytester.runpytest(str(_tied_topk_dump(pytester.path / "valid")), *replay,
+                       "--msprobe-out", "valid").assert_outcomes(passed=2)
+    recs = api_records(pytester, "valid")
+    assert recs["Torch.topk.0.forward"]["outputs"][1]["check"] == "ties"
+    assert recs["Torch.topk.0.forward"]["layer1_status"] == "error"  # the indices differ from the bench's
+    for planted in ("scaled", "misrouted"):
+        result = pytester.runpytest(str(_tied_topk_dump(pytester.path / planted, planted)), *replay,
+                                    "--msprobe-out", planted)
+        result.assert_outcomes(passed=1, failed=1)
+        assert api_records(pytester, planted)["Torch.topk.0.backward"]["status"] == "error"

@@ -55,9 +55,9 @@ from ..runs.third_run import ReferenceRun, RunInputs, Summed, summed_outputs, th
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
-from . import calls, gradients, precision, prepare
+from . import calls, gradients, precision, prepare, unique
 from .kinds import Comparison, compare_outputs
-from .recorded import MindSporeRun, Recorded, Unsaved, output_dtype, require_saved
+from .recorded import MindSporeRun, Recorded, Unsaved, output_dtype, recorded, require_saved
 from .source import DeviceSource, Item, RunsStrategy
 
 
@@ -128,6 +128,7 @@ class External(DeviceSource):
     def inputs(self, item: Any) -> None:
         item.started = time.perf_counter()
         item.bench_args, item.bench_kwargs = replay_inputs(item)
+        item.bench_fn = recorded_ties(item)
 
     def precision(self, item: Any) -> None:
         item.plan = replay_precision(item, item.bench_args, item.bench_kwargs)
@@ -253,6 +254,19 @@ def replay_inputs(case: Case) -> tuple[list[Any], dict[str, Any]]:
     record.contract = prepare.replay_contract(options, case.mode, ctx.devices)
     case.saved_on = ctx.devices
     return bench_args, bench_kwargs
+
+
+def recorded_ties(case: Case) -> Any:
+    """The bench of a replayed backward item of a sort-like API follows the indices its forward recorded, where
+    they break ties another valid way (unique.following); every other item's bench as chosen."""
+    if not case.want_grad or case.mode != "replay" or \
+            not in_list(case.specs, case.bare, "error_model", "not_unique", "ties"):
+        return case.bench_fn
+    leaves = recorded(case.forward.get("output"), case.dump, case.max_bytes, "output")
+    if len(leaves) < 2 or not unique.is_indices(leaves[1]):
+        return case.bench_fn
+    case.record.notes.append("the bench follows the recorded indices where they choose among tied values")
+    return unique.following(case.bare, case.bench_fn, leaves[1])
 
 
 def replay_precision(case: Case, bench_args: list[Any], bench_kwargs: dict[str, Any]) -> Plan:

@@ -47,7 +47,7 @@ def judge_by_validity(record: Record, api: str, specs: Mapping[str, Any], standa
         check = "ties"
         i = 0 if base == "argsort" else 1  # the indices output
         outcome = {i: _ties(base, args, kwargs, bench, device, i)} \
-            if i < len(rows) and rows[i].verdict == "error" and _indices(device[i]) else {}
+            if i < len(rows) and rows[i].verdict == "error" and is_indices(device[i]) else {}
     elif in_list(specs, api, "error_model", "not_unique", "duplicate_writers") and rows[0].verdict == "error":
         check = "duplicate_writers"
         outcome = {0: _writers(base, args, kwargs, bench[0], device[0])}
@@ -69,7 +69,8 @@ def _arg(args: list[Any], kwargs: dict[str, Any], position: int, name: str, defa
     return args[position] if position < len(args) else kwargs.get(name, default)
 
 
-def _indices(x: Any) -> bool:
+def is_indices(x: Any) -> bool:
+    """An integer tensor, as sort-like APIs return their indices."""
     return isinstance(x, torch.Tensor) and x.dtype in (torch.int64, torch.int32)
 
 
@@ -118,6 +119,26 @@ def _ties(api: str, args: list[Any], kwargs: dict[str, Any], bench: list[Any], d
         if api != "topk" and not bool((ordered == torch.arange(n).reshape([-1] + [1] * (x.dim() - dim - 1))).all()):
             return False, "judged by validity: the indices are not a permutation along the dimension"
     return True, TIES
+
+
+def following(api: str, fn: Any, recorded: torch.Tensor) -> Any:
+    """The bench of a sort-like API's backward item, routing the gradient through the indices its forward recorded
+    where they are another valid choice among tied values (as `_ties` judges the forward): the device's gradient
+    went where its indices point, and the bench's own choice would send it elsewhere. The bench's own elsewhere."""
+    def bench(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if not isinstance(out, tuple) or len(out) < 2 or \
+                _ties(api, list(args), kwargs, list(out), [out[0], recorded], 1) != (True, TIES):
+            return out
+        x = _arg(list(args), kwargs, 0, "input", kwargs.get("self"))
+        position, default = _DIM.get(api, (1, -1))
+        dim = _arg(list(args), kwargs, position, "dim", default) % max(1, x.dim())
+        index = recorded.to(x.device)
+        kept = index.dim() == x.dim()
+        values = x.gather(dim, index if kept else index.unsqueeze(dim))
+        return type(out)((values if kept else values.squeeze(dim), index))
+
+    return bench
 
 
 def _writers(api: str, args: list[Any], kwargs: dict[str, Any], bench: Any, device: Any) -> Verdict | None:
