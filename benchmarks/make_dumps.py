@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
+from evals.models import llama_parts
+
 MODELS = ("llama", "conv", "mlp")
 SIZES = ("tiny", "realistic")
 SMALL_SEQ = 128  # --small: the 7b dump's tokens (every weight keeps its full shape), for CI
@@ -111,18 +113,7 @@ def build_llama(size: str, dt: Any) -> tuple[Any, Callable[[], Any]]:
     c = LLAMA[size]
     hidden, heads, hd = c["hidden"], c["heads"], c["hidden"] // c["heads"]
 
-    class RMSNorm(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = nn.Parameter(torch.ones(hidden))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            v = x.float().pow(2).mean(-1, keepdim=True)
-            return (x.float() * torch.rsqrt(v + 1e-6)).to(x.dtype) * self.w
-
-    def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x.chunk(2, -1)
-        return x * cos + torch.cat((-x2, x1), -1) * sin
+    RMSNorm, rope = llama_parts(hidden)
 
     class GQABlock(nn.Module):
         """Llama 3's layer: separate q, k, v projections, fewer key/value heads than query heads."""

@@ -29,6 +29,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, cast
 
+from .models import llama_parts
+
 ROOT = Path(__file__).resolve().parent.parent
 DUMPS = ("accelerator", "torch")
 SIZES = {"vocab": 128, "hidden": 64, "heads": 4, "inner": 64, "layers": 2, "experts": 4, "top": 2,
@@ -52,18 +54,7 @@ def build_moe(dt: Any) -> tuple[Any, Callable[[], Any]]:
     c = SIZES
     hidden, heads, hd, experts, top = c["hidden"], c["heads"], c["hidden"] // c["heads"], c["experts"], c["top"]
 
-    class RMSNorm(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = nn.Parameter(torch.ones(hidden))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            v = x.float().pow(2).mean(-1, keepdim=True)
-            return (x.float() * torch.rsqrt(v + 1e-6)).to(x.dtype) * self.w
-
-    def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x.chunk(2, -1)
-        return x * cos + torch.cat((-x2, x1), -1) * sin
+    RMSNorm, rope = llama_parts(hidden)
 
     class Expert(nn.Module):
         def __init__(self) -> None:
