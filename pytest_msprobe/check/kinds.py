@@ -1,7 +1,7 @@
 """Each kind of output compares itself, as torch.testing's comparison makes each kind of input a `Pair`: float pairs
 (msprobe's metrics and the selected standard), a dropout's output (the fraction of zeros), MindSpore's outputs (float
 pairs with its checker's metrics), outputs the dump did not save (SKIP rows), outputs that are not unique (judged
-again by validity). `kinds_for` picks the kinds once from the specs and the outputs; `compare_outputs` knows none of
+again by validity), solves judged by their backward error. `kinds_for` picks the kinds once from the specs and the outputs; `compare_outputs` knows none of
 them. KINDS lists them; a new kind of output is one class. What a comparison reads: compare.Comparison.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..records.record import DropoutRow, OverflowRow, Record, Row
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..verdict import ms_results, standards
-from . import compare
+from . import compare, residuals
 from .compare import Comparison
 from .recorded import Unsaved
 from .unique import judge_by_validity
@@ -122,6 +122,18 @@ class NotUnique(Kind):
         judge_by_validity(job.record, api, job.specs, job.options.standard, job.bench, job.device, args, kwargs)
 
 
+class BackwardError(Kind):
+    """A solve's or factorisation's output 0 (inv, solve, cholesky, lstsq): a failed row judged again by its
+    backward error (residuals.py), which a correct solver keeps small however ill-conditioned the input."""
+
+    def applies(self, job: Comparison) -> bool:
+        return job.validity is not None and residuals.applies(job.validity[0], job.specs)
+
+    def compare(self, job: Comparison) -> None:
+        assert job.validity is not None
+        residuals.judge_by_backward_error(job.record, job.validity, job.specs, job.options.standard, job.device)
+
+
 class Overflow(Kind):
     """An overflow_check dump's outputs: each classified as a normal, abnormal or unreproduced overflow
     (overflow.py); no precision verdict."""
@@ -134,7 +146,7 @@ class Overflow(Kind):
         _classify(job.record, job.prefix, job.bench, job.device, job.positions)
 
 
-KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, Overflow)
+KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, BackwardError, Overflow)
 
 
 def kinds_for(job: Comparison) -> list[Kind]:
@@ -152,6 +164,8 @@ def kinds_for(job: Comparison) -> list[Kind]:
     found = [values] if saved is None or saved else []
     if unsaved:
         found.append(NotSaved(unsaved))
+    elif BackwardError(None).applies(job):
+        found.append(BackwardError(None))
     elif NotUnique(None).applies(job):
         found.append(NotUnique(None))
     return found
