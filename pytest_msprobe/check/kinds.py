@@ -1,8 +1,9 @@
 """Each kind of output compares itself, as torch.testing's comparison makes each kind of input a `Pair`: float pairs
 (msprobe's metrics and the selected standard), a dropout's output (the fraction of zeros), MindSpore's outputs (float
 pairs with its checker's metrics), outputs the dump did not save (SKIP rows), outputs that are not unique (judged
-again by validity), solves judged by their backward error. `kinds_for` picks the kinds once from the specs and the outputs; `compare_outputs` knows none of
-them. KINDS lists them; a new kind of output is one class. What a comparison reads: compare.Comparison.
+again by validity), a solve's (judged again by its backward error). `kinds_for` picks the kinds once from the specs
+and the outputs; `compare_outputs` knows none of them. KINDS lists them; a new kind of output is one class. What a
+comparison reads: compare.Comparison.
 """
 from __future__ import annotations
 

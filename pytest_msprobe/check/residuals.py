@@ -5,9 +5,9 @@ roundoff: a GPU's LU or QR, blocked and pivoted its own way, fails every element
 answer for a matrix one roundoff away. What every backward-stable solver satisfies is a small residual, relative
 to the sizes of its terms (LAPACK TESTING/LIN: dget03 for the inverse, dget04/dgtt02 for a solve, dpot01 for
 Cholesky, dqrt17 for least squares). Where such an output fails its usual check under `strict`, it is judged by
-that residual, within `backward_error.allowance` × √n × the device dtype's unit roundoff (rounding errors of a
-blocked solver add up as a random walk; a step in bf16 leaves 2^-9 of the input's size, far above it)
-(api_specs/error_model.yaml); a wrong result (a bug, a low-precision step) leaves a residual far above it.
+that residual, within `backward_error.allowance` × √n × the device dtype's unit roundoff (api_specs/
+error_model.yaml; a blocked solver's rounding errors add up as a random walk), while a wrong result (a bug, a step
+in bf16, which leaves 2^-9 of the input's size) leaves a residual far above it.
 """
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ import torch
 
 from ..records.record import Record
 from ..specs.loader import in_list
+from .unique import UNIT_ROUNDOFF
 
 BACKWARD_ERROR = "judged by backward error: the residual is within a backward-stable solver's (the result is not unique " \
                  "to within the condition number)"
-_UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
-                  torch.bfloat16: 2.0 ** -8}
 Residual = Callable[[list[torch.Tensor], dict[str, Any], torch.Tensor], "torch.Tensor | None"]
 
 
@@ -92,7 +91,7 @@ def judge_by_backward_error(record: Record, call: tuple[str, list[Any], dict[str
     if standard != "strict" or not rows or rows[0].verdict != "error" or not device:
         return
     residual, a = RESIDUALS.get(api), args[0] if args else None
-    if residual is None or not isinstance(a, torch.Tensor) or a.dtype not in _UNIT_ROUNDOFF or a.dim() < 2 or \
+    if residual is None or not isinstance(a, torch.Tensor) or a.dtype not in UNIT_ROUNDOFF or a.dim() < 2 or \
             not a.numel() or not isinstance(device[0], torch.Tensor):
         return
     tensors = [t.detach().cpu().double() if isinstance(t, torch.Tensor) else t for t in args]
@@ -105,7 +104,7 @@ def judge_by_backward_error(record: Record, call: tuple[str, list[Any], dict[str
         return
     worst = float(found.max()) if found.numel() else 0.0
     allowance = float(specs["error_model"]["backward_error"].get("allowance", 16))
-    limit = allowance * math.sqrt(max(a.shape[-2:])) * _UNIT_ROUNDOFF[a.dtype]
+    limit = allowance * math.sqrt(max(a.shape[-2:])) * UNIT_ROUNDOFF[a.dtype]
     valid = worst <= limit  # NaN fails
     rows[0].verdict, rows[0].check = ("pass" if valid else "error"), "backward_error"
     rows[0].verdict_message = BACKWARD_ERROR if valid else (

@@ -30,7 +30,7 @@ _DIM: dict[str, tuple[int, int | None]] = {"sort": (1, -1), "argsort": (1, -1), 
 Verdict = tuple[bool, str]  # valid, and the reason
 # the outputs of a decomposition whose signs or bases are not unique (its values, S and L, are)
 _FACTORS: dict[str, tuple[int, ...]] = {"qr": (0, 1), "geqrf": (0, 1), "svd": (0, 2), "eigh": (1,)}
-_UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
+UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
                   torch.bfloat16: 2.0 ** -8}
 
 
@@ -218,7 +218,7 @@ def _decomposition(api: str, args: list[Any], kwargs: dict[str, Any], bench: lis
     orthonormal, each within `allowance` × n × the device dtype's unit roundoff (the reconstruction's relative
     to the input's Frobenius norm, per matrix). None where it cannot be told."""
     a = _arg(args, kwargs, 0, "A", kwargs.get("input"))
-    if not isinstance(a, torch.Tensor) or a.dtype not in _UNIT_ROUNDOFF or a.dim() < 2 or not a.numel() or \
+    if not isinstance(a, torch.Tensor) or a.dtype not in UNIT_ROUNDOFF or a.dim() < 2 or not a.numel() or \
             not all(isinstance(t, torch.Tensor) for t in (*bench, *device)):
         return None
     A = a.detach().cpu().double()
@@ -257,7 +257,7 @@ def _decomposition(api: str, args: list[Any], kwargs: dict[str, Any], bench: lis
         orthogonal = max(float((B.mH @ B - torch.eye(B.shape[-1], dtype=B.dtype)).abs().max()) for B in bases)
     except (RuntimeError, IndexError, ValueError):
         return None
-    limit = allowance * max(m, n) * _UNIT_ROUNDOFF[a.dtype]
+    limit = allowance * max(m, n) * UNIT_ROUNDOFF[a.dtype]
     if not (residual <= limit and orthogonal <= limit):  # NaN fails
         return False, (f"judged by validity: the factors reconstruct the input to {residual:.3g} of its norm and "
                        f"are orthonormal to {orthogonal:.3g}; limit {limit:.3g} ({allowance:g} × n × unit roundoff)")
