@@ -80,14 +80,18 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return equal | (a.isnan() & b.isnan()) if a.is_floating_point() or a.is_complex() else equal
 
 
+def _input_and_dim(api: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """A sort-like call's input and the dimension it sorts along, as it was called."""
+    position, default = _DIM.get(api, (1, -1))
+    return _arg(args, kwargs, 0, "input", kwargs.get("self")), _arg(args, kwargs, position, "dim", default)
+
+
 def _ties(api: str, args: list[Any], kwargs: dict[str, Any], bench: list[Any], device: list[Any],
           i: int) -> Verdict | None:
     """Indices output `i` of a sort-like API: in range, pointing at the values the bench's indices point at (and
     at the device's own values output), a permutation (sort, argsort) or distinct (topk) along the dimension.
     None where it cannot be told (no input tensor, a stable sort, whose indices are unique)."""
-    x = _arg(args, kwargs, 0, "input", kwargs.get("self"))
-    position, default = _DIM.get(api, (1, -1))
-    dim = _arg(args, kwargs, position, "dim", default)
+    x, dim = _input_and_dim(api, args, kwargs)
     if not isinstance(x, torch.Tensor) or not isinstance(dim, int) or isinstance(dim, bool) or \
             (api in ("sort", "argsort") and _arg(args, kwargs, 3 if api == "argsort" else 99, "stable")):
         return None
@@ -124,15 +128,15 @@ def _ties(api: str, args: list[Any], kwargs: dict[str, Any], bench: list[Any], d
 def following(api: str, fn: Any, recorded: torch.Tensor) -> Any:
     """The bench of a sort-like API's backward item, routing the gradient through the indices its forward recorded
     where they are another valid choice among tied values (as `_ties` judges the forward): the device's gradient
-    went where its indices point, and the bench's own choice would send it elsewhere. The bench's own elsewhere."""
+    went where its indices point, and the bench's own choice would send it elsewhere. Where they are not valid,
+    the bench keeps its own indices."""
     def bench(*args: Any, **kwargs: Any) -> Any:
         out = fn(*args, **kwargs)
         if not isinstance(out, tuple) or len(out) < 2 or \
                 _ties(api, list(args), kwargs, list(out), [out[0], recorded], 1) != (True, TIES):
             return out
-        x = _arg(list(args), kwargs, 0, "input", kwargs.get("self"))
-        position, default = _DIM.get(api, (1, -1))
-        dim = _arg(list(args), kwargs, position, "dim", default) % max(1, x.dim())
+        x, dim = _input_and_dim(api, list(args), kwargs)
+        dim %= max(1, x.dim())
         index = recorded.to(x.device)
         kept = index.dim() == x.dim()
         values = x.gather(dim, index if kept else index.unsqueeze(dim))
