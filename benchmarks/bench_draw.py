@@ -74,7 +74,7 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
     import torch
 
     from pytest_msprobe.check.compare import warm_up
-    from pytest_msprobe.check.prepare import build_inputs, checkable_entries, encoded_arguments
+    from pytest_msprobe.check.prepare import Build, build_inputs, checkable_entries, encoded_arguments
     from pytest_msprobe.dump.reader import load_dump, parse_entry_name
     from pytest_msprobe.inputs.seeds import item_seed
     from pytest_msprobe.runs.execution import (
@@ -112,8 +112,8 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
         except Exception:  # not checkable: not built by a run either
             continue
         marks = [time.thread_time()]
-        ctx, args, kwargs, cotangents = build_inputs(dump, name.api_name, args_enc, kwargs_enc, backward,
-                                                     item_seed(1234, name.full_name), False, options, specs)
+        ctx, args, kwargs, cotangents = build_inputs(Build(dump, name.api_name, args_enc, kwargs_enc, backward,
+                                                     item_seed(1234, name.full_name), False, options, specs))
         marks.append(time.thread_time())
         generated += sum(t.numel() for t in [*args, *kwargs.values(), *cotangents] if isinstance(t, torch.Tensor))
         sides: list[Any] = []

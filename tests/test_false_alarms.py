@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pytest_msprobe.runs.execution import HF32_BITS, TF32_BITS
 from tests.helpers import EXAMPLES, records, tensor
 
 LEAN = ("-p", "no:cacheprovider")
@@ -44,14 +45,15 @@ def _save(tensor: torch.Tensor, path: Path, location: str) -> None:
             target.writestr(info, data)
 
 
-def conv_tensor_dump(root: Path, location: str, hf32: bool) -> Path:
-    """A PyTorch tensor dump of one fp32 conv2d, its output computed in full fp32 (a CPU or GPU) or from
-    HF32-rounded inputs (Ascend's cube), every tensor saved as if from `location`."""
-    from pytest_msprobe.runs.execution import HF32_BITS, round_mantissa
+def conv_tensor_dump(root: Path, location: str, bits: int | None) -> Path:
+    """A PyTorch tensor dump of one fp32 conv2d, its output computed in full fp32 (a CPU, or a GPU with TF32
+    off) or from inputs rounded to `bits` mantissa bits (Ascend's HF32 cube, cuDNN's TF32), every tensor saved as
+    if from `location`."""
+    from pytest_msprobe.runs.execution import round_mantissa
 
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 8, 10, 10, generator=gen), torch.randn(16, 8, 3, 3, generator=gen) * 0.2
-    read = (lambda t: round_mantissa(t, HF32_BITS)) if hf32 else (lambda t: t)
+    read = (lambda t: t) if bits is None else (lambda t: round_mantissa(t, bits))
     y = torch.nn.functional.conv2d(read(x), read(w))
     folder = root / "dump_tensor_data"
     folder.mkdir(parents=True)
@@ -69,28 +71,56 @@ def conv_tensor_dump(root: Path, location: str, hf32: bool) -> Path:
     return path
 
 
-@pytest.mark.parametrize("location, hf32", [("cpu", False), ("cuda:0", False), ("npu:0", True)])
+NOT_HF32 = "recorded on {} (the device of its saved tensors): fp32 inputs not rounded to HF32, which only " \
+           "Ascend's convolutions read"
+TF32 = "TF32: cuda reads 10 mantissa bits of this API's fp32 inputs (torch's setting), so they are rounded to " \
+       "TF32 as the kernel reads them"
+
+
+@pytest.mark.parametrize("location, bits, notes, wrong", [
+    ("cpu", None, [NOT_HF32.format("cpu")], "npu"),
+    ("cuda:0", TF32_BITS, [NOT_HF32.format("cuda"), TF32], "cpu"),  # cuDNN's default: TF32 convolutions
+    ("npu:0", HF32_BITS, [], "cpu"),
+])
 def test_replay_reads_what_recorded_the_dump_from_its_tensors(pytester: pytest.Pytester, location: str,
-                                                               hf32: bool) -> None:
-    """Replay rounds fp32 convolution inputs to HF32 only for a dump an Ascend NPU recorded: a CPU- or
-    GPU-recorded fp32 conv2d passes, told by its .pt files' device; msprobe_recorded_on overrides."""
-    dump = conv_tensor_dump(pytester.path / "d", location, hf32)
+                                                               bits: int | None, notes: list[str],
+                                                               wrong: str) -> None:
+    """Replay's bench reads fp32 convolution inputs as the recording device's kernel did: HF32 for a dump an
+    Ascend NPU recorded, TF32 for a GPU's (cuDNN's default), full fp32 for a CPU's; told by its .pt files'
+    device, and msprobe_recorded_on overrides."""
+    dump = conv_tensor_dump(pytester.path / "d", location, bits)
     result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN)
     result.assert_outcomes(passed=1)
     (record,) = records(pytester)
-    device = location.split(":")[0]
-    noted = [n for n in record["notes"] if n.startswith("recorded on")]
-    assert noted == ([] if hf32 else [f"recorded on {device} (the device of its saved tensors): fp32 inputs not "
-                                     "rounded to HF32, which only Ascend's convolutions read"])
-    wrong = "cpu" if hf32 else "npu"  # the other assumption fails: thousands of ULPs at HF32's resolution
+    assert [n for n in record["notes"] if n.startswith(("recorded on", "TF32"))] == notes
+    # the other assumption fails: thousands of ULPs at HF32's or TF32's resolution
     told = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "-o", f"msprobe_recorded_on={wrong}",
                               "--msprobe-out", "told", *LEAN)
     told.assert_outcomes(failed=1)
     told.stdout.fnmatch_lines(["*gross error*", f"rerun: *-o msprobe_recorded_on={wrong}*"])
 
 
+def test_a_gpu_dump_with_tf32_off_is_replayed_with_tf32_off(pytester: pytest.Pytester) -> None:
+    """A job that turned TF32 off says so as it did, in torch's settings (here a conftest.py): its full-fp32
+    convolution then passes, and fails under cuDNN's default."""
+    if not hasattr(torch.backends.cudnn, "conv"):
+        pytest.skip(f"torch {torch.__version__} has no per-backend fp32_precision settings")
+    dump = conv_tensor_dump(pytester.path / "d", "cuda:0", None)
+    pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN).assert_outcomes(failed=1)
+    (pytester.path / "d" / "conftest.py").write_text(
+        "import torch\n\n_saved = []\n\n\n"
+        "def pytest_sessionstart(session):\n"
+        "    _saved.append(torch.backends.cudnn.conv.fp32_precision)\n"
+        "    torch.backends.cudnn.conv.fp32_precision = 'ieee'\n\n\n"
+        "def pytest_sessionfinish(session):\n"
+        "    torch.backends.cudnn.conv.fp32_precision = _saved.pop()\n")
+    result = pytester.runpytest(str(dump), "--msprobe-mode", "replay", "--msprobe-out", "off", *LEAN)
+    result.assert_outcomes(passed=1)
+    assert not [n for n in records(pytester, "off")[0]["notes"] if n.startswith("TF32")]
+
+
 def test_the_recorded_device_has_an_ini_key(pytester: pytest.Pytester) -> None:
-    dump = conv_tensor_dump(pytester.path / "d", "cpu", False)
+    dump = conv_tensor_dump(pytester.path / "d", "cpu", None)
     pytester.makeini("[pytest]\nmsprobe_recorded_on = npu\n")
     pytester.runpytest(str(dump), "--msprobe-mode", "replay", *LEAN).assert_outcomes(failed=1)
     pytester.makeini("[pytest]\nmsprobe_recorded_on = tpu\n")

@@ -299,8 +299,6 @@ PENDING: frozenset[str] = frozenset({
     "pytest_msprobe/check/compare.py:_float_arrays takes 10",
     "pytest_msprobe/check/placement.py:share takes 7",
     "pytest_msprobe/check/placement.py:BenchSide.__init__ takes 9",
-    "pytest_msprobe/check/prepare.py:build_inputs takes 9",
-    "pytest_msprobe/check/prepare.py:bounding_run takes 12",
     "pytest_msprobe/check/unique.py:judge_by_validity takes 8",
     # the one protocol module
 })

@@ -22,7 +22,6 @@ from ..helper import helper
 from ..runs import backends, bench_device, capture
 from ..runs.execution import (
     NotCheckable,
-    Plan,
     Side,
     backward,
     broken_precondition,
@@ -32,25 +31,14 @@ from ..runs.execution import (
     run_side,
     seed_random_apis,
 )
-from ..runs.third_run import ReferenceRun, RunInputs, Summed, summed_outputs, third_run
+from ..runs.terms import terms_run
+from ..runs.third_run import ReferenceRun, RunInputs, Summed, summed_outputs, summed_run, third_run
 from . import calls
 from .calls import ApiFailure, bench_backward, bench_raw, device_backward, same_threads, selected
 from .compare import EarlyMetrics, start_metrics
-from .placement import BenchSide, Placement
-from .precision import Inputs
-from .prepare import bounding_run, build_pending_here, start_prefetch
+from .placement import BenchSide
+from .prepare import build_pending_here, start_prefetch, terms_scale
 from .source import Item
-
-
-@dataclass
-class RerunItem(Item):
-    """A re-run item's context: what its placement, inputs and precision stages gave (each set by its
-    stage, in that order)."""
-
-    where: Placement = field(init=False)
-    inputs: Inputs = field(init=False)
-    plan: Plan = field(init=False)
-    started: float = 0.0  # when the inputs stage began: the record's inputs_s
 
 
 @dataclass(frozen=True)
@@ -78,24 +66,46 @@ class Outputs:
     pairs_d: int = 0
 
 
-def third_runs(item: RerunItem) -> tuple[ReferenceRun | None, Summed | None]:
+def third_runs(item: Item) -> tuple[ReferenceRun | None, Summed | None]:
     """The runs beside device and bench: the third run (a reference device's, torch's own or the magnitude
     run) and the magnitude run of sums (or the terms run of a composite the contract bounds by its terms), each
     None where the standard uses none."""
-    name, options, specs, where, plan, inputs, shared = (item.name, item.options, item.specs, item.where, item.plan,
-                                                         item.inputs, item.shared)
-    reference = third_run(options, where.resolved, name, specs, plan,
-                          RunInputs(inputs.args, inputs.kwargs, inputs.requires_grad, item.want_grad, shared, where.bench))
-    summed = bounding_run(options, where.contract, where.resolved, name.api_name, specs, inputs.args, inputs.kwargs,
-                          inputs.requires_grad, item.want_grad, first_output_shape(item.forward.get("output")),
-                          shared, where.bench)
-    return reference, summed
+    return third_run(item.options, item.where.resolved, item.name, item.specs, item.plan, run_inputs(item)), \
+        bounding_run(item)
+
+
+def run_inputs(item: Item) -> RunInputs:
+    """The item's inputs as a run beside the bench takes them."""
+    inputs = item.inputs
+    return RunInputs(inputs.args, inputs.kwargs, inputs.requires_grad, item.want_grad, item.shared, item.where.bench)
+
+
+def bounding_run(item: Item) -> Summed | None:
+    """The run that bounds an item's outputs by the size of their terms, where any exists: the magnitude run of a
+    sum or fused multiply-add (third_run.summed_run), else the terms run of a composite the contract bounds so."""
+    options, api, specs, where = item.options, item.api, item.specs, item.where
+    summed = summed_run(options, where.resolved, api, specs, run_inputs(item),
+                        first_output_shape(item.forward.get("output")))
+    if summed is not None:
+        return summed
+    scale = terms_scale(options, where.contract, api, specs, item.inputs.args, item.want_grad)
+    return None if scale is None else terms_run(api, scale, run_inputs(item))
+
+
+def forward_outputs(item: Item, run: ReferenceRun, key: str) -> tuple[Any, list[Any]]:
+    """A run's forward (the bench's, the third run's, a magnitude run's), timed under `key`: its outputs, and those
+    compared, selected as the device's are."""
+    side = run.side
+    assert side is not None  # None: the bench computed exactly this run
+    out = calls.timed(item.record.timings, f"{key}_s", key, lambda: run_side(
+        run.fn, side, autocast=run.autocast, device_type=run.device.kind, grad=item.want_grad), run.device)
+    return out, selected(output_leaves(out), item.api, item.specs)
 
 
 class Runs:
     """One item's runs, in the order and threads they take (`run`); `guarded` around them and the comparison."""
 
-    def __init__(self, item: RerunItem, sides: Sides, reference: ReferenceRun | None, summed: Summed | None) -> None:
+    def __init__(self, item: Item, sides: Sides, reference: ReferenceRun | None, summed: Summed | None) -> None:
         self.item, self.where, self.plan, self.inputs, self.sides = item, item.where, item.plan, item.inputs, sides
         self.reference, self.summed = reference, summed
         self.timings: dict[str, float] = item.record.timings
@@ -168,12 +178,10 @@ class Runs:
         without one)."""
         if run is None or run.side is None:
             return None
-        item, ref_side = self.item, run.side
+        item = self.item
         same_threads(self.threads)
         seed_random_apis(item.record.seed, run.device)  # the same random numbers as the device call
-        out_r = calls.timed(self.timings, f"{key}_s", key, lambda: run_side(
-            run.fn, ref_side, autocast=run.autocast, device_type=run.device.kind, grad=item.want_grad), run.device)
-        leaves_r = selected(output_leaves(out_r), item.name.api_name, item.specs)
+        _, leaves_r = forward_outputs(item, run, key)
         if item.backward_entry is not None:
             pairs_r = pair_cotangents(leaves_r, [run.cotangent(c) for c in self.inputs.cotangents], item.grad_index)
             calls.timed(self.timings, f"{key}_backward_s", f"{key} backward",
@@ -265,7 +273,7 @@ class Runs:
         self.timings["bench_wait_s"] = time.perf_counter() - waited  # the items' thread's part of a bench beside it
 
 
-def queued_metrics(item: RerunItem, bench_future: Future[Any], sides: Sides, leaves_d: list[Any]) -> EarlyMetrics | None:
+def queued_metrics(item: Item, bench_future: Future[Any], sides: Sides, leaves_d: list[Any]) -> EarlyMetrics | None:
     """start_metrics of a bench running in the helper thread: its outputs (a backward item's: its gradients)
     are taken there once it is done, ahead in the queue."""
     full, api, specs, options = item.name.full_name, item.name.api_name, item.specs, item.options

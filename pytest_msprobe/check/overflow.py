@@ -24,7 +24,6 @@ kind of its own (kinds.Overflow).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,36 +32,13 @@ from ..dump.reader import Dump
 from ..records.record import Record
 from ..runs import backends, capture, kernels
 from ..runs.backends import select as select_device
-from ..runs.execution import (
-    Device,
-    NotCheckable,
-    Plan,
-    PrecisionPolicy,
-    Resolved,
-    Target,
-    first_output_dtype,
-    make_side,
-    output_leaves,
-    plan_precision,
-    resolve,
-    run_side,
-    seed_random_apis,
-)
+from ..runs.execution import NotCheckable, Target, make_side, output_leaves, resolve, run_side, seed_random_apis
 from ..settings import CheckOptions
 from ..specs.loader import in_list
+from . import precision
 from .kinds import Comparison, compare_outputs
+from .placement import Placement
 from .source import DeviceSource, Item, RunsStrategy
-
-
-@dataclass
-class OverflowItem(Item):
-    """An overflow_check item's context, as its stages fill it in."""
-
-    device: Device = field(init=False)
-    resolved: Resolved = field(init=False)
-    built: Any = None  # prepare.prepared_inputs: (context, args, kwargs, cotangents)
-    plan: Plan = field(init=False)
-    started: float = 0.0
 
 
 class OverflowRun(DeviceSource):
@@ -77,8 +53,8 @@ class OverflowRun(DeviceSource):
         return dump.task == "overflow_check"  # REFERENCE §3.6: classify each overflow instead of judging precision
 
     def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: Record,
-             shared: Any) -> OverflowItem:
-        return OverflowItem(dump, name, options, specs, record, shared)
+             shared: Any) -> Item:
+        return Item(dump, name, options, specs, record, shared)
 
     def entries(self, item: Any) -> None:
         from .prepare import checkable_entries, encoded_arguments
@@ -93,28 +69,27 @@ class OverflowRun(DeviceSource):
 
     def placement(self, item: Any) -> None:
         name, options, record = item.name, item.options, item.record
-        item.device = select_device(options.device, options.device_index)
-        item.resolved = kernels.substitute(options.kernels, name.api_type, name.api_name,
-                                           resolve(name.api_type, name.api_name, item.device, item.specs, item.forward))
-        record.device, record.backend, record.impl = item.device.name, item.device.label, item.resolved.label
-        if item.resolved.kernel:
-            record.kernel = item.resolved.kernel
+        device = select_device(options.device, options.device_index)
+        resolved = kernels.substitute(options.kernels, name.api_type, name.api_name,
+                                      resolve(name.api_type, name.api_name, device, item.specs, item.forward))
+        record.device, record.backend, record.impl = device.name, device.label, resolved.label
+        if resolved.kernel:
+            record.kernel = resolved.kernel
+        item.where = Placement(device, resolved, "torch")  # no contract: nothing is judged for precision
 
     def inputs(self, item: Any) -> None:
         from .prepare import prepared_inputs
 
         item.started = time.perf_counter()
-        item.built = prepared_inputs(item)
+        item.inputs = prepared_inputs(item)
 
     def precision(self, item: Any) -> None:
         """No precision raise on either side; the recorded AMP autocast applies to both."""
-        ctx, args, kwargs, cotangents = item.built
-        options = item.options
-        item.plan = plan_precision(item.name.api_name, args, kwargs, first_output_dtype(item.forward.get("output")),
-                                   item.specs, PrecisionPolicy(options.bench_precision, options.standard))
-        capture.stash(args=args, kwargs=kwargs, requires_grad=ctx.requires_grad, cotangents=cotangents,
-                      plan=item.plan, device=item.device, name=item.name, want_grad=item.want_grad,
-                      mode="overflow_check", resolved=item.resolved)
+        inputs = item.inputs
+        item.plan = precision.plan(item.api, inputs, item.forward, item.specs, item.options)
+        capture.stash(args=inputs.args, kwargs=inputs.kwargs, requires_grad=inputs.requires_grad,
+                      cotangents=inputs.cotangents, plan=item.plan, device=item.where.device, name=item.name,
+                      want_grad=item.want_grad, mode="overflow_check", resolved=item.where.resolved)
 
     def runs(self, item: Any) -> RunsStrategy:
         return OverflowRuns(item)
@@ -130,13 +105,12 @@ def _same(t: torch.Tensor) -> torch.dtype:
 class OverflowRuns(RunsStrategy):
     """The device's run and the bench's in the recorded dtypes, and their backward; each output classified."""
 
-    def __init__(self, item: OverflowItem) -> None:
-        ctx, args, kwargs, _ = item.built
-        device, want_grad = item.device, item.want_grad
+    def __init__(self, item: Item) -> None:
+        (args, kwargs, _, requires_grad), device, want_grad = item.inputs, item.where.device, item.want_grad
         self.item = item
         self.dev_side = make_side(args, kwargs, target=Target(device.name, _same, False, device.to_device),
-                                  requires_grad=ctx.requires_grad, want_grad=want_grad)
-        self.bench_side = make_side(args, kwargs, target=Target("cpu", _same, True), requires_grad=ctx.requires_grad,
+                                  requires_grad=requires_grad, want_grad=want_grad)
+        self.bench_side = make_side(args, kwargs, target=Target("cpu", _same, True), requires_grad=requires_grad,
                                     want_grad=want_grad)
         item.record.timings["inputs_s"] = time.perf_counter() - item.started
 
@@ -146,8 +120,8 @@ class OverflowRuns(RunsStrategy):
         from .calls import timed as _timed
         from .prepare import start_prefetch
 
-        item, name, device, resolved, plan = self.item, self.item.name, self.item.device, self.item.resolved, \
-            self.item.plan
+        item = self.item
+        name, device, resolved, plan = item.name, item.where.device, item.where.resolved, item.plan
         record, want_grad, timings = item.record, item.want_grad, item.record.timings
         api_key, entry_name = f"{name.api_type}.{name.api_name}", f"{name.full_name}.{name.direction}"
         device_fn = backends.runner(device, api_key, resolved.device_fn)
@@ -162,8 +136,8 @@ class OverflowRuns(RunsStrategy):
         leaves_d, leaves_b = output_leaves(out_d), output_leaves(out_b)
         if not want_grad:
             return leaves_b, leaves_d, None
-        grad_index = item.user.get("grad_index", item.specs.get("backward", {}).get("grad_index", {}).get(name.api_name))
-        backward_both(name, leaves_b, leaves_d, item.built[3], grad_index, timings, device, resolved.label)
+        backward_both(name, leaves_b, leaves_d, item.inputs.cotangents, item.grad_index, timings, device,
+                      resolved.label)
         return ([leaf.grad for _, leaf in self.bench_side.grad_leaves],
                 [leaf.grad for _, leaf in self.dev_side.grad_leaves], [pos for pos, _ in self.dev_side.grad_leaves])
 

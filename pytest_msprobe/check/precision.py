@@ -59,7 +59,7 @@ def round_inputs(api: str, inputs: Inputs, hf32: bool, device: Device, specs: di
         return round_input(value, inputs.requires_grad, TF32_BITS)
 
     notes.append(f"TF32: {device.kind} reads {TF32_BITS} mantissa bits of this API's fp32 inputs "
-                 "(torch's setting), so they are rounded to TF32 on both sides")
+                 "(torch's setting), so they are rounded to TF32 as the kernel reads them")
     return inputs._replace(args=[map_structure(tf32, a) for a in inputs.args],
                            kwargs={k: map_structure(tf32, v) for k, v in inputs.kwargs.items()},
                            cotangents=[tf32(c) for c in inputs.cotangents])

@@ -22,12 +22,12 @@ from ..dump.reader import Dump, parse_entry_name
 from ..helper import Stopped, helper
 from ..inputs.build import BuildContext, build, parse_dtype
 from ..inputs.seeds import item_seed
-from ..runs.execution import NotCheckable, Shared, output_leaves
-from ..runs.terms import FORMS, terms_run
-from ..runs.third_run import RunInputs, Summed, summed_run
+from ..runs.execution import NotCheckable, output_leaves
+from ..runs.terms import FORMS
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import contracts
+from .precision import Inputs
 from .source import Item
 
 Built = tuple[BuildContext, list[Any], dict[str, Any], list[Any]]
@@ -83,8 +83,8 @@ def prefetch(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str
     seed = item_seed(options.run_seed, name.full_name)
     key = _Key(id(dump), name.full_name, backward_entry is not None, seed, options, id(specs))
     one_thread = dataclasses.replace(options, work_threads=1)  # it runs in the helper thread already
-    inputs = functools.partial(build_inputs, dump, name.api_name, args_enc, kwargs_enc, backward_entry, seed,
-                               _real(dump, options), one_thread, specs)
+    inputs = functools.partial(build_inputs, Build(dump, name.api_name, args_enc, kwargs_enc, backward_entry, seed,
+                                                   _real(dump, options), one_thread, specs))
     _pending[key] = (helper().submit(inputs), inputs)
 
 
@@ -146,25 +146,39 @@ def entry_of(dump: Dump, full: str, direction: str) -> dict[str, Any]:
     return entry
 
 
-def prepared_inputs(item: Item) -> Built:
+def prepared_inputs(item: Item) -> Inputs:
     """An item's build_inputs from the record's seed and the data mode (built ahead, where a core was spare), with
     msprobe's CPU dtype conversions; the record gets the input notes and where the data came from."""
     dump, api, record, options, specs = item.dump, item.name.api_name, item.record, item.options, item.specs
     args_enc, kwargs_enc, backward_entry = item.args_enc, item.kwargs_enc, item.backward_entry
     key = _Key(id(dump), record.api, backward_entry is not None, record.seed, options, id(specs))
     built = _taken(key)
-    ctx, args, kwargs, cotangents = built.result() if built is not None else build_inputs(
-        dump, api, args_enc, kwargs_enc, backward_entry, record.seed, _real(dump, options), options, specs)
+    ctx, args, kwargs, cotangents = built.result() if built is not None else build_inputs(Build(
+        dump, api, args_enc, kwargs_enc, backward_entry, record.seed, _real(dump, options), options, specs))
     args, kwargs = preprocess(api, args, kwargs, specs, ctx.requires_grad)
     record.notes += ctx.notes
     record.data = "real" if ctx.loaded_files else "random"
-    return ctx, args, kwargs, cotangents
+    return Inputs(args, kwargs, cotangents, ctx.requires_grad)
 
 
-def build_inputs(dump: Dump, api: str, args_enc: list[Any], kwargs_enc: dict[str, Any], backward_entry: Any,
-                 seed: int, real: bool, options: CheckOptions,
-                 specs: dict[str, Any]) -> Built:
-    """The call's arguments (and, for a backward item, the recorded cotangents), reproducibly from `seed`."""
+class Build(NamedTuple):
+    """What a call's inputs are built from: its encoded arguments and backward entry, the item's seed, whether
+    saved tensors are read (`real`), the settings and the specs (`api`: the name the specs know it by)."""
+
+    dump: Dump
+    api: str
+    args_enc: list[Any]
+    kwargs_enc: dict[str, Any]
+    backward_entry: Any
+    seed: int
+    real: bool
+    options: CheckOptions
+    specs: dict[str, Any]
+
+
+def build_inputs(request: Build) -> Built:
+    """The call's arguments (and, for a backward item, the recorded cotangents), reproducibly from its seed."""
+    dump, api, args_enc, kwargs_enc, backward_entry, seed, real, options, specs = request
     ctx = BuildContext(dump, torch.Generator().manual_seed(seed), real,
                        options.max_tensor_bytes or int(specs.get("max_tensor_bytes", 4 << 30)),
                        threads=options.work_threads)
@@ -243,16 +257,3 @@ def terms_scale(options: CheckOptions, contract: str, api: str, specs: dict[str,
         return None
     allowance = contracts.bound(specs, contract, api, str(x.dtype), want_grad)
     return None if allowance is None else allowance[0]
-
-
-def bounding_run(options: CheckOptions, contract: str, resolved: Any, api: str, specs: dict[str, Any],
-                 args: list[Any], kwargs: dict[str, Any], requires_grad: set[int], want_grad: bool,
-                 out_shape: tuple[int, ...] | None, shared: Shared | None = None, on: str = "cpu") -> Summed | None:
-    """The run that bounds an item's outputs by the size of their terms, where any exists: the magnitude run of a
-    sum or fused multiply-add (third_run.summed_run), else the terms run of a composite the contract bounds so."""
-    summed = summed_run(options, resolved, api, specs, RunInputs(args, kwargs, requires_grad, want_grad, shared, on),
-                        out_shape)
-    if summed is not None:
-        return summed
-    scale = terms_scale(options, contract, api, specs, args, want_grad)
-    return None if scale is None else terms_run(api, scale, RunInputs(args, kwargs, requires_grad, want_grad, shared, on))

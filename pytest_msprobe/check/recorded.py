@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..dump.reader import Dump
-from ..inputs.build import TENSOR_TYPES, BuildContext, InputError, build, parse_dtype
+from ..inputs.build import TENSOR_TYPES, BuildContext, build, parse_dtype
 from ..inputs.build import leaf_shape as _shape
 from ..inputs.build import load_saved as _load_saved
 from ..records.record import Record
@@ -69,7 +69,7 @@ class MindSporeRun:
         """MindSpore's forward outputs (and, for a backward item, its gradients, kept for `gradients`)."""
         grad_positions = sorted(pos for pos, _ in case.bench_side.grad_leaves) if case.want_grad else []
         leaves_d, self.grads = calls.timed(case.record.timings, "device_s", "device", lambda: mindspore.run(
-            self.call, case.args, case.kwargs, seed=case.record.seed, grad_positions=grad_positions,
+            self.call, case.recorded.args, case.recorded.kwargs, seed=case.record.seed, grad_positions=grad_positions,
             cotangents=dict(pairs_b)), None)
         return calls.selected(leaves_d, case.bare, case.specs)
 
@@ -129,17 +129,3 @@ def _saved_tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> Any:
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype)
     return Unsaved(where, tuple(shape))
-
-
-def output_dtype(encoded: Any) -> torch.dtype | None:
-    """The AMP hint of plan_precision: the first recorded float output's dtype (MindSpore names too)."""
-    from ..dump.reader import iter_leaves
-
-    for leaf in iter_leaves(encoded):
-        if isinstance(leaf, dict) and isinstance(leaf.get("dtype"), str):
-            try:
-                dtype = parse_dtype(leaf["dtype"])
-            except InputError:
-                return None
-            return dtype if dtype.is_floating_point else None
-    return None

@@ -16,48 +16,47 @@ Backward replay compares a recorded gradient only with the bench gradient of the
 * MindSpore dumps: gradients are recorded in argument order (one per positional tensor argument);
   they are matched by position and checked by shape.
 
-Two device sources (source.DeviceSource) take the protocol's stages (protocol.py), each one call of this module:
-entries (as a re-run item's, then the admitted modes); placement (the bench, the torch twin of a MindSpore call;
-where the device result comes from, recorded.py: the saved outputs, or MindSpore running the call); the inputs;
-the precision plan; the runs (`ExternalRuns`: the bench's run, the device's result, the third run); the
-comparison, whose gradients gradients.py matches to the recorded ones.
+Two device sources (source.DeviceSource) take the protocol's stages (protocol.py), each one call: entries (as a
+re-run item's, then the admitted modes); placement (the bench, the torch twin of a MindSpore call; where the
+device result comes from, recorded.py: the saved outputs, or MindSpore running the call); the inputs; the
+precision plan and the recording kernel's input rounding (precision.py, as a re-run's); the runs (`ExternalRuns`:
+the bench's run, the device's result, and the third and magnitude runs of execute.py); the comparison, whose
+gradients gradients.py matches to the recorded ones.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from ..dump.reader import Dump
 from ..records.record import Record
 from ..runs import capture, mindspore
+from ..runs.backends import BUILTIN_BACKENDS
 from ..runs.backends import select as select_device
 from ..runs.execution import (
     Device,
     NotCheckable,
-    Plan,
-    PrecisionPolicy,
+    Resolved,
     Side,
     Target,
     backward,
-    first_output_shape,
     make_side,
-    output_leaves,
     pair_cotangents,
-    plan_precision,
     resolve,
-    run_side,
     seed_random_apis,
     tensors_of,
 )
-from ..runs.third_run import ReferenceRun, RunInputs, Summed, summed_outputs, third_run
+from ..runs.third_run import ReferenceRun, Summed, summed_outputs
 from ..settings import CheckOptions
 from ..specs.loader import api_settings, in_list
 from ..verdict import ms_results
-from . import calls, gradients, precision, prepare, unique
+from . import calls, execute, gradients, precision, prepare, unique
 from .kinds import Comparison, compare_outputs
-from .recorded import MindSporeRun, Recorded, Unsaved, output_dtype, recorded, require_saved
+from .placement import Placement
+from .precision import Inputs
+from .recorded import MindSporeRun, Recorded, Unsaved, recorded, require_saved
 from .source import DeviceSource, Item, RunsStrategy
 
 
@@ -73,27 +72,19 @@ def effective_mode(dump: Dump, options: CheckOptions) -> str:
 
 @dataclass
 class Case(Item):
-    """A replayed or MindSpore item as its stages fill it in: the bench (`bench_fn`, its label; `bare`: the torch
-    name the specs know it by), the device result's source, then the inputs and the bench's side."""
+    """A replayed or MindSpore item as its stages fill it in. Beside the base's fields (`where`: the bench, on the
+    CPU; `inputs`: as the bench reads them, msprobe's conversions and the recording kernel's rounding applied): the
+    device result's source, the inputs as recorded (what the device's call was given), and the bench's side."""
 
     mode: str = ""
-    bench_fn: Any = None
-    bench_label: str = ""
     source: Recorded | MindSporeRun = field(default_factory=Recorded)
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    cotangents: list[Any] = field(default_factory=list)
-    requires_grad: set[int] = field(default_factory=set)
+    recorded: Inputs = field(init=False)
     saved_on: set[str] = field(default_factory=set)
     max_bytes: int = 0
     by_position: bool = False
-    plan: Plan | None = None
     bench_side: Side | None = None
-    summed: Summed | None = None  # the magnitude run of sums, or a composite's terms run (execute.third_runs)
+    summed: Summed | None = None  # the magnitude run of sums, or a composite's terms run (execute.bounding_run)
     summed_leaves: list[Any] | None = None
-    bench_args: list[Any] = field(default_factory=list)
-    bench_kwargs: dict[str, Any] = field(default_factory=dict)
-    started: float = 0.0
 
     @property
     def ms_dump(self) -> bool:
@@ -101,7 +92,10 @@ class Case(Item):
 
 
 class External(DeviceSource):
-    """The device sources whose result is not a local torch run; each stage one call of this module."""
+    """The device sources whose result is not a local torch run; each stage one call of this module. Nothing is
+    shared between the sides, so no item is checked again."""
+
+    retries = False
 
     @classmethod
     def applies(cls, dump: Dump, options: CheckOptions) -> bool:
@@ -121,24 +115,25 @@ class External(DeviceSource):
             if item.name.direction == "backward" else None
 
     def placement(self, item: Any) -> None:
-        choose_bench(item)
+        item.where = choose_bench(item)
         item.source = device_source(item)
-        item.source.describe(item.record, item.bench_label)
+        item.source.describe(item.record, item.where.resolved.label)
 
     def inputs(self, item: Any) -> None:
         item.started = time.perf_counter()
-        item.bench_args, item.bench_kwargs = replay_inputs(item)
-        item.bench_fn = recorded_ties(item)
+        item.recorded, item.inputs = replay_inputs(item)
+        item.where = item.where._replace(contract=item.record.contract, resolved=recorded_ties(item))
 
     def precision(self, item: Any) -> None:
-        item.plan = replay_precision(item, item.bench_args, item.bench_kwargs)
-        item.bench_args = replay_rounding(item, item.plan, item.bench_args)
-        item.bench_side = make_side(item.bench_args, item.bench_kwargs,
+        item.plan = precision.plan(item.api, item.inputs, item.forward, item.specs, item.options)
+        item.inputs = kernel_rounding(item)
+        inputs, recorded = item.inputs, item.recorded
+        item.bench_side = make_side(inputs.args, inputs.kwargs,
                                     target=Target("cpu", precision.bench_dtype(item.plan), True),
-                                    requires_grad=item.requires_grad, want_grad=item.want_grad)
+                                    requires_grad=inputs.requires_grad, want_grad=item.want_grad)
         # --msprobe-save-error-data/-html: the inputs as recorded (the bench's fixes are applied again on replay)
-        capture.stash(args=item.args, kwargs=item.kwargs, requires_grad=item.requires_grad,
-                      cotangents=item.cotangents, name=item.name, framework=item.dump.framework, mode=item.mode)
+        capture.stash(args=recorded.args, kwargs=recorded.kwargs, requires_grad=recorded.requires_grad,
+                      cotangents=recorded.cotangents, name=item.name, framework=item.dump.framework, mode=item.mode)
         item.record.timings["inputs_s"] = time.perf_counter() - item.started
 
     def runs(self, item: Any) -> RunsStrategy:
@@ -170,8 +165,7 @@ class ExternalRuns(RunsStrategy):
 
     def run(self) -> tuple[Any, list[Any], list[Any], list[Any] | None, list[Any]]:
         case = self.case
-        reference = _reference(case, case.bench_args, case.bench_kwargs)
-        case.summed = replay_summed(case)
+        reference, case.summed = beside_runs(case)
         out_b, leaves_b, pairs_b = bench_run(case)
         leaves_d = case.source.outputs(case, pairs_b)
         capture.stash(out_d=leaves_d, out_b=out_b)
@@ -204,21 +198,22 @@ def admitted(case: Case) -> Case:
     return case
 
 
-def choose_bench(case: Case) -> None:
-    """The bench: PyTorch on CPU (through the MindSpore -> torch table for MindSpore dumps); the user's skip."""
+def choose_bench(case: Case) -> Placement:
+    """The bench: PyTorch on CPU (through the MindSpore -> torch table for MindSpore dumps); the user's skip. The
+    contract is the recording device's, once the inputs stage has read where the saved tensors were."""
     name, specs, api, full = case.name, case.specs, case.name.api_name, case.name.full_name
     if case.ms_dump:
         twin = mindspore.torch_twin(name.api_type, api, specs)
-        case.bench_fn, case.bench_label, case.bare = twin.fn, twin.label, twin.api
+        resolved, case.bare = Resolved(twin.fn, twin.fn, twin.label), twin.api
         for group in ("always_skip", "random_apis"):
             if case.bare != api and in_list(specs, case.bare, group):
-                raise NotCheckable(f"{full} ({case.bench_label}): {specs[group]['reason']}")
+                raise NotCheckable(f"{full} ({twin.label}): {specs[group]['reason']}")
     else:
-        resolved = resolve(name.api_type, api, Device("cpu"), specs, case.forward)
-        case.bench_fn, case.bench_label, case.bare = resolved.bench_fn, resolved.label, api
+        resolved, case.bare = resolve(name.api_type, api, Device("cpu"), specs, case.forward), api
     case.user = {**api_settings(specs, api), **api_settings(specs, case.bare)}
     if case.user.get("skip"):
         raise NotCheckable(f"{full}: {case.user['skip']} (msprobe_specs)")
+    return Placement(Device("cpu"), resolved, "torch")
 
 
 def device_source(case: Case) -> Recorded | MindSporeRun:
@@ -230,8 +225,9 @@ def device_source(case: Case) -> Recorded | MindSporeRun:
     return Recorded()
 
 
-def replay_inputs(case: Case) -> tuple[list[Any], dict[str, Any]]:
-    """The inputs, saved (replay needs every one) or drawn, and the bench's arguments from them."""
+def replay_inputs(case: Case) -> tuple[Inputs, Inputs]:
+    """The inputs, saved (replay needs every one) or drawn: as recorded, and as the bench reads them (msprobe's
+    dtype conversions for CPU kernels)."""
     dump, options, full, record = case.dump, case.options, case.name.full_name, case.record
     forward = case.forward
     args_enc, kwargs_enc = forward.get("input_args") or [], forward.get("input_kwargs") or {}
@@ -241,61 +237,61 @@ def replay_inputs(case: Case) -> tuple[list[Any], dict[str, Any]]:
         require_saved(full, kwargs_enc, "input_kwargs")
         if case.backward_entry is not None:
             require_saved(full, case.backward_entry.get("input"), "backward.input")
-    ctx, case.args, case.kwargs, case.cotangents = prepare.build_inputs(
-        dump, case.bare, args_enc, kwargs_enc, case.backward_entry, record.seed, real, options, case.specs)
-    case.requires_grad = ctx.requires_grad
+    ctx, args, kwargs, cotangents = prepare.build_inputs(prepare.Build(
+        dump, case.bare, args_enc, kwargs_enc, case.backward_entry, record.seed, real, options, case.specs))
     case.by_position = case.ms_dump or case.source.runs_here  # MindSpore's: one per positional tensor argument
     if case.by_position and (case.ms_dump or not ctx.requires_grad):  # none recorded: every float tensor (§7.4)
-        ctx.requires_grad.update(id(t) for t in tensors_of(case.args) if t.is_floating_point())
-    bench_args, bench_kwargs = prepare.preprocess(case.bare, case.args, case.kwargs, case.specs, ctx.requires_grad)
+        ctx.requires_grad.update(id(t) for t in tensors_of(args) if t.is_floating_point())
+    bench_args, bench_kwargs = prepare.preprocess(case.bare, args, kwargs, case.specs, ctx.requires_grad)
     case.max_bytes = ctx.max_bytes
     record.notes += ctx.notes
     record.data = "real" if ctx.loaded_files else "random"
     record.contract = prepare.replay_contract(options, case.mode, ctx.devices)
     case.saved_on = ctx.devices
-    return bench_args, bench_kwargs
+    return (Inputs(args, kwargs, cotangents, ctx.requires_grad),
+            Inputs(bench_args, bench_kwargs, cotangents, ctx.requires_grad))
 
 
-def recorded_ties(case: Case) -> Any:
+def recorded_ties(case: Case) -> Resolved:
     """The bench of a replayed backward item of a sort-like API follows the indices its forward recorded, where
     they break ties another valid way (unique.following); every other item's bench as chosen."""
+    resolved = case.where.resolved
     if not case.want_grad or case.mode != "replay" or \
             not in_list(case.specs, case.bare, "error_model", "not_unique", "ties"):
-        return case.bench_fn
+        return resolved
     leaves = recorded(case.forward.get("output"), case.dump, case.max_bytes, "output")
     if len(leaves) < 2 or not unique.is_indices(leaves[1]):
-        return case.bench_fn
+        return resolved
     case.record.notes.append("the bench follows the recorded indices where they choose among tied values")
-    return unique.following(case.bare, case.bench_fn, leaves[1])
+    return dataclasses.replace(resolved, bench_fn=unique.following(case.bare, resolved.bench_fn, leaves[1]))
 
 
-def replay_precision(case: Case, bench_args: list[Any], bench_kwargs: dict[str, Any]) -> Plan:
-    """The bench's precision plan, from the bench's arguments and the recorded output dtype."""
-    return plan_precision(case.bare, bench_args, bench_kwargs, output_dtype(case.forward.get("output")), case.specs,
-                          PrecisionPolicy(case.options.bench_precision, case.options.standard))
-
-
-def replay_rounding(case: Case, plan: Plan, bench_args: list[Any]) -> list[Any]:
-    """Ascend computes fp32 convolutions in HF32 (as the re-run bench assumes); a CPU or GPU in full fp32."""
-    if not plan.hf32 or case.ms_dump:
-        return bench_args
-    recorded_on, told = prepare.recorded_device(case.options, case.saved_on)
-    if recorded_on == "npu":
-        return [calls.round_input(a, case.requires_grad) for a in bench_args]
-    case.record.notes.append(f"recorded on {recorded_on} ({told}): fp32 inputs not rounded to HF32, "
-                                "which only Ascend's convolutions read")
-    return bench_args
+def kernel_rounding(case: Case) -> Inputs:
+    """The bench's inputs as the recording device's kernel read them (precision.round_inputs): Ascend's HF32
+    convolutions, as a re-run's bench assumes; CUDA's TF32 ones, by torch's settings in this process (a dump does
+    not record the job's); MindSpore's calls', as recorded."""
+    plan, options, record = case.plan, case.options, case.record
+    if case.ms_dump:
+        return case.inputs
+    recorded_on, told = prepare.recorded_device(options, case.saved_on)
+    hf32 = plan.hf32 and recorded_on == "npu"
+    if plan.hf32 and not hf32:
+        record.notes.append(f"recorded on {recorded_on} ({told}): fp32 inputs not rounded to HF32, "
+                            "which only Ascend's convolutions read")
+    backend = BUILTIN_BACKENDS.get(recorded_on)
+    return precision.round_inputs(case.api, case.inputs, hf32, Device(recorded_on, None, backend and backend()),
+                                  case.specs, record.notes)
 
 
 def bench_run(case: Case) -> tuple[Any, list[Any], list[Any]]:
     """The bench's forward; its outputs, the compared ones, and (backward) the recorded gradients they pair with."""
     bench_side = case.bench_side
     assert bench_side is not None
+    resolved = case.where.resolved
     seed_random_apis(case.record.seed)
-    out_b = calls.timed(case.record.timings, "bench_s", "bench", lambda: run_side(
-        case.bench_fn, bench_side, autocast=None, device_type="cpu", grad=case.want_grad), None)
-    leaves_b = calls.selected(output_leaves(out_b), case.bare, case.specs)
-    pairs_b = pair_cotangents(leaves_b, case.cotangents, case.grad_index) if case.want_grad else []
+    out_b, leaves_b = execute.forward_outputs(case, ReferenceRun(bench_side, resolved.bench_fn, None, Device("cpu"),
+                                                                 resolved.label), "bench")
+    pairs_b = pair_cotangents(leaves_b, case.inputs.cotangents, case.grad_index) if case.want_grad else []
     if case.want_grad and not pairs_b:
         raise NotCheckable(f"{case.name.full_name}: no differentiable output pairs with a recorded gradient")
     return out_b, leaves_b, pairs_b
@@ -311,20 +307,7 @@ def reference_run(case: Case, reference: ReferenceRun | None) -> list[Any] | Non
 def forward_run(case: Case, run: ReferenceRun | None, key: str) -> list[Any] | None:
     """A run beside the bench (the third run, the magnitude run): its forward outputs, timed under `key`; None
     without one."""
-    if run is None or run.side is None:
-        return None
-    side = run.side
-    out = calls.timed(case.record.timings, f"{key}_s", key, lambda: run_side(
-        run.fn, side, autocast=run.autocast, device_type=run.device.kind, grad=case.want_grad), run.device)
-    return calls.selected(output_leaves(out), case.bare, case.specs)
-
-
-def replay_summed(case: Case) -> Summed | None:
-    """The run that bounds outputs by their terms (prepare.bounding_run), as a re-run item has it: a recorded
-    kernel may have added in any order."""
-    return prepare.bounding_run(case.options, case.record.contract or "torch", SimpleNamespace(
-        bench_fn=case.bench_fn), case.bare, case.specs, case.args, case.kwargs, case.requires_grad, case.want_grad,
-        first_output_shape(case.forward.get("output")))
+    return None if run is None or run.side is None else execute.forward_outputs(case, run, key)[1]
 
 
 def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[list[Any], str] | None:
@@ -361,7 +344,8 @@ def _summed_pairs(case: Case) -> tuple[Summed | None, list[Any]]:
     summed, leaves = case.summed, case.summed_leaves
     if summed is None or leaves is None:
         return None, []
-    return summed, pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.cotangents], case.grad_index)
+    return summed, pair_cotangents(leaves, [summed.run.cotangent(c) for c in case.inputs.cotangents],
+                                   case.grad_index)
 
 
 def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any], leaves_d: list[Any],
@@ -371,18 +355,20 @@ def compare_case(case: Case, reference: ReferenceRun | None, leaves_b: list[Any]
     role = reference.role if reference is not None else "torch"
     if case.backward_entry is None:
         if len(leaves_b) != len(leaves_d):
-            raise NotCheckable(f"{full}: the bench ({case.bench_label}) returns {len(leaves_b)} outputs, the device "
+            raise NotCheckable(f"{full}: the bench ({case.where.resolved.label}) returns {len(leaves_b)} outputs, the device "
                                f"{len(leaves_d)}: the calls do not correspond, nothing is compared")
         if name.api_type == "NPU" and not any(isinstance(d, Unsaved) for d in leaves_d):
             from bench_functions import postprocess
-            leaves_d = postprocess(name.api_name, leaves_d, case.args, case.kwargs, "device")
-            leaves_b = postprocess(name.api_name, leaves_b, case.args, case.kwargs, "bench")
+            args, kwargs = case.recorded.args, case.recorded.kwargs
+            leaves_d = postprocess(name.api_name, leaves_d, args, kwargs, "device")
+            leaves_b = postprocess(name.api_name, leaves_b, args, kwargs, "bench")
         # ties, writers, factors: as a re-run judges them
         _compare_pairs(case, Comparison(
             record, f"{full}.forward.output", leaves_b, leaves_d, ref_leaves, role, case.bare, case.specs, case.options,
-            list(range(len(leaves_b))), scalar_operand=calls.has_scalar_operand(case.args, case.kwargs),
+            list(range(len(leaves_b))), scalar_operand=calls.has_scalar_operand(case.recorded.args,
+                                                                                 case.recorded.kwargs),
             summed=summed_outputs(case.summed, case.summed_leaves, False), ms_format=case.dump.framework != "pytorch",
-            validity=(name.api_name, case.args, case.kwargs)))
+            validity=(name.api_name, case.recorded.args, case.recorded.kwargs)))
     elif case.by_position:
         compare_by_position(case, reference, leaves_b, ref_leaves, pairs_b, role)
     else:
@@ -400,12 +386,12 @@ def compare_by_position(case: Case, reference: ReferenceRun | None, leaves_b: li
     if isinstance(case.source, MindSporeRun):
         grads_d: dict[int, Any] = case.source.grads
     else:
-        grads_d = gradients.by_position(full, case.source.gradients(case), case.args, grads_b)
+        grads_d = gradients.by_position(full, case.source.gradients(case), case.recorded.args, grads_b)
     positions = [p for p in sorted(grads_b) if p in grads_d]
     if not positions:
         raise NotCheckable(f"{full}: no recorded gradient of a floating-point argument to compare")
-    refs = gradients.reference_grads_by_position(reference, ref_leaves, case.cotangents, case.grad_index, positions,
-                                                 record)
+    refs = gradients.reference_grads_by_position(reference, ref_leaves, case.inputs.cotangents, case.grad_index,
+                                                 positions, record)
     _compare_pairs(case, Comparison(
         record, f"{full}.backward.output", [grads_b[p] for p in positions], [grads_d[p] for p in positions], refs,
         role, case.bare, case.specs, case.options, positions, gradients=True,
@@ -427,7 +413,8 @@ def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[A
     refs = estimated = None
     if ref_leaves is not None and reference is not None and reference.side is not None:
         try:
-            pairs_r = pair_cotangents(ref_leaves, [reference.cotangent(c) for c in case.cotangents], case.grad_index)
+            pairs_r = pair_cotangents(ref_leaves, [reference.cotangent(c) for c in case.inputs.cotangents],
+                                      case.grad_index)
             if reference.sampled is not None:  # a sampled torch run: its own autograd node, rows to complete
                 refs, estimated = gradients.sampled_grads(reference, ref_leaves, pairs_r, grads_b, node_positions,
                                                           slots)
@@ -444,17 +431,17 @@ def compare_by_slot(case: Case, reference: ReferenceRun | None, leaves_b: list[A
         summed=summed_by_slot(case, slots, grads_b)))
 
 
-def _reference(case: Case, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """The third run of the standards that use one (third_run.third_run), with the torch bench callable."""
-    options, plan, label = case.options, case.plan, case.bench_label
-    assert plan is not None
-    if options.reference_device and case.ms_dump:
-        ref_device = select_device(options.reference_device)
-        side = make_side(args, kwargs, target=Target(ref_device.name, lambda t: t.dtype, False),
-                         requires_grad=case.requires_grad, want_grad=case.want_grad)
-        return ReferenceRun(side, case.bench_fn, plan.autocast, ref_device, f"{label} on {ref_device.name}")
-    return third_run(options, SimpleNamespace(bench_fn=case.bench_fn), case.name, case.specs, plan,
-                     RunInputs(args, kwargs, case.requires_grad, case.want_grad))
+def beside_runs(case: Case) -> tuple[ReferenceRun | None, Summed | None]:
+    """The third run and the magnitude run, as a re-run item's (execute.third_runs); a MindSpore call's third run
+    on a reference device is its torch twin there."""
+    options, plan, label, inputs = case.options, case.plan, case.where.resolved.label, case.inputs
+    if not (options.reference_device and case.ms_dump):
+        return execute.third_runs(case)
+    ref_device = select_device(options.reference_device)
+    side = make_side(inputs.args, inputs.kwargs, target=Target(ref_device.name, lambda t: t.dtype, False),
+                     requires_grad=inputs.requires_grad, want_grad=case.want_grad)
+    return (ReferenceRun(side, case.where.resolved.bench_fn, plan.autocast, ref_device, f"{label} on {ref_device.name}"),
+            execute.bounding_run(case))
 
 
 # ----------------------------------------------------------------------------- comparing

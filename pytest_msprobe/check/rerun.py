@@ -22,10 +22,9 @@ from ..specs.loader import in_list
 from . import chunked, execute, placement, precision
 from .calls import ApiFailure, finish_record, has_scalar_operand
 from .compare import start_metrics
-from .execute import Outputs, RerunItem, Sides
+from .execute import Outputs, Sides
 from .kinds import Comparison, compare_outputs
 from .placement import may_draw
-from .precision import Inputs
 from .prepare import checkable_entries, encoded_arguments, prepared_inputs
 from .source import DeviceSource, Item, RunsStrategy
 
@@ -40,8 +39,8 @@ class TorchRerun(DeviceSource):
         return True
 
     def item(self, dump: Dump, name: Any, options: CheckOptions, specs: dict[str, Any], record: Record,
-             shared: Any) -> RerunItem:
-        return RerunItem(dump, name, options, specs, record, shared)
+             shared: Any) -> Item:
+        return Item(dump, name, options, specs, record, shared)
 
     def entries(self, item: Any) -> None:
         item.args_enc, item.kwargs_enc = entries(item)
@@ -51,8 +50,7 @@ class TorchRerun(DeviceSource):
 
     def inputs(self, item: Any) -> None:
         item.started = time.perf_counter()
-        ctx, args, kwargs, cotangents = prepared_inputs(item)
-        item.inputs = Inputs(args, kwargs, cotangents, ctx.requires_grad)
+        item.inputs = prepared_inputs(item)
 
     def precision(self, item: Any) -> None:
         api, record = item.name.api_name, item.record
@@ -81,7 +79,7 @@ class TorchRerun(DeviceSource):
 class Whole(RunsStrategy):
     """The whole check at once: device, bench, third run and magnitude run (execute.Runs), then `compare_item`."""
 
-    def __init__(self, item: RerunItem, sides: Sides, runs: execute.Runs) -> None:
+    def __init__(self, item: Item, sides: Sides, runs: execute.Runs) -> None:
         self.item, self.sides, self.runs = item, sides, runs
 
     @contextmanager
@@ -115,7 +113,7 @@ def entries(item: Item) -> tuple[list[Any], dict[str, Any]]:
     return args_enc, kwargs_enc
 
 
-def make_sides(item: RerunItem) -> Sides:
+def make_sides(item: Item) -> Sides:
     """The device's side, and the bench's (made here unless it runs beside the device): who shares what."""
     name, options, specs, where, plan, inputs, shared = (item.name, item.options, item.specs, item.where, item.plan,
                                                          item.inputs, item.shared)
@@ -131,7 +129,7 @@ def make_sides(item: RerunItem) -> Sides:
     return Sides(device_side, bench_side, beside)
 
 
-def compare_item(item: RerunItem, sides: Sides, reference: ReferenceRun | None, out: Outputs) -> None:
+def compare_item(item: Item, sides: Sides, reference: ReferenceRun | None, out: Outputs) -> None:
     """Which outputs pair up: a forward item's outputs, or a backward item's gradients, each pair with the bench's
     and the third run's; each kind of output compares itself (kinds.compare_outputs)."""
     record, options, specs, api, full = item.record, item.options, item.specs, item.name.api_name, item.name.full_name

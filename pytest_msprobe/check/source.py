@@ -13,16 +13,20 @@ from typing import Any, ClassVar
 
 from ..dump.reader import Dump
 from ..records.record import Record
-from ..runs.execution import Shared
+from ..runs.execution import Plan, Shared
 from ..settings import CheckOptions
 from . import calls
+from .placement import Placement
+from .precision import Inputs
 
 
 @dataclass
 class Item:
     """One entry's context, as every stage reads it: its name, settings and record, the inputs the sides may share
-    (`shared`), then what the entries stage found (the user's settings, the recorded entries, the encoded arguments). `bare`: the torch
-    name the specs know the API by, where it is not the entry's own (a MindSpore call's torch twin)."""
+    (`shared`), then what each stage gives, in order: the entries (the user's settings, the recorded entries, the
+    encoded arguments), the placement (`where`), the inputs as the device's kernel reads them and the precision
+    plan. `bare`: the torch name the specs know the API by, where it is not the entry's own (a MindSpore call's
+    torch twin)."""
 
     dump: Dump
     name: Any
@@ -36,6 +40,15 @@ class Item:
     args_enc: list[Any] = field(default_factory=list)
     kwargs_enc: dict[str, Any] = field(default_factory=dict)
     bare: str = ""
+    where: Placement = field(init=False)
+    inputs: Inputs = field(init=False)
+    plan: Plan = field(init=False)
+    started: float = 0.0  # when the inputs stage began: the record's inputs_s
+
+    @property
+    def api(self) -> str:
+        """The name the specs know the API by."""
+        return self.bare or self.name.api_name
 
     @property
     def want_grad(self) -> bool:
@@ -43,7 +56,7 @@ class Item:
 
     @property
     def grad_index(self) -> int | None:
-        return calls.grad_index(self.user, self.specs, self.bare or self.name.api_name)
+        return calls.grad_index(self.user, self.specs, self.api)
 
 
 class RunsStrategy:

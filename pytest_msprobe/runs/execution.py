@@ -13,11 +13,12 @@ import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, cast
+from typing import Any, Callable, NamedTuple
 
 import torch
 
-from ..inputs.build import DeviceArg, InputError
+from ..dump.reader import iter_leaves
+from ..inputs.build import DeviceArg, InputError, parse_dtype
 from ..specs.loader import error_kind
 from .leaves import output_leaves  # re-exported: the bench, the device side and triage flatten results alike
 from .memory import fresh_copy
@@ -383,22 +384,19 @@ def make_side(args: list[Any], kwargs: dict[str, Any], *, target: Target, requir
 
 
 def first_output_dtype(encoded_output: Any) -> torch.dtype | None:
-    """The AMP hint: dtype of the first recorded float output (namedtuples included)."""
-    from ..dump.reader import iter_leaves
-
+    """The AMP hint: dtype of the first recorded float output (namedtuples included; MindSpore's names too)."""
     for leaf in iter_leaves(encoded_output):
         if isinstance(leaf, dict) and isinstance(leaf.get("dtype"), str):
-            name = leaf["dtype"]
-            if name in ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"):
-                return cast(torch.dtype, getattr(torch, name.split(".")[1]))
-            return None
+            try:
+                dtype = parse_dtype(leaf["dtype"])
+            except InputError:
+                return None
+            return dtype if dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) else None
     return None
 
 
 def first_output_shape(encoded_output: Any) -> tuple[int, ...] | None:
     """The recorded shape of the first tensor output, or None."""
-    from ..dump.reader import iter_leaves
-
     for leaf in iter_leaves(encoded_output):
         if isinstance(leaf, dict) and isinstance(leaf.get("shape"), list):
             return tuple(int(n) for n in leaf["shape"])
