@@ -291,15 +291,10 @@ def test_the_library_imports_neither_evals_nor_benchmarks() -> None:
 PENDING: frozenset[str] = frozenset({
     # private names of another module
     # functions over six parameters (check/)
-    "pytest_msprobe/check/calls.py:device_backward takes 7",
-    "pytest_msprobe/check/calls.py:backward_both takes 8",
     "pytest_msprobe/check/chunked.py:_feed takes 7",
     "pytest_msprobe/check/chunked.py:_fused_ok takes 7",
     "pytest_msprobe/check/compare.py:dress takes 8",
     "pytest_msprobe/check/compare.py:_float_arrays takes 10",
-    "pytest_msprobe/check/placement.py:share takes 7",
-    "pytest_msprobe/check/placement.py:BenchSide.__init__ takes 9",
-    "pytest_msprobe/check/unique.py:judge_by_validity takes 8",
     # the one protocol module
 })
 

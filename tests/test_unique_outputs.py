@@ -153,7 +153,7 @@ def _rows(bench: list[Any], device: list[Any]) -> Record:
 
 def _judge(api: str, bench: list[Any], device: list[Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     record = _rows(bench, device)
-    judge_by_validity(record, api, SPECS, "strict", bench, device, list(args), kwargs)
+    judge_by_validity(record, (api, list(args), kwargs), SPECS, "strict", bench, device)
     return record.to_dict()
 
 
@@ -185,7 +185,7 @@ def test_a_stable_sort_and_other_standards_keep_the_usual_verdict() -> None:
     assert _judge("argsort", bench[1:], device[1:], x, -1, False)["outputs"][0]["verdict"] == "pass"
     assert _judge("sort", bench, device, x)["outputs"][1]["verdict"] == "pass"
     record = _rows(bench, device)
-    judge_by_validity(record, "sort", SPECS, "msprobe", bench, device, [x], {})
+    judge_by_validity(record, ("sort", [x], {}), SPECS, "msprobe", bench, device)
     assert record == _rows(bench, device)
     repeated = [bench[0], torch.tensor([[1, 1, 2, 2]])]  # points at equal values, but no permutation
     assert "permutation" in _judge("sort", bench, repeated, x)["outputs"][1]["verdict_message"]

@@ -93,35 +93,36 @@ def backward_seconds(timings: dict[str, float]) -> float:
     return sum(v for k, v in timings.items() if k.endswith("backward_s"))
 
 
-def bench_backward(name: Any, leaves_b: list[Any], cotangents: list[Any], grad_index: int | None,
-                   timings: dict[str, float], on: str = "cpu") -> int:
+def _paired(item: Any, leaves: list[Any]) -> list[Any]:
+    """An item's outputs paired with its recorded gradients (source.Item: this module is below it)."""
+    pairs = pair_cotangents(leaves, item.inputs.cotangents, item.grad_index)
+    if not pairs:
+        raise NotCheckable(f"{item.name.full_name}: no differentiable output pairs with a recorded gradient")
+    return pairs
+
+
+def bench_backward(item: Any, leaves_b: list[Any], on: str = "cpu") -> int:
     """The bench's backward (on `on`, msprobe_bench_device) from the recorded gradients paired with its outputs;
     how many were paired."""
-    pairs_b = pair_cotangents(leaves_b, cotangents, grad_index)
-    if not pairs_b:
-        raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
-    timed(timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, on), None)
+    pairs_b = _paired(item, leaves_b)
+    timed(item.record.timings, "bench_backward_s", "bench backward", lambda: backward(leaves_b, pairs_b, on), None)
     return len(pairs_b)
 
 
-def device_backward(name: Any, leaves_d: list[Any], cotangents: list[Any], grad_index: int | None,
-                    timings: dict[str, float], device: Device, impl: str) -> int:
+def device_backward(item: Any, leaves_d: list[Any]) -> int:
     """The device's backward, inside the device-call boundary; how many outputs were paired."""
-    pairs_d = pair_cotangents(leaves_d, cotangents, grad_index)
-    if not pairs_d:
-        raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
-    timed(timings, "device_backward_s", "device backward", lambda: backends.device_call(
+    name, device, impl = item.name, item.where.device, item.where.resolved.label
+    pairs_d = _paired(item, leaves_d)
+    timed(item.record.timings, "device_backward_s", "device backward", lambda: backends.device_call(
         f"{name.full_name}.{name.direction}", f"{name.api_type}.{name.api_name}", "backward", device, impl,
         lambda: backward(leaves_d, pairs_d, device.name)), None)
     return len(pairs_d)
 
 
-def backward_both(name: Any, leaves_b: list[Any], leaves_d: list[Any], cotangents: list[Any], grad_index: int | None,
-                  timings: dict[str, float], device: Device, impl: str) -> None:
+def backward_both(item: Any, leaves_b: list[Any], leaves_d: list[Any]) -> None:
     """Backward of the bench and of the device (overflow_check dumps)."""
-    if bench_backward(name, leaves_b, cotangents, grad_index, timings) != \
-            device_backward(name, leaves_d, cotangents, grad_index, timings, device, impl):
-        raise NotCheckable(f"{name.full_name}: no differentiable output pairs with a recorded gradient")
+    if bench_backward(item, leaves_b) != device_backward(item, leaves_d):
+        raise NotCheckable(f"{item.name.full_name}: no differentiable output pairs with a recorded gradient")
 
 
 def finish_record(record: Record) -> None:

@@ -380,8 +380,8 @@ class Pieces(RunsStrategy):
 
         self.item, self.pieces = item, pieces
         inputs, where, shared = item.inputs, item.where, item.shared
-        unmade = BenchSide([], {}, _own, inputs.requires_grad, False, None, False, item.record.timings)
-        share(shared, item.name, where.resolved, inputs, False, item.forward, item.specs)
+        unmade = BenchSide([], {}, _own, item, False)  # never made: the pieces make their own
+        share(item, False)
         if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
             shared.give = False
         self.runs = Runs(item, Sides(device_side(inputs, where, False, shared), unmade, False), None, None)

@@ -190,10 +190,8 @@ class Runs:
 
     def _bench_backward(self, leaves: list[Any]) -> int:
         """The bench's backward where it ran, TF32/HF32 off; how many outputs were paired."""
-        item = self.item
         with bench_device.ieee_fp32(self.where.bench):
-            return bench_backward(item.name, leaves, self.inputs.cotangents, item.grad_index, self.timings,
-                                  self.where.bench)
+            return bench_backward(self.item, leaves, self.where.bench)
 
     def _submit(self) -> None:
         """A CPU third run is queued behind the bench: the items' thread takes it back if the helper has not
@@ -239,14 +237,13 @@ class Runs:
 
     def _after_device(self, out: Outputs) -> None:
         """The backward passes, msprobe's metrics queued behind a bench beside, the third and magnitude runs."""
-        item, name, timings = self.item, self.item.name, self.timings
+        item, name = self.item, self.item.name
         if item.backward_entry is not None:
             if not self.sides.device.grad_leaves:
                 raise NotCheckable(f"{name.full_name}: no floating-point input is recorded with requires_grad=true")
             if self.bench_future is None:
                 out.pairs_b = self._bench_backward(out.leaves_b)
-            out.pairs_d = device_backward(name, out.leaves_d, self.inputs.cotangents, item.grad_index, timings,
-                                          self.where.device, self.where.resolved.label)
+            out.pairs_d = device_backward(item, out.leaves_d)
         if self.bench_future is not None:
             # msprobe's metrics, queued behind the bench (they need only its outputs and the device's): the
             # helper goes on to them while this thread runs the third run; then the next item's inputs

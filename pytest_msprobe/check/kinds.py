@@ -119,8 +119,7 @@ class NotUnique(Kind):
 
     def compare(self, job: Comparison) -> None:
         assert job.validity is not None
-        api, args, kwargs = job.validity
-        judge_by_validity(job.record, api, job.specs, job.options.standard, job.bench, job.device, args, kwargs)
+        judge_by_validity(job.record, job.validity, job.specs, job.options.standard, job.bench, job.device)
 
 
 class BackwardError(Kind):

@@ -136,8 +136,7 @@ class OverflowRuns(RunsStrategy):
         leaves_d, leaves_b = output_leaves(out_d), output_leaves(out_b)
         if not want_grad:
             return leaves_b, leaves_d, None
-        backward_both(name, leaves_b, leaves_d, item.inputs.cotangents, item.grad_index, timings, device,
-                      resolved.label)
+        backward_both(item, leaves_b, leaves_d)
         return ([leaf.grad for _, leaf in self.bench_side.grad_leaves],
                 [leaf.grad for _, leaf in self.dev_side.grad_leaves], [pos for pos, _ in self.dev_side.grad_leaves])
 

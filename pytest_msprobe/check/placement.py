@@ -77,17 +77,19 @@ def bench_beside(name: Any, kwargs: dict[str, Any], options: CheckOptions, specs
     return options.work_threads > 1 and name.api_type != "NPU" and not may_draw(name.api_name, kwargs, specs)
 
 
-def share(shared: Shared | None, name: Any, resolved: Resolved, inputs: Inputs, beside: bool,
-          forward: dict[str, Any], specs: dict[str, Any]) -> None:
-    """Which inputs the sides on the CPU take without a copy: those the call cannot write."""
+def share(item: Any, beside: bool) -> None:
+    """Which of an item's inputs (source.Item) the sides on the CPU take without a copy: those the call cannot
+    write."""
+    shared, name, inputs = item.shared, item.name, item.inputs
     if shared is None:
         return
     api = name.api_name
-    shared.written = written_inputs(name.api_type, api, resolved.bench_fn, inputs.args, inputs.kwargs, specs)
+    shared.written = written_inputs(name.api_type, api, item.where.resolved.bench_fn, inputs.args, inputs.kwargs,
+                                    item.specs)
     # the inputs are read after the runs; a drawn tensor's storage cannot grow; a bench beside the device
     # makes its side in the helper thread, and reads there every input as it was drawn
     shared.give = not beside and not capture.active() and name.api_type != "NPU" and \
-        not may_grow(api, inputs.args, inputs.kwargs, shared.written, forward.get("output"))
+        not may_grow(api, inputs.args, inputs.kwargs, shared.written, item.forward.get("output"))
 
 
 def device_side(inputs: Inputs, where: Placement, want_grad: bool, shared: Shared | None) -> Side:
@@ -105,12 +107,12 @@ class BenchSide:
     takes its casts to fp32 and fp64 (an item's largest copies) off the items' thread. No side holds a written
     input as drawn then (`shared.give`), so that the helper may read every input while the device runs."""
 
-    def __init__(self, args: list[Any], kwargs: dict[str, Any], dtype_for: Any, requires_grad: set[int],
-                 want_grad: bool, shared: Shared | None, beside: bool, timings: dict[str, float],
-                 on: str = "cpu") -> None:
-        self.args, self.kwargs, self.dtype_for, self.on = args, kwargs, dtype_for, on
-        self.requires_grad, self.want_grad, self.shared = requires_grad, want_grad, shared
-        self.beside, self.timings = beside, timings
+    def __init__(self, args: list[Any], kwargs: dict[str, Any], dtype_for: Any, item: Any, beside: bool) -> None:
+        """The bench's arguments and dtype per tensor, for an item (source.Item) whose placement and inputs are
+        set."""
+        self.args, self.kwargs, self.dtype_for, self.on = args, kwargs, dtype_for, item.where.bench
+        self.requires_grad, self.want_grad, self.shared = item.inputs.requires_grad, item.want_grad, item.shared
+        self.beside, self.timings = beside, item.record.timings
         self.made: list[Side] = []
 
     def __call__(self) -> Side:

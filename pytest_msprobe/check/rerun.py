@@ -115,15 +115,13 @@ def entries(item: Item) -> tuple[list[Any], dict[str, Any]]:
 
 def make_sides(item: Item) -> Sides:
     """The device's side, and the bench's (made here unless it runs beside the device): who shares what."""
-    name, options, specs, where, plan, inputs, shared = (item.name, item.options, item.specs, item.where, item.plan,
-                                                         item.inputs, item.shared)
+    name, options, specs, plan, inputs = item.name, item.options, item.specs, item.plan, item.inputs
     beside = placement.bench_beside(name, inputs.kwargs, options, specs)
-    placement.share(shared, name, where.resolved, inputs, beside, item.forward, specs)
-    device_side = placement.device_side(inputs, where, item.want_grad, shared)
+    placement.share(item, beside)
+    device_side = placement.device_side(inputs, item.where, item.want_grad, item.shared)
     bench_args, bench_kwargs = precision.bench_arguments(name.api_name, inputs, plan, options, specs,
                                                          item.record.notes)
-    bench_side = placement.BenchSide(bench_args, bench_kwargs, precision.bench_dtype(plan), inputs.requires_grad,
-                                     item.want_grad, shared, beside, item.record.timings, where.bench)
+    bench_side = placement.BenchSide(bench_args, bench_kwargs, precision.bench_dtype(plan), item, beside)
     if not beside:
         bench_side()
     return Sides(device_side, bench_side, beside)

@@ -34,10 +34,11 @@ UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.flo
                   torch.bfloat16: 2.0 ** -8}
 
 
-def judge_by_validity(record: Record, api: str, specs: Mapping[str, Any], standard: str, bench: list[Any],
-                      device: list[Any], args: list[Any], kwargs: dict[str, Any]) -> None:
+def judge_by_validity(record: Record, call: tuple[str, list[Any], dict[str, Any]], specs: Mapping[str, Any],
+                      standard: str, bench: list[Any], device: list[Any]) -> None:
     """Judge again, by validity, the failed rows of a forward item's outputs whose values are not unique.
-    `args` and `kwargs`: the device side's arguments."""
+    `call`: the API and the device side's arguments."""
+    api, args, kwargs = call
     rows = record.outputs
     if standard != "strict" or len(rows) != len(device) or len(bench) != len(device) or \
             not any(row.verdict == "error" for row in rows):
