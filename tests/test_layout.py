@@ -291,9 +291,6 @@ def test_the_library_imports_neither_evals_nor_benchmarks() -> None:
 PENDING: frozenset[str] = frozenset({
     # private names of another module
     # functions over six parameters (check/)
-    "pytest_msprobe/check/chunked.py:_feed takes 7",
-    "pytest_msprobe/check/chunked.py:_fused_ok takes 7",
-    "pytest_msprobe/check/compare.py:dress takes 8",
     "pytest_msprobe/check/compare.py:_float_arrays takes 10",
     # the one protocol module
 })

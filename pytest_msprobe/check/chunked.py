@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import math
 import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from ..metrics import storage
+from ..metrics import fused, storage
 from ..metrics import vectorised as M
 from ..metrics.streamed import Streamed as StreamedMetrics
 from ..records.record import Row
@@ -33,7 +30,6 @@ from ..runs.execution import (
     NotCheckable,
     first_output_dtype,
     first_output_shape,
-    seed_random_apis,
     tensors_of,
 )
 from ..runs.terms import terms_fn
@@ -42,9 +38,8 @@ from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list, thresholds_for
 from ..verdict import judge, standards
 from ..verdict.strict import streamed as S
-from .compare import dress, stored
+from .compare import Comparison, dress, stored
 from .prepare import terms_scale
-from .source import RunsStrategy
 
 MARGIN = 0.15  # of the host's free memory, left to everything else
 MIN_MARGIN = 1 << 30  # bytes left at least
@@ -134,93 +129,116 @@ def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     return rows, columns
 
 
-def check(item: Any, plan: Plan, device_out: torch.Tensor) -> None:
-    """The row of a re-run item's one float output checked in pieces (`plan`), into its record's outputs."""
-    record, api, specs, options = item.record, item.name.api_name, item.specs, item.options
-    prefix, contract, scalar_operand, narrow = _settings(item)
+@dataclass
+class _Output:
+    """The one float output checked in pieces, as every pass reads it: its comparison (`job.pieces` is its Plan),
+    the device's values flat as stored, the bench's dtype, its row, the metric plan and the strict arrays."""
+
+    job: Comparison
+    plan: Plan
+    d: np.ndarray
+    bench_np: np.dtype[Any]
+    row: standards.OutputComparison
+    metric: standards.Plan
+    arrays: judge.StrictArrays
+
+
+def check(job: Comparison) -> None:
+    """The row of an item's one float output checked in pieces (kinds.InPieces), into its record's outputs: the
+    runs a block of rows at a time, each block fed to msprobe's metric pass and to the strict pass."""
+    out = _output(job)
+    metrics, strict_pass = _passes(out)
+    _feed_pieces(out, metrics, strict_pass)
+    _finish(out, metrics, strict_pass)
+
+
+def _output(job: Comparison) -> _Output:
+    """The device's output as the passes read it, its blank row and metric plan, and its strict arrays (the
+    bench's stand-in has the output's shape and no values: the passes read the bench piece by piece)."""
+    plan, device_out = job.pieces, job.device[0].detach()
     d = stored(device_out)[1].reshape(-1)
-    device_dtype = str(device_out.dtype)
-    shape = [int(x) for x in device_out.shape]
-    bench_spec = plan.specs[0]
-    bench_np = np.dtype(str(chunks.output_dtype(bench_spec)).split(".")[1])
+    device_dtype, shape = str(device_out.dtype), [int(x) for x in device_out.shape]
+    bench_dtype = chunks.output_dtype(plan.specs[0])
+    bench_np = np.dtype(str(bench_dtype).split(".")[1])
     work = np.dtype(np.float32 if device_dtype == standards.BF16 else bench_np)
     dev_dtype = np.dtype(np.float32) if storage.is_bits(d) else d.dtype
-    row = standards.blank_row(f"{prefix}.0", standards.ERROR, "", str(chunks.output_dtype(bench_spec)), device_dtype, shape)
-    th, algo, limits = standards.metric_plan(row, device_dtype, work, api, specs, _metric_standard(options))
+    row = standards.blank_row(f"{job.prefix}.0", standards.ERROR, "", str(bench_dtype), device_dtype, shape)
+    standard = _metric_standard(job.options)
+    th, algo, limits = standards.metric_plan(row, device_dtype, work, job.api, job.specs, standard)
     stand_b = np.broadcast_to(np.zeros((), bench_np), d.shape)
-    if device_dtype not in standards.threshold_sections(specs)[1]["layer2_dtypes"] or not \
-            _fused_ok(stand_b, d, dev_dtype, th, limits, work, device_dtype):
-        raise NotCheckable(f"{api}: a {device_dtype} output is not checked in pieces (msprobe's metrics read it "
+    compute = th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None
+    if device_dtype not in standards.threshold_sections(job.specs)[1]["layer2_dtypes"] or \
+            not fused.supported(stand_b, d, dev_dtype, compute, work):
+        raise NotCheckable(f"{job.api}: a {device_dtype} output is not checked in pieces (msprobe's metrics read it "
                            "whole); it does not fit the memory budget")
-    kind = error_kind(api, specs)
-    has_t = plan.role == "torch" and any(s.name == "t" for s in plan.specs)
-    arrays = judge.StrictArrays(stand_b, d, d if has_t else None, d if plan.role == "magnitude" or plan.sums_rules
-                                else None, kind, int(shape[-1]) if shape else 1, None,
+    narrow = job.autocast if job.autocast is not None and in_list(job.specs, job.api, "error_model",
+                                                                  "autocast_lower_precision") else None
+    arrays = judge.StrictArrays(stand_b, d, d if _has_torch_run(plan) else None,
+                                d if plan.role == "magnitude" or plan.sums_rules else None,
+                                error_kind(job.api, job.specs), int(shape[-1]) if shape else 1, None,
                                 str(narrow) if narrow is not None and narrow.itemsize < device_out.dtype.itemsize
                                 else None)
-    dress(arrays, api, specs, False, scalar_operand, plan.sums_rules, contract, device_dtype)
-    strict_on = options.standard == "strict"
-    dtype, rules = judge.strict_rules(arrays, device_dtype, thresholds_for(specs, api))
+    dress(arrays, job, plan.sums_rules, device_dtype)
+    metric = standards.Plan(device_dtype, dev_dtype, work, th, algo, limits, standard)
+    return _Output(job, plan, d, bench_np, row, metric, arrays)
+
+
+def _has_torch_run(plan: Plan) -> bool:
+    return plan.role == "torch" and any(s.name == "t" for s in plan.specs)
+
+
+def _passes(out: _Output) -> tuple[StreamedMetrics, S.Streamed | None]:
+    """msprobe's metric pass and, under strict, the strict pass; a contraction's or reduction's strict scale floor
+    from the bench's sum of squares, which a first run of the bench pieces gives."""
+    job, plan, arrays, metric = out.job, out.plan, out.arrays, out.metric
+    metrics = StreamedMetrics(out.d, metric.dev_dtype, metric.limits, metric.work)
+    if job.options.standard != "strict":
+        return metrics, None
+    dtype, rules = judge.strict_rules(arrays, metric.dtype, thresholds_for(job.specs, job.api))
     floor = 0.0
-    if strict_on and arrays.kind in ("reduction", "contraction"):  # the bench's sum of squares, in einsum's order
+    if arrays.kind in ("reduction", "contraction"):  # the bench's sum of squares, in einsum's order
         squares = S.Squares()
-        for _, piece in chunks.pieces_of([bench_spec], plan.rows, plan.columns):
+        for _, piece in chunks.pieces_of([plan.specs[0]], plan.rows, plan.columns):
             squares.feed(piece["b"].numpy())
-        floor = S.floor(squares.finish(), d.size, bench_np.itemsize, rules, arrays.kind)
-    metrics = StreamedMetrics(d, dev_dtype, limits, work)
-    strict_pass = S.Streamed(d, dtype, rules, S.Cut(arrays.kind, arrays.row), floor, has_t) if strict_on else None
-    pending = _Pending()
+        floor = S.floor(squares.finish(), out.d.size, out.bench_np.itemsize, rules, arrays.kind)
+    return metrics, S.Streamed(out.d, dtype, rules, S.Cut(arrays.kind, arrays.row), floor, _has_torch_run(plan))
+
+
+def _feed_pieces(out: _Output, metrics: StreamedMetrics, strict_pass: S.Streamed | None) -> None:
+    """Each piece of the runs, on the host, fed to both passes; what both have taken is dropped."""
+    plan, pending = out.plan, _Pending()
     for start, piece in chunks.pieces_of(plan.specs, plan.rows, plan.columns):
         if plan.bias is not None:  # the product before the bias (third_run.bench_product), piece by piece
             piece["prod"] = (piece["b"].view(-1, plan.bias.numel()) - plan.bias).reshape(-1)
         host = {_KEY[name]: _host(name, t) for name, t in piece.items()}
         del piece
         pending.add(start, host)
-        _feed(lambda lo, arrays: metrics.feed(lo, arrays["b"]), metrics.done, start, host, pending, ("b",), _JOIN)
+        pending.feed(lambda lo, arrays: metrics.feed(lo, arrays["b"]), metrics.done, start, ("b",), _JOIN)
         if strict_pass is not None:
-            _feed(strict_pass.feed, strict_pass.done, start, host, pending, tuple(host), strict_pass.block)
+            pending.feed(strict_pass.feed, strict_pass.done, start, tuple(host), strict_pass.block)
         pending.drop(min(metrics.done(), strict_pass.done() if strict_pass is not None else metrics.done()))
+
+
+def _finish(out: _Output, metrics: StreamedMetrics, strict_pass: S.Streamed | None) -> None:
+    """The row from both passes' statistics, judged by the standard, into the record; NotCheckable where an
+    output's values need the whole arrays (non-finite, beyond 1e100)."""
+    job, d, metric = out.job, out.d, out.metric
     stats, bench_worst = metrics.finish()
-    zero = th["layer1"]["cosine"]["zero_eps"]  # at or below it on either side the cosine reads no array
+    zero = metric.th["layer1"]["cosine"]["zero_eps"]  # at or below it on either side the cosine reads no array
     n_max = max(stats.device_max, -stats.device_min)
     if stats.n_nonfinite or (min(n_max, stats.bench_absmax) > zero and not M.dots_unscaled(n_max, stats.bench_absmax)):
-        raise NotCheckable(f"{api}: the output holds inf/NaN or values beyond 1e100, which msprobe's metrics read "
-                           "whole; it does not fit the memory budget")
+        raise NotCheckable(f"{job.api}: the output holds inf/NaN or values beyond 1e100, which msprobe's metrics "
+                           "read whole; it does not fit the memory budget")
     result = strict_pass.finish() if strict_pass is not None else None
     if strict_pass is not None and result is None:
-        raise NotCheckable(f"{api}: the strict totals are not finite (inf/NaN elements), which the strict checks "
-                           "read whole; the output does not fit the memory budget")
+        raise NotCheckable(f"{job.api}: the strict totals are not finite (inf/NaN elements), which the strict "
+                           "checks read whole; the output does not fit the memory budget")
     w = stats.worst
-    worst = standards.worst_values(np.array([bench_worst], bench_np), d[w:w + 1], work)
-    standards.from_stats(row, stats, stand_b, d, worst, standards.Plan(device_dtype, dev_dtype, work, th, algo, limits,
-                                                                       _metric_standard(options)))
-    judge.decide(row, options.standard, api_name=api, specs=specs,
-                 evidence=judge.Evidence(None, arrays, options.reference_results, result))
-    record.outputs.append(Row(**row.to_dict()))
-
-
-def _settings(item: Any) -> tuple[str, str, bool, torch.dtype | None]:
-    """A piece-checked item's row prefix, contract, whether a Python number is among its arguments, and the
-    autocast dtype its kernel computes in where that is narrower (compare.strict_arrays' `narrow`)."""
-    from .calls import has_scalar_operand
-
-    autocast, api, inputs = item.plan.autocast, item.name.api_name, item.inputs
-    narrow = autocast if autocast is not None and in_list(item.specs, api, "error_model",
-                                                          "autocast_lower_precision") else None
-    return (f"{item.name.full_name}.forward.output", item.where.contract,
-            has_scalar_operand(inputs.args, inputs.kwargs), narrow)
-
-
-def _feed(feed: Callable[[int, dict[str, np.ndarray]], int], done: Callable[[], int], start: int,
-          host: dict[str, np.ndarray], pending: _Pending, keys: tuple[str, ...], join: int) -> None:
-    """A pass fed the piece at `start`: first the rest of the last piece joined to the next `join` elements (the
-    chunk or block they share: a copy of that much only), then the piece itself, as views."""
-    lo = done()
-    if lo < start:
-        feed(lo, pending.window(lo, keys, start + join))
-        lo = done()
-    if lo >= start:
-        feed(lo, {k: host[k][lo - start:] for k in keys})
+    worst = standards.worst_values(np.array([bench_worst], out.bench_np), d[w:w + 1], metric.work)
+    standards.from_stats(out.row, stats, out.arrays.bench, d, worst, metric)
+    judge.decide(out.row, job.options.standard, api_name=job.api, specs=job.specs,
+                 evidence=judge.Evidence(None, out.arrays, job.options.reference_results, result))
+    job.record.outputs.append(Row(**out.row.to_dict()))
 
 
 _KEY = {"b": "b", "t": "t", "mag": "mag", "sum": "mag", "prod": "prod"}  # runs -> the strict pass's arrays
@@ -230,13 +248,6 @@ _JOIN = 4 * 2048  # elements of a new piece joined to the last one's rest: more 
 def _host(name: str, t: torch.Tensor) -> np.ndarray:
     """A piece as the passes read it: the bench in its own dtype, a device-dtype run as stored() gives it."""
     return t.numpy() if name in ("b", "prod") or t.dtype in (torch.float32, torch.float64) else stored(t)[1]
-
-
-def _fused_ok(b: np.ndarray, d: np.ndarray, dev_dtype: np.dtype[Any], th: Any, limits: Any, work: np.dtype[Any],
-              device_dtype: str) -> bool:
-    from ..metrics import fused
-
-    return fused.supported(b, d, dev_dtype, th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None, work)
 
 
 def _metric_standard(options: CheckOptions) -> str:
@@ -252,6 +263,18 @@ class _Pending:
 
     def add(self, start: int, arrays: dict[str, np.ndarray]) -> None:
         self.parts.append((start, arrays))
+
+    def feed(self, feed: Callable[[int, dict[str, np.ndarray]], int], done: Callable[[], int], start: int,
+             keys: tuple[str, ...], join: int) -> None:
+        """A pass fed the piece added at `start`: first the rest of the pieces before it joined to the next `join`
+        elements (the chunk or block they share: a copy of that much only), then the piece itself, as views."""
+        lo = done()
+        if lo < start:
+            feed(lo, self.window(lo, keys, start + join))
+            lo = done()
+        if lo >= start:
+            piece = self.parts[-1][1]
+            feed(lo, {k: piece[k][lo - start:] for k in keys})
 
     def window(self, lo: int, keys: tuple[str, ...], hi: int | None = None) -> dict[str, np.ndarray]:
         """The arrays `keys` from element `lo` to `hi` (or the end of the last piece): one piece's view, else the
@@ -336,7 +359,7 @@ def pieces_for(item: Any) -> Plan | None:
     runs = [(inputs.args, inputs.kwargs, bench_dtype, False)]  # the bench's arguments: the inputs' sizes
     if options.standard == "strict":  # the third run: the magnitude run's |inputs| for a contraction, else torch's
         magnitude = error_kind(api, specs) == "contraction"
-        runs.append((inputs.args, inputs.kwargs, _wide if magnitude else _own, magnitude))
+        runs.append((inputs.args, inputs.kwargs, _wide if magnitude else own_dtype, magnitude))
     numel = math.prod(out_shape)
     # a backward item holds each side's graph and gradients too: 4x its forward's (a linear's, measured: 3.2x)
     need = memory_need(runs, numel, wide.itemsize) * (4 if item.want_grad else 1)
@@ -362,7 +385,8 @@ def pieces_for(item: Any) -> Plan | None:
     return pieces
 
 
-def _own(t: torch.Tensor) -> torch.dtype:
+def own_dtype(t: torch.Tensor) -> torch.dtype:
+    """A tensor's own dtype, as a run in the device's dtypes computes it."""
     return t.dtype
 
 
@@ -370,44 +394,4 @@ def _wide(t: torch.Tensor) -> torch.dtype:
     return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
 
 
-class Pieces(RunsStrategy):
-    """A runs strategy (source.RunsStrategy): the device's run, whole, on the inputs themselves where it cannot
-    write them (`item.shared`; no bench side is made), then the pieces' runs and checks (`check`)."""
-
-    def __init__(self, item: Any, pieces: Plan) -> None:
-        from .execute import Runs, Sides
-        from .placement import BenchSide, device_side, share
-
-        self.item, self.pieces = item, pieces
-        inputs, where, shared = item.inputs, item.where, item.shared
-        unmade = BenchSide([], {}, _own, item, False)  # never made: the pieces make their own
-        share(item, False)
-        if shared is not None:  # the pieces read the inputs after the device's run: it writes into copies of its own
-            shared.give = False
-        self.runs = Runs(item, Sides(device_side(inputs, where, False, shared), unmade, False), None, None)
-
-    @contextmanager
-    def guarded(self) -> Iterator[None]:
-        with self.runs.guarded():
-            yield
-
-    def run(self) -> torch.Tensor:
-        """The device's output: one float tensor, else NotCheckable."""
-        item = self.item
-        seed_random_apis(item.record.seed, item.where.device)
-        leaves = self.runs.device_forward().leaves_d
-        if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
-            raise NotCheckable(f"{item.name.api_name}: the device returned {len(leaves)} outputs, not one float "
-                               "tensor: not checked in pieces, and the whole check does not fit the memory budget")
-        return leaves[0]
-
-    def compare(self, outputs: torch.Tensor) -> None:
-        record, pieces = self.item.record, self.pieces
-        started = time.perf_counter()
-        check(self.item, pieces, outputs.detach())
-        if pieces.label is not None:
-            record.reference = pieces.label
-        record.timings["pieces_s"] = time.perf_counter() - started
-
-
-__all__ = ["Pieces", "Plan", "budget", "check", "gib", "memory_need", "piece_plan", "pieces_for", "plan_runs"]
+__all__ = ["Plan", "budget", "check", "own_dtype", "gib", "memory_need", "piece_plan", "pieces_for", "plan_runs"]

@@ -134,6 +134,7 @@ class Comparison:
     ms_format: bool = False
     overflow: bool = False
     validity: tuple[str, list[Any], dict[str, Any]] | None = None
+    pieces: Any = None  # chunked.Plan: the one float output is checked a block of rows at a time (kinds.InPieces)
 
 
 def compare_floats(job: Comparison) -> None:
@@ -179,8 +180,7 @@ def strict_arrays(job: Comparison, torch_run: list[Any] | None, magnitude: list[
                                else _nth(sums, i), kind, job.product if i == 0 else None, narrow,
                                _nth(job.estimated, i), convert, on)
         if arrays is not None:
-            dress(arrays, api, specs, job.gradients, job.scalar_operand,
-                  sums_rules if _nth(sums, i) is not None else None, job.contract, str(d.dtype))
+            dress(arrays, job, sums_rules if _nth(sums, i) is not None else None, str(d.dtype))
         pairs.append(arrays)
     return pairs
 
@@ -228,10 +228,11 @@ def decide_rows(job: Comparison, rows: list[standards.OutputComparison],
         job.record.outputs.append(Row(**row.to_dict()))
 
 
-def dress(arrays: judge.StrictArrays, api: str, specs: dict[str, Any], gradients: bool, scalar_operand: bool,
-          sums_rules: str | None, contract: str, device_dtype: str) -> None:
+def dress(arrays: judge.StrictArrays, job: Comparison, sums_rules: str | None, device_dtype: str) -> None:
     """The strict thresholds' further section and the contract's allowance of one output's arrays; `sums_rules`:
     the section of a magnitude run that bounds this output as a sum (None where there is none)."""
+    api, specs, gradients, scalar_operand, contract = job.api, job.specs, job.gradients, job.scalar_operand, \
+        job.contract
     if gradients and in_list(specs, api, "error_model", "gradient_rounding"):
         arrays.rules = "gradient_rounding"
     elif arrays.kind == "exact" and scalar_operand:

@@ -1,9 +1,10 @@
 """Each kind of output compares itself, as torch.testing's comparison makes each kind of input a `Pair`: float pairs
 (msprobe's metrics and the selected standard), a dropout's output (the fraction of zeros), MindSpore's outputs (float
 pairs with its checker's metrics), outputs the dump did not save (SKIP rows), outputs that are not unique (judged
-again by validity), a solve's (judged again by its backward error). `kinds_for` picks the kinds once from the specs
-and the outputs; `compare_outputs` knows none of them. KINDS lists them; a new kind of output is one class. What a
-comparison reads: compare.Comparison.
+again by validity), a solve's (judged again by its backward error), an overflow_check dump's (classified), and an
+output whose whole check does not fit in memory (checked a block of rows at a time). `kinds_for` picks the kinds
+once from the specs and the outputs; `compare_outputs` knows none of them. KINDS lists them; a new kind of output
+is one class. What a comparison reads: compare.Comparison.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..records.record import DropoutRow, OverflowRow, Record, Row
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..verdict import ms_results, standards
-from . import compare, residuals
+from . import chunked, compare, residuals
 from .compare import Comparison
 from .recorded import Unsaved
 from .unique import judge_by_validity
@@ -146,14 +147,26 @@ class Overflow(Kind):
         _classify(job.record, job.prefix, job.bench, job.device, job.positions)
 
 
-KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, BackwardError, Overflow)
+class InPieces(Kind):
+    """One float output whose whole check does not fit in memory: the bench's runs and the checks a block of rows
+    at a time (chunked.check), their row bit for bit the whole check's."""
+
+    def applies(self, job: Comparison) -> bool:
+        return job.pieces is not None
+
+    def compare(self, job: Comparison) -> None:
+        chunked.check(job)
+
+
+KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, BackwardError, Overflow, InPieces)
 
 
 def kinds_for(job: Comparison) -> list[Kind]:
     """The kinds of a comparison's outputs, in the order their rows are made: the saved pairs' values (a dropout's,
     else float pairs; with MindSpore's metrics on a MindSpore dump), the unsaved ones, then a validity judgement."""
-    if Overflow(None).applies(job):
-        return [Overflow(None)]
+    for whole in (Overflow(None), InPieces(None)):
+        if whole.applies(job):
+            return [whole]
     unsaved = [i for i, d in enumerate(job.device) if isinstance(d, Unsaved)]
     saved = None if not unsaved else [i for i in range(len(job.device)) if i not in unsaved]
     values: Kind = Dropout(saved)
@@ -251,5 +264,5 @@ def _classify(record: Record, prefix: str, bench: list[Any], device: list[Any],
                                   for o in (bad or record.outputs[:1]))
 
 
-__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique",
+__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "InPieces", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique",
            "Overflow", "compare_outputs", "kinds_for", "overflow_count"]

@@ -2,7 +2,7 @@
 
 Its stages (protocol.py), each one call: the entries; where each side runs (placement.py); the inputs, with what
 precision each side computes in and what rounding the inputs get (precision.py); the runs, whole (execute.Runs) or
-a block of rows at a time where the whole check does not fit (chunked.Pieces); how outputs are compared
+a block of rows at a time where the whole check does not fit (`Pieces`, chunked.py); how outputs are compared
 (`compare_item`, through compare.py).
 """
 from __future__ import annotations
@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
+
 from ..dump.reader import Dump
 from ..records.record import Record
 from ..runs import capture
-from ..runs.execution import NotCheckable
+from ..runs.execution import NotCheckable, seed_random_apis
 from ..runs.third_run import ReferenceRun, bench_product
 from ..settings import CheckOptions
 from ..specs.loader import in_list
@@ -63,7 +65,7 @@ class TorchRerun(DeviceSource):
         """In pieces where the whole check does not fit its memory budget (chunked.py), else whole."""
         pieces = chunked.pieces_for(item)
         if pieces is not None:
-            return chunked.Pieces(item, pieces)
+            return Pieces(item, pieces)
         inputs, where = item.inputs, item.where
         capture.stash(args=inputs.args, kwargs=inputs.kwargs, requires_grad=inputs.requires_grad,
                       cotangents=inputs.cotangents, plan=item.plan, device=where.device, name=item.name,
@@ -94,6 +96,46 @@ class Whole(RunsStrategy):
         started = time.perf_counter()
         compare_item(self.item, self.sides, self.runs.reference, outputs)
         self.item.record.timings["compare_s"] = time.perf_counter() - started
+
+
+class Pieces(RunsStrategy):
+    """The device's run, whole, on the inputs themselves where it cannot write them (`item.shared`; no bench side
+    is made), then the bench's runs and the checks a block of output rows at a time (kinds.InPieces)."""
+
+    def __init__(self, item: Item, pieces: chunked.Plan) -> None:
+        self.item, self.pieces = item, pieces
+        unmade = placement.BenchSide([], {}, chunked.own_dtype, item, False)  # never made: the pieces make their own
+        placement.share(item, False)
+        if item.shared is not None:  # the pieces read the inputs after the device's run: it writes into copies
+            item.shared.give = False
+        device = placement.device_side(item.inputs, item.where, False, item.shared)
+        self.runs = execute.Runs(item, Sides(device, unmade, False), None, None)
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        with self.runs.guarded():
+            yield
+
+    def run(self) -> Any:
+        """The device's output: one float tensor, else NotCheckable."""
+        item = self.item
+        seed_random_apis(item.record.seed, item.where.device)
+        leaves = self.runs.device_forward().leaves_d
+        if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
+            raise NotCheckable(f"{item.name.api_name}: the device returned {len(leaves)} outputs, not one float "
+                               "tensor: not checked in pieces, and the whole check does not fit the memory budget")
+        return leaves[0]
+
+    def compare(self, outputs: Any) -> None:
+        item, pieces, record = self.item, self.pieces, self.item.record
+        started = time.perf_counter()
+        compare_outputs(Comparison(record, f"{item.name.full_name}.forward.output", [], [outputs], None, pieces.role,
+                                   item.name.api_name, item.specs, item.options, autocast=item.plan.autocast,
+                                   scalar_operand=has_scalar_operand(item.inputs.args, item.inputs.kwargs),
+                                   contract=item.where.contract, pieces=pieces))
+        if pieces.label is not None:
+            record.reference = pieces.label
+        record.timings["pieces_s"] = time.perf_counter() - started
 
 
 def entries(item: Item) -> tuple[list[Any], dict[str, Any]]:

@@ -61,7 +61,7 @@ class Item:
 
 class RunsStrategy:
     """How an item's runs go and how their outputs are compared: the whole check at once (execute.Runs), a block
-    of rows at a time (chunked.Pieces), the recorded outputs beside the bench (replay.py), an overflow run."""
+    of rows at a time (rerun.Pieces), the recorded outputs beside the bench (replay.py), an overflow run."""
 
     @contextlib.contextmanager
     def guarded(self) -> Iterator[None]:
