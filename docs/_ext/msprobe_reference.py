@@ -320,7 +320,7 @@ OUTPUT_KEYS: dict[str, str] = {
     "verdict": "the selected standard's verdict of this output",
     "verdict_message": "its reason: the check, the measured value, the limit",
     "check": "strict, an output that is not unique, or a solve's, that differs from the bench's: the check that "
-             "judged it again (`ties`, `duplicate_writers`, `decomposition`, `backward_error`; error-model.md)",
+             "judged it again (`ties`, `duplicate_writers`, `decomposition`, `backward_error`, `argument_backward_error`; error-model.md)",
     "compare": "the new standard's `api_precision_compare` cells (ratios, sub-verdicts)",
     "reference": "the selected standard's statistics (strict: max and mean errors, limits, torch run's)",
 }

@@ -1,7 +1,8 @@
 """Each kind of output compares itself, as torch.testing's comparison makes each kind of input a `Pair`: float pairs
 (msprobe's metrics and the selected standard), a dropout's output (the fraction of zeros), MindSpore's outputs (float
 pairs with its checker's metrics), outputs the dump did not save (SKIP rows), outputs that are not unique (judged
-again by validity), a solve's (judged again by its backward error), an overflow_check dump's (classified), and an
+again by validity), a solve's (judged again by its backward error), an ill-conditioned function's (judged again
+by its mixed forward-backward error), an overflow_check dump's (classified), and an
 output whose whole check does not fit in memory (checked a block of rows at a time). `kinds_for` picks the kinds
 once from the specs and the outputs; `compare_outputs` knows none of them. KINDS lists them; a new kind of output
 is one class. What a comparison reads: compare.Comparison.
@@ -19,7 +20,7 @@ from ..records.record import DropoutRow, OverflowRow, Record, Row
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..verdict import ms_results, standards
-from . import chunked, compare, residuals
+from . import chunked, compare, conditioning, residuals
 from .compare import Comparison
 from .recorded import Unsaved
 from .unique import judge_by_validity
@@ -135,6 +136,18 @@ class BackwardError(Kind):
         residuals.judge_by_backward_error(job.record, job.validity, job.specs, job.options.standard, job.device)
 
 
+class IllConditioned(Kind):
+    """An ill-conditioned elementwise function's output (lgamma, digamma, polygamma): a failed row judged again by
+    its mixed forward-backward error where a ULP of the argument moves it by more than one of its ULPs, by the
+    usual check elsewhere (conditioning.py)."""
+
+    def applies(self, job: Comparison) -> bool:
+        return job.validity is not None and conditioning.applies(job.validity[0], job.specs)
+
+    def compare(self, job: Comparison) -> None:
+        conditioning.judge(job)
+
+
 class Overflow(Kind):
     """An overflow_check dump's outputs: each classified as a normal, abnormal or unreproduced overflow
     (overflow.py); no precision verdict."""
@@ -158,7 +171,8 @@ class InPieces(Kind):
         chunked.check(job)
 
 
-KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, BackwardError, Overflow, InPieces)
+KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, BackwardError, IllConditioned, Overflow,
+         InPieces)
 
 
 def kinds_for(job: Comparison) -> list[Kind]:
@@ -179,6 +193,8 @@ def kinds_for(job: Comparison) -> list[Kind]:
         found.append(NotSaved(unsaved))
     elif BackwardError(None).applies(job):
         found.append(BackwardError(None))
+    elif IllConditioned(None).applies(job):
+        found.append(IllConditioned(None))
     elif NotUnique(None).applies(job):
         found.append(NotUnique(None))
     return found
@@ -264,5 +280,5 @@ def _classify(record: Record, prefix: str, bench: list[Any], device: list[Any],
                                   for o in (bad or record.outputs[:1]))
 
 
-__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "InPieces", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique",
+__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "IllConditioned", "InPieces", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique",
            "Overflow", "compare_outputs", "kinds_for", "overflow_count"]
