@@ -112,6 +112,33 @@ class NotSaved(Kind):
             job.record.outputs.append(Row(**row.to_dict()))
 
 
+class Undefined(Kind):
+    """Outputs the API leaves undefined for this call (api_specs undefined_outputs: native_batch_norm's saved
+    statistics in eval mode): a SKIP row each, never compared."""
+
+    def compare(self, job: Comparison) -> None:
+        assert job.validity is not None
+        why = job.specs["undefined_outputs"][job.validity[0]]["why"]
+        for i, d in zip(self.indices or [], self.pick(job.device) or []):
+            position = job.positions[i] if job.positions is not None else i
+            shape = list(d.shape) if isinstance(d, torch.Tensor) else None
+            row = standards.OutputComparison(f"{job.prefix}.{position}", "SKIP", f"undefined: {why}", " ", " ",
+                                             shape, blank_metrics(), verdict="SKIP")
+            job.record.outputs.append(Row(**row.to_dict()))
+
+
+def undefined_outputs(job: Comparison) -> list[int]:
+    """The outputs this call leaves undefined (api_specs undefined_outputs), by the argument that says so."""
+    if job.validity is None or job.gradients:
+        return []
+    api, args, kwargs = job.validity
+    rule = job.specs.get("undefined_outputs", {}).get(api)
+    if not rule:
+        return []
+    given = kwargs.get(rule["argument"], args[rule["position"]] if len(args) > rule["position"] else None)
+    return [i for i in rule["outputs"] if i < len(job.device)] if given is rule["value"] else []
+
+
 class NotUnique(Kind):
     """Outputs that are not unique (ties, duplicate writers, decompositions): a failed row judged again by what
     every correct result satisfies (unique.py)."""
@@ -171,33 +198,30 @@ class InPieces(Kind):
         chunked.check(job)
 
 
-KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, NotUnique, BackwardError, IllConditioned, Overflow,
-         InPieces)
+KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, Undefined, NotUnique, BackwardError, IllConditioned,
+         Overflow, InPieces)
 
 
 def kinds_for(job: Comparison) -> list[Kind]:
-    """The kinds of a comparison's outputs, in the order their rows are made: the saved pairs' values (a dropout's,
-    else float pairs; with MindSpore's metrics on a MindSpore dump), the unsaved ones, then a validity judgement."""
+    """The kinds of a comparison's outputs, in the order their rows are made: the compared pairs' values (a
+    dropout's, else float pairs; with MindSpore's metrics on a MindSpore dump), the unsaved and the undefined
+    ones, then a judgement again of failed rows (which reads every output: none where some are set apart)."""
     for whole in (Overflow(None), InPieces(None)):
         if whole.applies(job):
             return [whole]
     unsaved = [i for i, d in enumerate(job.device) if isinstance(d, Unsaved)]
-    saved = None if not unsaved else [i for i in range(len(job.device)) if i not in unsaved]
+    undefined = [i for i in undefined_outputs(job) if i not in unsaved]
+    apart = unsaved + undefined
+    saved = None if not apart else [i for i in range(len(job.device)) if i not in apart]
     values: Kind = Dropout(saved)
     if not values.applies(job):
         values = FloatPairs(saved)
     if MindSporeMetrics(saved, values).applies(job):
         values = MindSporeMetrics(saved, values)
     found = [values] if saved is None or saved else []
-    if unsaved:
-        found.append(NotSaved(unsaved))
-    elif BackwardError(None).applies(job):
-        found.append(BackwardError(None))
-    elif IllConditioned(None).applies(job):
-        found.append(IllConditioned(None))
-    elif NotUnique(None).applies(job):
-        found.append(NotUnique(None))
-    return found
+    found += [kind for kind in (NotSaved(unsaved), Undefined(undefined)) if kind.indices]
+    again = (BackwardError(None), IllConditioned(None), NotUnique(None))
+    return found if apart else found + next(([kind] for kind in again if kind.applies(job)), [])
 
 
 def compare_outputs(job: Comparison) -> None:
@@ -280,5 +304,5 @@ def _classify(record: Record, prefix: str, bench: list[Any], device: list[Any],
                                   for o in (bad or record.outputs[:1]))
 
 
-__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "IllConditioned", "InPieces", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique",
+__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "IllConditioned", "InPieces", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique", "Undefined",
            "Overflow", "compare_outputs", "kinds_for", "overflow_count"]
