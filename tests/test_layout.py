@@ -278,22 +278,11 @@ def import_circles(graph: Mapping[str, Iterable[str]]) -> list[str]:
 
 
 def test_no_import_circle_in_the_repository() -> None:
-    assert sorted(set(import_circles(import_graph(ROOT, (), repository_files(ROOT)))) - PENDING) == []
+    assert sorted(set(import_circles(import_graph(ROOT, (), repository_files(ROOT))))) == []
 
 
 def test_the_library_imports_neither_evals_nor_benchmarks() -> None:
     assert upward_imports(import_graph(ROOT, (), repository_files(ROOT)), REPOSITORY_LAYERS) == []
-
-
-# Violations in the parts being reshaped apart from the rest (check/, records/, verdict/, metrics/,
-# benchmarks/), and in runs/ where check/ calls the function (its signature changes with its caller): each
-# leaves once fixed, and the set ends empty. test_pending_is_still_found keeps it from outliving the fix.
-PENDING: frozenset[str] = frozenset({
-    # private names of another module
-    # functions over six parameters (check/)
-    "pytest_msprobe/check/compare.py:_float_arrays takes 10",
-    # the one protocol module
-})
 
 
 def _is_private(name: str) -> bool:
@@ -367,7 +356,7 @@ PRIVATE_CHECKED = ("pytest_msprobe", "bench_functions", "evals", "benchmarks")  
 
 
 def test_no_module_imports_private_names_of_another() -> None:
-    assert sorted(set(private_imports(ROOT, PRIVATE_CHECKED)) - PENDING) == []
+    assert sorted(set(private_imports(ROOT, PRIVATE_CHECKED))) == []
 
 
 MAX_PARAMETERS = 6  # more is a record of options that wants a name of its own
@@ -402,7 +391,7 @@ def wide_functions(root: Path, packages: Iterable[str]) -> dict[str, int]:
 def test_functions_take_at_most_six_parameters() -> None:
     """bench_functions is left out: each mirrors the signature of the device API it stands in for."""
     wide = wide_functions(ROOT, ["pytest_msprobe"])
-    assert {k: v for k, v in wide.items() if f"{k} takes {v}" not in PENDING} == {}
+    assert wide == {}
 
 
 def protocol_violations(root: Path) -> list[str]:
@@ -446,15 +435,7 @@ def second_listings(root: Path, listings: Mapping[str, tuple[str, ...]]) -> list
 
 
 def test_one_protocol_module_lists_sources_and_kinds() -> None:
-    assert sorted(set(protocol_violations(ROOT)) - PENDING) == []
-
-
-def test_pending_is_still_found() -> None:
-    """An entry fixed elsewhere leaves PENDING in the same change."""
-    found = set(private_imports(ROOT, PRIVATE_CHECKED)) | set(protocol_violations(ROOT))
-    found |= set(import_circles(import_graph(ROOT, (), repository_files(ROOT))))
-    found |= {f"{k} takes {v}" for k, v in wide_functions(ROOT, ["pytest_msprobe"]).items()}
-    assert sorted(PENDING - found) == []
+    assert sorted(set(protocol_violations(ROOT))) == []
 
 
 # ----------------------------------------------------------------------------- the checks can fail

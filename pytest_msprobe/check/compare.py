@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -176,9 +176,9 @@ def strict_arrays(job: Comparison, torch_run: list[Any] | None, magnitude: list[
     pairs: list[judge.StrictArrays | None] = []
     sums, sums_rules = job.summed if job.summed is not None else (None, None)
     for i, (b, d) in enumerate(zip(job.bench, job.device)):
-        arrays = _float_arrays(b, d, _nth(torch_run, i), _nth(magnitude, i) if sums is None or _nth(sums, i) is None
-                               else _nth(sums, i), kind, job.product if i == 0 else None, narrow,
-                               _nth(job.estimated, i), convert, on)
+        runs = PairRuns(b, d, _nth(torch_run, i), _nth(magnitude, i) if sums is None or _nth(sums, i) is None
+                        else _nth(sums, i), job.product if i == 0 else None, _nth(job.estimated, i))
+        arrays = _float_arrays(runs, kind, narrow, convert, on)
         if arrays is not None:
             dress(arrays, job, sums_rules if _nth(sums, i) is not None else None, str(d.dtype))
         pairs.append(arrays)
@@ -324,15 +324,27 @@ def _round_like(ref: Any, device: Any) -> Any:
     return ref
 
 
-def _float_arrays(bench: Any, device: Any, torch_run: Any, magnitude: Any, kind: str,
-                  product: Any = None, narrow: torch.dtype | None = None, estimated: Any = None,
-                  convert: standards.Converter = stored, on: torch.device | None = None) -> judge.StrictArrays | None:
+class PairRuns(NamedTuple):
+    """One output pair and what the runs beside it gave for it: the third run's output, the magnitude run's, a
+    contraction's product before its bias, and the elements of a sampled third run that were estimated."""
+
+    bench: Any
+    device: Any
+    torch_run: Any = None
+    magnitude: Any = None
+    product: Any = None
+    estimated: Any = None
+
+
+def _float_arrays(runs: PairRuns, kind: str, narrow: torch.dtype | None, convert: standards.Converter,
+                  on: torch.device | None) -> judge.StrictArrays | None:
     """numpy arrays of a float output for the strict standard, or None; with `on` (checks_device), tensors on
     that device instead: the device output and a reference run already there stay, the bench and the other
     arrays are copied there once.
 
     Kept in their own dtypes (bf16 as its storage, metrics/storage.py); a third run of another shape is left out.
     """
+    bench, device, torch_run, magnitude, product, estimated = runs
     if not all(isinstance(x, torch.Tensor) for x in (bench, device)) or not device.is_floating_point():
         return None
     if bench.shape != device.shape:
