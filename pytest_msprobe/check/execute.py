@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..helper import helper
-from ..runs import backends, bench_device, capture
+from ..runs import backends, bench_device, capture, schemes
 from ..runs.execution import (
     NotCheckable,
     Side,
@@ -82,12 +82,13 @@ def run_inputs(item: Item) -> RunInputs:
 
 def bounding_run(item: Item) -> Summed | None:
     """The run that bounds an item's outputs by the size of their terms, where any exists: the magnitude run of a
-    sum or fused multiply-add (third_run.summed_run), else the terms run of a composite the contract bounds so."""
+    sum or fused multiply-add (third_run.summed_run), sized by the contract's scheme of the kernel where it names
+    one (runs/schemes.py), else the terms run of a composite the contract bounds so."""
     options, api, specs, where = item.options, item.api, item.specs, item.where
     summed = summed_run(options, where.resolved, api, specs, run_inputs(item),
                         first_output_shape(item.forward.get("output")))
-    if summed is not None:
-        return summed
+    if summed is not None:  # a kernel scheme the contract names (embedding's blocks in bf16) sizes it per row
+        return schemes.blocked(summed, specs, where.contract, api, item.inputs.args, item.inputs.cotangents)
     scale = terms_scale(options, where.contract, api, specs, item.inputs.args, item.want_grad)
     return None if scale is None else terms_run(api, scale, run_inputs(item))
 

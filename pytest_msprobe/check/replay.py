@@ -321,7 +321,7 @@ def summed_by_slot(case: Case, slots: list[int], grads_b: list[Any]) -> tuple[li
     except (NotCheckable, RuntimeError) as exc:
         case.record.notes.append(f"magnitude gradients not used: {exc}")
         return None
-    return [grads[j] if j < len(grads) and positions[j] in summed.positions and grads[j] is not None
+    return [summed.sized(grads[j]) if j < len(grads) and positions[j] in summed.positions and grads[j] is not None
             and tuple(grads[j].shape) == tuple(grads_b[j].shape) else None for j in slots], summed.rules
 
 
@@ -335,7 +335,7 @@ def summed_by_position(case: Case, positions: list[int]) -> tuple[list[Any], str
     except RuntimeError as exc:
         case.record.notes.append(f"magnitude gradients not used: {exc}")
         return None
-    by_pos = {p: leaf.grad for p, leaf in summed.run.side.grad_leaves if p in summed.positions}
+    by_pos = {p: summed.sized(leaf.grad) for p, leaf in summed.run.side.grad_leaves if p in summed.positions}
     return [by_pos.get(p) for p in positions], summed.rules
 
 

@@ -130,6 +130,11 @@ class Summed:
     run: ReferenceRun
     rules: str
     positions: frozenset[int] = frozenset()
+    sizes: Any = None  # a named kernel scheme's sizes of the summed gradient, in place of the run's (schemes.py)
+
+    def sized(self, grad: Any) -> Any:
+        """A summed gradient as the size its comparison reads: the scheme's where it names one."""
+        return grad if self.sizes is None or grad is None else self.sizes.to(grad.device)
 
 
 def summed_run(options: CheckOptions, resolved: Any, api: str, specs: dict[str, Any], inputs: RunInputs,
@@ -195,7 +200,8 @@ def summed_outputs(summed: Summed | None, leaves: list[Any] | None, gradients: b
         return None
     if not gradients:
         return leaves, summed.rules
-    return [leaf.grad if pos in summed.positions else None for pos, leaf in summed.run.side.grad_leaves], summed.rules
+    return [summed.sized(leaf.grad) if pos in summed.positions else None
+            for pos, leaf in summed.run.side.grad_leaves], summed.rules
 
 
 def _magnitude(resolved: Any, specs: dict[str, Any], call: tuple[list[Any], dict[str, Any]],
