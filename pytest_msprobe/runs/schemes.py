@@ -26,15 +26,19 @@ def scheme(specs: Mapping[str, Any], contract: str, api: str) -> Mapping[str, An
     return found
 
 
-def blocked(summed: Summed, specs: Mapping[str, Any], contract: str, api: str, args: list[Any],
+def blocked(summed: Summed, specs: Mapping[str, Any], contract: str, api: str, call: tuple[list[Any], dict[str, Any]],
             cotangents: list[Any]) -> Summed:
     """A backward item's magnitude run under a blocked scheme (embedding's): its weight gradient sized by the running
-    sums the scheme rounds; the run as it was where no scheme applies to this call."""
+    sums the scheme rounds; the run as it was where no scheme applies to this call (`call`: its args, kwargs)."""
     rule = scheme(specs, contract, api)
+    args, kwargs = call
+    if rule is None or any(kwargs.get(name, args[at] if len(args) > at else None)
+                           for name, at in (rule.get("unless") or {}).items()):
+        return summed
     indices = next((a for a in args if isinstance(a, torch.Tensor) and not a.is_floating_point()), None)
     weight = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
     grad = cotangents[0] if cotangents and isinstance(cotangents[0], torch.Tensor) else None
-    if rule is None or not summed.positions or indices is None or weight is None or grad is None or \
+    if not summed.positions or indices is None or weight is None or grad is None or \
             weight.dim() != 2 or weight.dtype not in UNIT_ROUNDOFF or \
             not 0 < indices.numel() <= int(rule["max_indices"]) or grad.numel() != indices.numel() * weight.shape[1]:
         return summed
