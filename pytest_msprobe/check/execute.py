@@ -87,7 +87,7 @@ def bounding_run(item: Item) -> Summed | None:
     options, api, specs, where = item.options, item.api, item.specs, item.where
     summed = summed_run(options, where.resolved, api, specs, run_inputs(item),
                         first_output_shape(item.forward.get("output")))
-    if summed is not None:  # a kernel scheme the contract names (embedding's blocks in bf16) sizes it per row
+    if summed is not None:  # a kernel scheme the contract names (embedding's blocks in bf16) sizes it instead
         inputs = item.inputs
         return schemes.blocked(summed, specs, where.contract, api, (inputs.args, inputs.kwargs), inputs.cotangents)
     scale = terms_scale(options, where.contract, api, specs, item.inputs.args, item.want_grad)

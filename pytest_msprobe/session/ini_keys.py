@@ -47,8 +47,9 @@ KEYS: tuple[Key, ...] = (
     Key("msprobe_data_mode", "auto (default): saved tensors when the dump has them, else random from statistics; "
         "random; real", "auto", DATA_MODES),
     Key("msprobe_recorded_on", "replay: the device that recorded the dump's outputs (npu: fp32 conv1d/conv2d "
-        "inputs are read as HF32, as msprobe assumes; cuda, cpu: in full fp32); auto (default): the device the "
-        "saved tensors were on, else npu", RECORDED_ON[0], RECORDED_ON),
+        "inputs are read as HF32, as msprobe assumes; cuda: as TF32 where torch's settings say its kernels read "
+        "TF32, cuDNN's convolutions by default; cpu: in full fp32); auto (default): the device the saved tensors "
+        "were on, else npu", RECORDED_ON[0], RECORDED_ON),
     Key("msprobe_bench_precision", "auto (default): the bench raises fp16/bf16 to fp32 and fp32 to fp64 "
         "(msprobe's rule), with per-API choices from api_specs (precision.raise_map_by_api); fp64: every float "
         "input of the bench in fp64", "auto", BENCH_PRECISIONS),
