@@ -25,7 +25,7 @@ import torch
 from ..records.record import Record
 from ..runs import capture
 from ..specs.loader import in_list
-from ..verdict import contracts
+from ..verdict import contracts, grid
 from .compare import compare_floats
 
 CHECK = "argument_backward_error"
@@ -34,8 +34,6 @@ FUNCTIONS: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
     "digamma": lambda x, n: torch.digamma(x),
     "polygamma": lambda x, n: torch.polygamma(n, x),
 }
-MANTISSA = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
-MIN_EXPONENT = {torch.float64: -1022, torch.float32: -126, torch.float16: -14, torch.bfloat16: -126}
 
 
 def applies(api: str, specs: Mapping[str, Any]) -> bool:
@@ -46,9 +44,10 @@ def applies(api: str, specs: Mapping[str, Any]) -> bool:
 def spacing(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """One ULP of `dtype` at each value of `v` (float64), subnormals' spacing below the smallest normal (zero
     included), infinite at inf and NaN."""
+    mantissa, least = grid.FORMATS[str(dtype)]
     _, exponent = torch.frexp(v)
-    exponent = torch.where(v == 0, torch.full_like(exponent, MIN_EXPONENT[dtype]), exponent - 1)
-    ulp = torch.ldexp(torch.ones_like(v), exponent.clamp(min=MIN_EXPONENT[dtype]) - MANTISSA[dtype])
+    exponent = torch.where(v == 0, torch.full_like(exponent, least), exponent - 1)
+    ulp = torch.ldexp(torch.ones_like(v), exponent.clamp(min=least) - mantissa)
     return torch.where(v.isfinite(), ulp, torch.full_like(v, math.inf))
 
 
@@ -93,7 +92,7 @@ def judge(job: Any) -> None:
     api, args, _ = job.validity
     rows, d = job.record.outputs, job.device[0] if job.device else None
     if job.options.standard != "strict" or not rows or rows[0].verdict != "error" or \
-            not isinstance(d, torch.Tensor) or d.dtype not in MANTISSA or not job.bench:
+            not isinstance(d, torch.Tensor) or not grid.supported(str(d.dtype)) or not job.bench:
         return
     found = argument(args, d)
     if found is None:

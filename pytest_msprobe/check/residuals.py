@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from ..records.record import Record
+from ..runs.execution import UNIT_ROUNDOFF
 from ..specs.loader import in_list
-from .unique import UNIT_ROUNDOFF
 
 BACKWARD_ERROR = "judged by backward error: the residual is within a backward-stable solver's (the result is not unique " \
                  "to within the condition number)"

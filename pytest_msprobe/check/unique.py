@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..records.record import Record
+from ..runs.execution import UNIT_ROUNDOFF
 from ..specs.loader import in_list
 
 TIES = "judged by validity: indices point at equal values (ties may break either way)"
@@ -30,8 +31,6 @@ _DIM: dict[str, tuple[int, int | None]] = {"sort": (1, -1), "argsort": (1, -1), 
 Verdict = tuple[bool, str]  # valid, and the reason
 # the outputs of a decomposition whose signs or bases are not unique (its values, S and L, are)
 _FACTORS: dict[str, tuple[int, ...]] = {"qr": (0, 1), "geqrf": (0, 1), "svd": (0, 2), "eigh": (1,)}
-UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
-                  torch.bfloat16: 2.0 ** -8}
 
 
 def judge_by_validity(record: Record, call: tuple[str, list[Any], dict[str, Any]], specs: Mapping[str, Any],

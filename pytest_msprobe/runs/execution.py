@@ -24,6 +24,8 @@ from .leaves import output_leaves  # re-exported: the bench, the device side and
 from .memory import fresh_copy
 
 RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
+# half an ULP of 1 in each float dtype: what one rounding to it loses, relative to the value
+UNIT_ROUNDOFF = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 
 
 class NotCheckable(Exception):

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
+from .execution import UNIT_ROUNDOFF
 from .third_run import Summed
 
-UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
-FP32_ROUNDOFF = 2.0 ** -24  # what strict's accumulation factor multiplies (verdict/grid.accumulation_roundoff)
+SIXTEEN_BITS = (torch.bfloat16, torch.float16)  # the weights' dtypes a blocked scheme rounds into
 
 
 def scheme(specs: Mapping[str, Any], contract: str, api: str) -> Mapping[str, Any] | None:
@@ -39,12 +39,12 @@ def blocked(summed: Summed, specs: Mapping[str, Any], contract: str, api: str, c
     weight = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
     grad = cotangents[0] if cotangents and isinstance(cotangents[0], torch.Tensor) else None
     if not summed.positions or indices is None or weight is None or grad is None or \
-            weight.dim() != 2 or weight.dtype not in UNIT_ROUNDOFF or \
+            weight.dim() != 2 or weight.dtype not in SIXTEEN_BITS or \
             not 0 < indices.numel() <= int(rule["max_indices"]) or grad.numel() != indices.numel() * weight.shape[1]:
         return summed
     sizes = running_sizes(indices.detach().reshape(-1).long().cpu(), grad.detach().cpu().double().reshape(
         indices.numel(), -1), weight.shape[0], int(rule["block"]))
-    unit = UNIT_ROUNDOFF[weight.dtype] / FP32_ROUNDOFF
+    unit = UNIT_ROUNDOFF[weight.dtype] / UNIT_ROUNDOFF[torch.float32]  # strict's factor multiplies fp32's
     return Summed(summed.run, "blocked_sums", summed.positions, (sizes * unit).to(torch.float32))
 
 
