@@ -84,13 +84,12 @@ def bounding_run(item: Item) -> Summed | None:
     """The run that bounds an item's outputs by the size of their terms, where any exists: the magnitude run of a
     sum or fused multiply-add (third_run.summed_run), sized by the contract's scheme of the kernel where it names
     one (runs/schemes.py), else the terms run of a composite the contract bounds so."""
-    options, api, specs, where = item.options, item.api, item.specs, item.where
+    options, api, specs, where, inputs = item.options, item.api, item.specs, item.where, item.inputs
     summed = summed_run(options, where.resolved, api, specs, run_inputs(item),
                         first_output_shape(item.forward.get("output")))
     if summed is not None:  # a kernel scheme the contract names (embedding's blocks in bf16) sizes it instead
-        inputs = item.inputs
         return schemes.blocked(summed, specs, where.contract, api, (inputs.args, inputs.kwargs), inputs.cotangents)
-    scale = terms_scale(options, where.contract, api, specs, item.inputs.args, item.want_grad)
+    scale = terms_scale(options, where.contract, api, specs, inputs.args, item.want_grad)
     return None if scale is None else terms_run(api, scale, run_inputs(item))
 
 

@@ -104,12 +104,7 @@ class NotSaved(Kind):
     """Recorded outputs the dump has no file for: a SKIP row each, never compared."""
 
     def compare(self, job: Comparison) -> None:
-        for i, d in zip(self.indices or [], self.pick(job.device) or []):
-            position = job.positions[i] if job.positions is not None else i
-            row = standards.OutputComparison(f"{job.prefix}.{position}", "SKIP", f"{d.where}: not saved in "
-                                             "dump_tensor_data/, nothing to compare", " ", " ", list(d.shape),
-                                             blank_metrics(), verdict="SKIP")
-            job.record.outputs.append(Row(**row.to_dict()))
+        _skip_rows(job, self.indices or [], lambda d: f"{d.where}: not saved in dump_tensor_data/, nothing to compare")
 
 
 class Undefined(Kind):
@@ -119,12 +114,18 @@ class Undefined(Kind):
     def compare(self, job: Comparison) -> None:
         assert job.validity is not None
         why = job.specs["undefined_outputs"][job.validity[0]]["why"]
-        for i, d in zip(self.indices or [], self.pick(job.device) or []):
-            position = job.positions[i] if job.positions is not None else i
-            shape = list(d.shape) if isinstance(d, torch.Tensor) else None
-            row = standards.OutputComparison(f"{job.prefix}.{position}", "SKIP", f"undefined: {why}", " ", " ",
-                                             shape, blank_metrics(), verdict="SKIP")
-            job.record.outputs.append(Row(**row.to_dict()))
+        _skip_rows(job, self.indices or [], lambda d: f"undefined: {why}")
+
+
+def _skip_rows(job: Comparison, indices: list[int], message: Callable[[Any], str]) -> None:
+    """A SKIP row for each output at `indices`, named by its position, with its shape and `message(output)`."""
+    for i in indices:
+        d = job.device[i]
+        position = job.positions[i] if job.positions is not None else i
+        shape = list(d.shape) if isinstance(d, (torch.Tensor, Unsaved)) else None
+        row = standards.OutputComparison(f"{job.prefix}.{position}", "SKIP", message(d), " ", " ", shape,
+                                         blank_metrics(), verdict="SKIP")
+        job.record.outputs.append(Row(**row.to_dict()))
 
 
 def undefined_outputs(job: Comparison) -> list[int]:
@@ -165,7 +166,7 @@ class BackwardError(Kind):
 
 class IllConditioned(Kind):
     """An ill-conditioned elementwise function's output (lgamma, digamma, polygamma): a failed row judged again by
-    its mixed forward-backward error where a ULP of the argument moves it by more than one of its ULPs, by the
+    its mixed forward-backward error where a ULP of the argument moves it by more than its forward bound, by the
     usual check elsewhere (conditioning.py)."""
 
     def applies(self, job: Comparison) -> bool:
@@ -304,5 +305,5 @@ def _classify(record: Record, prefix: str, bench: list[Any], device: list[Any],
                                   for o in (bad or record.outputs[:1]))
 
 
-__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "IllConditioned", "InPieces", "Kind", "MindSporeMetrics", "NotSaved", "NotUnique", "Undefined",
-           "Overflow", "compare_outputs", "kinds_for", "overflow_count"]
+__all__ = ["KINDS", "Comparison", "Dropout", "FloatPairs", "IllConditioned", "InPieces", "Kind", "MindSporeMetrics",
+           "NotSaved", "NotUnique", "Overflow", "Undefined", "compare_outputs", "kinds_for", "overflow_count"]
