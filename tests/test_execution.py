@@ -291,3 +291,23 @@ def test_a_side_takes_its_own_temporaries_without_a_copy_and_copies_everything_e
     assert taken.untyped_storage().data_ptr() == temp.untyped_storage().data_ptr()
     assert copied.untyped_storage().data_ptr() != recorded.untyped_storage().data_ptr()
     assert torch.equal(copied, recorded) and cast.dtype == torch.float32 and torch.equal(cast, narrow.float())
+
+
+def test_a_view_that_reinterprets_bits_keeps_the_device_dtype_on_the_bench() -> None:
+    bf16 = torch.bfloat16
+    x = torch.zeros(4, 8, dtype=bf16)
+    assert plan_precision("view", [x, torch.float32], {}, torch.float32, SPECS).raise_to is None
+    assert plan_precision("view", [x], {"dtype": torch.int16}, torch.int16, SPECS).raise_to is None
+    assert plan_precision("view", [x, [8, 4]], {}, bf16, SPECS).raise_to == torch.float32  # a reshape is raised
+
+
+def test_a_list_index_holding_slices_or_tensors_reads_as_the_tuple_it_was() -> None:
+    import warnings
+
+    x = torch.arange(24.0).view(4, 6)
+    rows = torch.tensor([0, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's deprecation warning for a list read as a tuple
+        assert torch.equal(_getitem(x, [slice(None), rows]), x[:, rows])
+        assert torch.equal(_getitem(x, [rows, rows]), x[rows, rows])
+    assert torch.equal(_getitem(x, [0, 2]), x[[0, 2]])  # a list of ints stays an index list

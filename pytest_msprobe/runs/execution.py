@@ -154,6 +154,10 @@ def _getitem(self: torch.Tensor, index: Any) -> Any:
         if index.dim() <= 1:
             return self[index.tolist()]
         return torch.stack([_getitem(self, row) for row in index])
+    if isinstance(index, list) and any(isinstance(i, (torch.Tensor, list, tuple, slice)) or i is None or i is Ellipsis
+                                       for i in index):
+        # a dump keeps a tuple index as a list; torch reads such a list as the tuple, with a deprecation warning
+        index = tuple(index)
     return self[index]
 
 
@@ -253,7 +257,8 @@ def plan_precision(api_name: str, args: Any, kwargs: dict[str, Any], output_dtyp
         raise_to = getattr(torch, mixed.split(".")[1])
         low = sorted((d for d in dtypes if d != torch.float32), key=str)
         autocast_dtype, is_autocast = (low[0] if low else None), True
-    if api_name in rules.get("not_raise", []):
+    if api_name in rules.get("not_raise", []) or api_name in rules.get("bitcast", []) and any(
+            isinstance(a, torch.dtype) for a in [*args, *kwargs.values()]):
         raise_to = None
     if not is_autocast and output_dtype is not None:
         is_autocast = autocast_dtype != output_dtype

@@ -48,6 +48,7 @@ def _spec_names(specs: Mapping[str, Any]) -> frozenset[str]:
     names.update(precision.get("raise_map_by_api", {}))
     names.update(precision.get("strict_raise_map_by_api", {}))
     names.update(_strings(precision.get("not_raise")))
+    names.update(_strings(precision.get("bitcast")))
     names.update(_strings(precision.get("hf32")))
     for listed in (precision.get("tf32") or {}).values():
         names.update(_strings(listed))
