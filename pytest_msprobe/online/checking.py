@@ -1,5 +1,5 @@
 """What the online session does with a received call besides receiving it: which calls have nothing to
-compare (`skip_reason`), the specs online calls are checked with (`online_specs`), the per-rank accounting
+compare (`skip_reason`: `listed_skip` and `changed_input`), the specs online calls are checked with (`online_specs`), the per-rank accounting
 (`RankCounts`), and `CheckerPool`, the worker processes of `msprobe_online_workers` N.
 
 A worker is a spawned process that imports torch once and runs the project's one check
@@ -11,12 +11,15 @@ worker takes its place; a worker still busy after `timeout` seconds is stopped t
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import signal
+import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -68,11 +71,22 @@ def check_call(dump_json: Path, entry_name: str, options: Any, specs: dict[str, 
 
 def skip_reason(data: Any, api: str, specs: dict[str, Any]) -> str | None:
     """Why a received call has nothing to compare, decided before its tensors are written out."""
+    return listed_skip(data, api, specs) or changed_input(data, api)
+
+
+def listed_skip(data: Any, api: str, specs: dict[str, Any]) -> str | None:
+    """The api_specs' reason to skip the call online (always_skip, online_skip), if any."""
     from ..specs.loader import in_list
 
     for group in ("always_skip", "online_skip"):
         if in_list(specs, api, group):
             return f"{data.name}: {specs[group]['reason']}"
+    return None
+
+
+def changed_input(data: Any, api: str) -> str | None:
+    """Why an in-place call sent after it ran cannot be checked: its input is its output. (A client that copies
+    the input before the call, as the in-process capture does, never needs this.)"""
     inplace = api.endswith("_") and not api.startswith("_")
     if inplace or "out" in data.kwargs:
         import torch
@@ -125,6 +139,24 @@ def serve(conn: Connection, options: Any, env: dict[str, str]) -> None:
         conn.send(answer)
 
 
+@contextlib.contextmanager
+def _main_unnamed() -> Iterator[None]:
+    """While a worker starts, the main module names no file: a spawned process imports the main script again
+    unless it is told none, and a training script run as `python train.py` (checking itself in-process) need not
+    guard its top level with `if __name__ == "__main__"`. The worker runs this module's `serve`, nothing of main."""
+    main = sys.modules.get("__main__")
+    saved = {key: main.__dict__.pop(key) for key in ("__file__",) if main is not None and key in main.__dict__}
+    spec = getattr(main, "__spec__", None)
+    if main is not None:
+        main.__spec__ = None
+    try:
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            main.__spec__ = spec
+
+
 @dataclass(eq=False)  # hashable by identity
 class _Worker:
     process: Any  # multiprocessing.Process of the spawn context
@@ -160,7 +192,8 @@ class CheckerPool:
         options = dataclasses.replace(self.options, device_index=index)
         process = self.context.Process(target=serve, args=(theirs, options, env), daemon=True,
                                        name=f"msprobe-online-worker-{self.started}")
-        process.start()
+        with _main_unnamed():
+            process.start()
         theirs.close()
         self.started += 1
         return _Worker(process, ours, self.started - 1)

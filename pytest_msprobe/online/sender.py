@@ -4,11 +4,10 @@ bodies as msprobe 8.1's client, so the same session checks either.
     with pytest_msprobe.online.send("tcp://127.0.0.1:59208"):
         train_step()
 
-A `TorchFunctionMode` sees every `torch.*`, `torch.nn.functional.*` and Tensor method call of the forward
-(only the outermost: what an API does inside is not sent) and names it as msprobe does (`Functional.linear.0`,
-`Torch.matmul.3`, `Tensor.add_.1`). `backward()` run inside the block is watched by a `TorchDispatchMode`
-and its aten ops are sent as `Aten.<op>.<n>`, as msprobe 8.1's client does. An in-place call's input is
-copied before the call, so its check knows the input (msprobe's client sends it after the change).
+capture.py sees the calls (the forward's torch, functional and Tensor calls; the backward's aten ops) and each
+is numbered per API as msprobe numbers it (`Functional.linear.0`, `Torch.matmul.3`, `Aten.mm.1`). An in-place
+call's input is copied before the call, so its check knows the input (msprobe's client sends it after the
+change).
 
 Each call is serialised in the calling thread (its tensors may change right after) and sent by a thread that
 keeps at most `window` calls unacknowledged: the training step waits when the receiver falls behind. On exit
@@ -29,16 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import protocol
+from .capture import Capture, plain_kwargs
 from .endpoint import parse
 from .safeload import MSPROBE_API_DATA, ApiData
 
 _PyPickler: Any = pickle._Pickler  # the pure-Python pickler: its save_global can name msprobe's ApiData
-_FunctionMode: Any = TorchFunctionMode
-_DispatchMode: Any = TorchDispatchMode
 
 
 class _Pickler(_PyPickler):  # type: ignore[misc]
@@ -86,66 +82,6 @@ def _snapshot(value: Any) -> Any:
     return value
 
 
-_NOT_SENT = ("backward", "register_hook", "retain_grad", "requires_grad_", "data_ptr")
-_ATEN_NOT_SENT = ("detach", "alias")  # autograd's bookkeeping, not the model's arithmetic
-
-
-def _names() -> dict[Any, tuple[str, str]]:
-    """func -> (msprobe API type, name) for the public functions of torch.nn.functional, torch and Tensor."""
-    table: dict[Any, tuple[str, str]] = {}
-    for prefix, owner in (("Tensor", torch.Tensor), ("Torch", torch), ("Functional", torch.nn.functional)):
-        for name in dir(owner):
-            if name.startswith("_") and name not in ("__getitem__", "__add__", "__mul__", "__sub__", "__truediv__",
-                                                     "__matmul__", "__radd__", "__rmul__", "__rsub__"):
-                continue
-            fn = getattr(owner, name, None)
-            if name in _NOT_SENT:
-                continue
-            if callable(fn) and not isinstance(fn, type):
-                try:
-                    table[fn] = (prefix, name)
-                except TypeError:  # unhashable
-                    pass
-    return table
-
-
-class _Forward(_FunctionMode):  # type: ignore[misc]
-    def __init__(self, sender: Sender) -> None:
-        super().__init__()
-        self.sender, self.depth = sender, 0
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        named = self.sender.names.get(func) if self.depth == 0 else None
-        if named is None:
-            return func(*args, **kwargs)
-        self.depth += 1  # nothing the call (or the recording) runs is sent on its own
-        try:
-            if named[1].endswith("_") and not named[1].startswith("_"):  # in-place: send the input before the call
-                sent = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
-            else:
-                sent = tuple(args)
-            out = func(*args, **kwargs)
-            self.sender.record(f"{named[0]}.{named[1]}", sent, kwargs, out)
-        finally:
-            self.depth -= 1
-        return out
-
-
-class _Backward(_DispatchMode):  # type: ignore[misc]
-    def __init__(self, sender: Sender) -> None:
-        super().__init__()
-        self.sender = sender
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = func.overloadpacket.__name__
-        if name not in _ATEN_NOT_SENT:
-            self.sender.record(f"Aten.{name}", args, kwargs, out)
-        return out
-
-
 @dataclass(frozen=True)
 class SendOptions:
     """`send()`'s keywords: the rank (else $RANK), the first step's number, how many calls may wait for their
@@ -167,8 +103,8 @@ class Sender:
         self.endpoint = parse(address, options.tls_path)
         self.rank = int(os.environ.get("RANK", "0")) if options.rank is None else options.rank
         self.current_step, self.window, self.check_sum = options.step, max(1, options.window), options.check_sum
-        self.backward, self.timeout = options.backward, options.timeout
-        self.names = _names()
+        self.timeout = options.timeout
+        self.capture = Capture(self.record, backward=options.backward)
         self.counters: defaultdict[str, int] = defaultdict(int)
         self.sent = 0
         self._sequence = 0
@@ -176,8 +112,6 @@ class Sender:
         self._cond = threading.Condition()
         self._closed = False
         self._sock: socket.socket | None = None
-        self._modes: list[Any] = []
-        self._patched: Any = None
         self._stopped = False
         self._wlock = threading.Lock()
         self.error: str | None = None  # the last call that could not be sent, or unacknowledged calls
@@ -190,19 +124,11 @@ class Sender:
             self._write_file(f"start_{int(time.time())}", encode_nfs("start"))
         else:
             self._connect()
-        forward = _Forward(self)
-        forward.__enter__()
-        self._modes.append(forward)
-        if self.backward:
-            self._patch_backward()
+        self.capture.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._patched is not None:
-            torch.autograd.backward = self._patched
-            self._patched = None
-        while self._modes:
-            self._modes.pop().__exit__(None, None, None)
+        self.capture.__exit__(*exc)
         if self.endpoint.kind == "nfs":
             self._write_file(f"end_{int(time.time())}", encode_nfs("end"))
         else:
@@ -212,32 +138,11 @@ class Sender:
         self.current_step += 1
         self.counters.clear()
 
-    # ---------------------------------------------------------------- capture
-    def _patch_backward(self) -> None:
-        original = torch.autograd.backward
-        sender = self
-
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            forward = sender._modes[-1] if sender._modes else None
-            if forward is not None:
-                forward.depth += 1  # the function mode stays out of the backward
-            try:
-                with _Backward(sender):
-                    return original(*args, **kwargs)
-            finally:
-                if forward is not None:
-                    forward.depth -= 1
-
-        self._patched = original
-        torch.autograd.backward = backward  # Tensor.backward calls torch.autograd.backward
-
+    # ---------------------------------------------------------------- calls
     def record(self, api: str, args: Any, kwargs: Any, out: Any) -> None:
         index = self.counters[api]
         self.counters[api] += 1
-        # device: dropped as msprobe's client does; the defaults layout=torch.strided and
-        # memory_format=torch.preserve_format cannot be pickled by name
-        kwargs = {k: v for k, v in kwargs.items() if k != "device" and v is not torch.strided
-                  and v is not torch.preserve_format}
+        kwargs = plain_kwargs(kwargs)  # the defaults it drops cannot be pickled by name either
         call = ApiData(f"{api}.{index}", tuple(_snapshot(list(args))), _snapshot(kwargs), _snapshot(out),
                        self.current_step, self.rank)
         try:

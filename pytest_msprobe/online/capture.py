@@ -1,0 +1,149 @@
+"""Seeing a training step's calls as it runs them: the part the online sender and the in-process check share.
+
+`Capture(sink)` is a context manager. While it is entered, a `TorchFunctionMode` sees every `torch.*`,
+`torch.nn.functional.*` and Tensor method call (only the outermost: what an API does inside is not seen) and
+hands it to `sink(api, args, kwargs, out)` under msprobe's API name (`Functional.linear`, `Tensor.add_`).
+`backward()` run inside the block is watched by a `TorchDispatchMode`, whose aten ops reach the sink as
+`Aten.<op>`, as msprobe 8.1's online client sends them. With `level="aten"` the dispatch mode watches the
+forward too, as msprobe's online_dispatch did, and only aten ops are seen.
+
+An in-place call's first arguments are copied before the call (`sink` gets the input as it was). The sink
+runs in the calling thread, with the modes off: nothing it runs is seen. What the step computes is what it
+computes without the capture: the modes call each function with the arguments they were given.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+Sink = Callable[[str, Any, Any, Any], None]
+LEVELS = ("api", "aten")
+
+_FunctionMode: Any = TorchFunctionMode
+_DispatchMode: Any = TorchDispatchMode
+
+NOT_SEEN = ("backward", "register_hook", "retain_grad", "requires_grad_", "data_ptr")
+ATEN_NOT_SEEN = ("detach", "alias")  # autograd's bookkeeping, not the model's arithmetic
+_DUNDERS = ("__getitem__", "__add__", "__mul__", "__sub__", "__truediv__", "__matmul__", "__radd__", "__rmul__",
+            "__rsub__")
+
+
+def api_names() -> dict[Any, tuple[str, str]]:
+    """func -> (msprobe API type, name) for the public functions of torch.nn.functional, torch and Tensor."""
+    table: dict[Any, tuple[str, str]] = {}
+    for prefix, owner in (("Tensor", torch.Tensor), ("Torch", torch), ("Functional", torch.nn.functional)):
+        for name in dir(owner):
+            if name.startswith("_") and name not in _DUNDERS or name in NOT_SEEN:
+                continue
+            fn = getattr(owner, name, None)
+            if callable(fn) and not isinstance(fn, type):
+                try:
+                    table[fn] = (prefix, name)
+                except TypeError:  # unhashable
+                    pass
+    return table
+
+
+def plain_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keywords a check is given: `device` dropped (the check places the call itself, as msprobe's client
+    drops it), and the defaults layout=torch.strided and memory_format=torch.preserve_format, which a dump
+    cannot name."""
+    return {k: v for k, v in kwargs.items() if k != "device" and v is not torch.strided
+            and v is not torch.preserve_format}
+
+
+def in_place(name: str) -> bool:
+    return name.endswith("_") and not name.startswith("_")
+
+
+class _Forward(_FunctionMode):  # type: ignore[misc]
+    def __init__(self, capture: Capture) -> None:
+        super().__init__()
+        self.capture, self.depth = capture, 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        named = self.capture.names.get(func) if self.depth == 0 else None
+        if named is None:
+            return func(*args, **kwargs)
+        self.depth += 1  # nothing the call (or the sink) runs is seen
+        try:
+            api = f"{named[0]}.{named[1]}"
+            wanted = self.capture.wants(api)
+            before = wanted and in_place(named[1])
+            seen = tuple(a.detach().clone() if before and isinstance(a, torch.Tensor) else a for a in args)
+            out = func(*args, **kwargs)
+            if wanted:
+                self.capture.sink(api, seen, kwargs, out)
+        finally:
+            self.depth -= 1
+        return out
+
+
+class _Aten(_DispatchMode):  # type: ignore[misc]
+    def __init__(self, capture: Capture) -> None:
+        super().__init__()
+        self.capture = capture
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        api = f"Aten.{name}"
+        wanted = name not in ATEN_NOT_SEEN and self.capture.wants(api)
+        before = wanted and in_place(name)
+        seen = tuple(a.detach().clone() if before and isinstance(a, torch.Tensor) else a for a in args)
+        out = func(*args, **kwargs)
+        if wanted:
+            self.capture.sink(api, seen, kwargs, out)
+        return out
+
+
+class Capture:
+    """The modes around a block of a training step; `wants(api)` says which calls reach the sink (all by
+    default), `backward` whether the step's backward is seen."""
+
+    def __init__(self, sink: Sink, backward: bool = True, level: str = "api",
+                 wants: Callable[[str], bool] | None = None) -> None:
+        if level not in LEVELS:
+            raise ValueError(f"level={level!r}: one of {', '.join(LEVELS)}")
+        self.sink, self.backward, self.level = sink, backward, level
+        self.wants: Callable[[str], bool] = wants or (lambda api: True)
+        self.names = api_names() if level == "api" else {}
+        self._modes: list[Any] = []
+        self._patched: Any = None
+
+    def __enter__(self) -> Capture:
+        mode = _Forward(self) if self.level == "api" else _Aten(self)
+        mode.__enter__()
+        self._modes.append(mode)
+        if self.backward and self.level == "api":
+            self._patch_backward()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._patched is not None:
+            torch.autograd.backward = self._patched
+            self._patched = None
+        while self._modes:
+            self._modes.pop().__exit__(None, None, None)
+
+    def _patch_backward(self) -> None:
+        original = torch.autograd.backward
+        capture = self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            forward = capture._modes[-1] if capture._modes else None
+            if forward is not None:
+                forward.depth += 1  # the function mode stays out of the backward
+            try:
+                with _Aten(capture):
+                    return original(*args, **kwargs)
+            finally:
+                if forward is not None:
+                    forward.depth -= 1
+
+        self._patched = original
+        torch.autograd.backward = backward  # Tensor.backward calls torch.autograd.backward
