@@ -1,5 +1,6 @@
-"""`python -m pytest_msprobe COMMAND`: work on finished results (merge, baseline, compare) and write the script of
-one recorded call (script). None of the four needs pytest or torch; the script it writes runs torch.
+"""`python -m pytest_msprobe COMMAND`: work on finished results (merge, baseline, compare), write the script of
+one recorded call (script) and run a training script checked as it runs (run). None of the first four needs
+pytest or torch; the script it writes runs torch, and so does run.
 """
 from __future__ import annotations
 
@@ -162,7 +163,40 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--threads", type=int, default=1, help="torch intra-op threads, as ini msprobe_threads (default 1)")
     w.add_argument("--specs", default=None, help="an msprobe_specs YAML file (embedded in the script)")
     w.set_defaults(run=write_script)
+    r = command("run", "run a training script with every API call checked as it runs",
+                "the script runs as `python SCRIPT ARGS` would, inside pytest_msprobe.checking(...): each call is "
+                "checked in worker processes beside it, the files and a summary line are written at its end, and the "
+                "status is 1 when any call failed or was not checked (the script's own when it fails)")
+    r.add_argument("--out", default="msprobe_inprocess", help="folder for the CSVs, records, HTML and kept calls")
+    r.add_argument("--sample", type=int, default=1, help="check one call in N of each API (default 1: every call)")
+    r.add_argument("--workers", type=int, default=2, help="worker processes that check (default 2)")
+    r.add_argument("--apis", nargs="+", default=None, metavar="NAME",
+                   help="check only these: full call names or parts of API names, as msprobe's `list`")
+    r.add_argument("--level", choices=("api", "aten"), default="api", help="api: msprobe's API names (default); "
+                                                                          "aten: aten ops, as online_dispatch")
+    r.add_argument("--keep", default="failed", help="calls kept as a tensor dump: failed (default), all, none")
+    r.add_argument("--queue-bytes", type=int, default=2 << 30, help="captured tensor bytes not yet checked, at most")
+    r.add_argument("--when-full", choices=("wait", "skip"), default="wait",
+                   help="wait: the step waits for room (default); skip: the call is counted as not checked")
+    r.add_argument("--device", choices=("cpu", "cuda", "npu"), default=None,
+                   help="what the step runs on, for its vendor's contract (default: the first call's tensors)")
+    r.add_argument("--standard", choices=STANDARDS, default=STANDARDS[0], help="as --msprobe-standard")
+    r.add_argument("script", help="the training script")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    r.set_defaults(run=run_training)
     return parser
+
+
+def run_training(args: argparse.Namespace) -> int:
+    from .inprocess.checker import Options
+    from .inprocess.run import run_script
+
+    keys = ("out", "sample", "workers", "apis", "level", "keep", "queue_bytes", "when_full", "device", "standard")
+    try:
+        options = Options(**{key: getattr(args, key) for key in keys}, fail=False)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return run_script(Path(args.script), list(args.args), options)
 
 
 def main(argv: list[str] | None = None) -> int:

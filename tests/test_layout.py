@@ -25,7 +25,8 @@ MAX_LINES = 500
 # Low to high: a module may import modules of its own layer and of lower layers, never of higher ones.
 # Keys are module names or package prefixes; the longest matching prefix decides a module's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("api_specs", "pytest_msprobe", "pytest_msprobe.settings", "pytest_msprobe.npu_import"),  # data, options
+    ("api_specs", "pytest_msprobe.settings", "pytest_msprobe.npu_import", "pytest_msprobe.compiled",
+     "pytest_msprobe.helper"),     # data, options
     ("pytest_msprobe.records",),   # the record's vocabulary: metric columns, file headers, the wire format
     ("bench_functions",),          # high-precision reference implementations (torch only)
     ("pytest_msprobe.dump",),      # dump.json reading, the index, groups of identical calls
@@ -38,9 +39,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_msprobe.reports",),   # records -> CSV, JSON lines, terminal lines, compare
     ("pytest_msprobe.triage",),    # red item -> saved data, repro scripts, HTML page
     ("pytest_msprobe.online",),    # online pre-check: wire format, receivers, safe loading, one-call dumps
+    ("pytest_msprobe.inprocess",),  # a training step's calls captured and checked as it runs
     ("pytest_msprobe.session",),   # the pytest layer: items, devices, scheduling, journal, summary
-    ("pytest_msprobe.plugin", "pytest_msprobe.hookspecs", "pytest_msprobe.__main__",
-     "pytest_msprobe.backends"),   # entry points; backends is the documented public path of runs.backends
+    ("pytest_msprobe", "pytest_msprobe.plugin", "pytest_msprobe.hookspecs", "pytest_msprobe.__main__",
+     "pytest_msprobe.backends"),   # entry points (the package's `checking`); backends: the public path of runs.backends
 )
 PYTEST_LAYER = "pytest_msprobe.session"
 PYTEST_MODULES = ("pytest", "_pytest", "xdist")

@@ -1,0 +1,256 @@
+"""The in-process check (`pytest_msprobe.checking`): a training step's calls are checked as it runs, beside it.
+
+Planted bugs and correct accelerator-like kernels are armed around the step only (as the planted suite arms
+them inside the device-call boundary): the step's calls run them, the bench in the worker processes never
+does. Each test starts real worker processes; none depends on a host's BLAS rounding (every verdict below is
+one the planted suite holds on every host).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import pytest_msprobe
+from evals.planted.mode import armed_mode
+from evals.planted.registry import BY_NAME
+from pytest_msprobe.inprocess.checker import CheckFailed
+from pytest_msprobe.inprocess.dispatch import DispatchError, PtdbgDispatch
+from pytest_msprobe.inprocess.queue import Budget
+from pytest_msprobe.inprocess.selection import Selection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _mlp() -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
+    model = model.to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    return model, opt, torch.randn(32, 64, dtype=torch.bfloat16)
+
+
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    y = torch.nn.functional.softmax(model(x), dim=-1).float()
+    loss = (y * y).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss.detach()
+
+
+@contextlib.contextmanager
+def _armed(*names: str) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(armed_mode(BY_NAME[name], torch.bfloat16))
+        yield
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    (path,) = out.glob("msprobe_records_*.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_step_computes_the_same_bits_with_and_without_checking(tmp_path: Path) -> None:
+    model, opt, x = _mlp()
+    plain = [_step(model, opt, x) for _ in range(2)]
+    want = [p.detach().clone() for p in model.parameters()]
+    model, opt, x = _mlp()
+    with pytest_msprobe.checking(out=tmp_path / "out", workers=1) as checker:
+        checked = [_step(model, opt, x)]
+        checker.step()
+        checked.append(_step(model, opt, x))
+    assert all(torch.equal(a, b) for a, b in zip(plain, checked))
+    assert all(torch.equal(a, b) for a, b in zip(want, model.parameters()))
+    records = _records(tmp_path / "out")
+    assert checker.summary is not None and checker.summary.ok
+    assert {r["status"] for r in records} <= {"pass", "SKIP"}
+    names = [r["api"] for r in records]
+    assert "Functional.linear.1" in names and "Aten.mm.0" in names  # forward by API, backward by aten op
+    assert any(r["dump"].endswith("step1/rank0/dump.json") for r in records)  # step() numbers the next step
+
+
+def test_a_planted_bug_is_caught_and_its_kept_calls_replay_red(tmp_path: Path, pytester: pytest.Pytester) -> None:
+    model, opt, x = _mlp()
+    with _armed("softmax-lownorm"), pytest.raises(CheckFailed) as failed:
+        with pytest_msprobe.checking(out=tmp_path / "out", workers=1, quiet=True):
+            _step(model, opt, x)
+    summary = failed.value.summary
+    bad = [r for r in summary.records if r["status"] == "error"]
+    assert [r["api"] for r in bad] == ["Functional.softmax.0"]
+    assert summary.replay is not None and "--msprobe-mode replay" in summary.replay
+    dump = tmp_path / "out" / "dump" / "step0" / "rank0" / "dump.json"
+    assert list(json.loads(dump.read_text())["data"]) == ["Functional.softmax.0.forward"]  # only the failing call
+    assert not (tmp_path / "out" / "calls").exists()
+    result = pytester.runpytest_subprocess(*summary.replay.split()[1:], "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["FAILED *dump.json::Functional.softmax.0.forward*"])
+
+
+def test_correct_accelerator_kernels_are_not_flagged(tmp_path: Path) -> None:
+    model, opt, x = _mlp()
+    with _armed("splitk-matmul", "softmax-lse", "cuda-fma-optimizer", "cuda-contractions"):
+        with pytest_msprobe.checking(out=tmp_path / "out", workers=2, device="cuda", quiet=True) as checker:
+            _step(model, opt, x)
+    records = _records(tmp_path / "out")
+    assert [r["api"] for r in records if r["status"] == "error"] == []
+    assert checker.summary is not None and checker.summary.counts["pass"] > 30
+    assert all(r.get("contract") in (None, "cuda") for r in records)
+
+
+def test_an_exception_in_the_step_leaves_what_was_checked(tmp_path: Path) -> None:
+    x = torch.randn(64, 64)
+    with pytest.raises(RuntimeError, match="the step's own"):
+        with pytest_msprobe.checking(out=tmp_path / "out", workers=1, quiet=True):
+            torch.matmul(x, x)
+            torch.exp(x)
+            raise RuntimeError("the step's own error")
+    records = _records(tmp_path / "out")
+    assert [r["api"] for r in records] == ["Torch.matmul.0", "Torch.exp.0"]
+    assert {r["status"] for r in records} == {"pass"}
+    assert list(tmp_path.joinpath("out").glob("accuracy_checking_details_*.csv"))
+
+
+def test_a_full_queue_counts_calls_as_not_checked_when_the_step_may_not_wait(tmp_path: Path) -> None:
+    x = torch.randn(256, 256)  # 256 KiB per tensor: a call holds 512 KiB of a 600 KiB queue
+    with pytest.raises(CheckFailed, match="not checked"):
+        with pytest_msprobe.checking(out=tmp_path / "out", workers=1, queue_bytes=600 << 10, when_full="skip",
+                                     quiet=True):
+            for _ in range(20):
+                torch.exp(x)
+    records = _records(tmp_path / "out")
+    assert len(records) == 20  # every call has its record: checked, or not checked and saying why
+    unchecked = [r for r in records if r.get("not_checked")]
+    assert unchecked and all("queue was full" in r["message"] and r["status"] == "SKIP" for r in unchecked)
+    assert {r["status"] for r in records if not r.get("not_checked")} == {"pass"}
+
+
+def test_a_step_that_may_wait_has_every_call_checked_within_the_bound(tmp_path: Path) -> None:
+    x = torch.randn(256, 256)
+    with pytest_msprobe.checking(out=tmp_path / "out", workers=1, queue_bytes=600 << 10, quiet=True) as checker:
+        for _ in range(12):
+            torch.exp(x)
+    assert checker.summary is not None and checker.summary.ok and checker.summary.counts["pass"] == 12
+    assert checker.budget.peak <= 600 << 10
+
+
+def test_a_worker_killed_mid_check_fails_only_its_call(tmp_path: Path) -> None:
+    a, b = torch.randn(512, 4096, dtype=torch.bfloat16), torch.randn(4096, 4096, dtype=torch.bfloat16)
+    killed: list[int] = []
+
+    def kill_a_busy_worker(checker: Any) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            pool = checker.feeder.pool
+            busy = [w for w in (pool.workers if pool is not None else []) if w.task is not None and w.ready]
+            if busy:
+                killed.append(busy[0].process.pid)
+                os.kill(busy[0].process.pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    with pytest.raises(CheckFailed, match="1 not checked"):
+        with pytest_msprobe.checking(out=tmp_path / "out", workers=1, quiet=True) as checker:
+            killer = threading.Thread(target=kill_a_busy_worker, args=(checker,))
+            killer.start()
+            torch.matmul(a, b)
+            killer.join()
+            torch.exp(a)  # checked by the fresh worker
+    records = _records(tmp_path / "out")
+    assert killed
+    assert [(r["api"], bool(r.get("not_checked"))) for r in records] == [("Torch.matmul.0", True),
+                                                                         ("Torch.exp.0", False)]
+    assert "SIGKILL" in records[0]["message"] and records[1]["status"] == "pass"
+
+
+def test_sample_and_apis_choose_the_calls(tmp_path: Path) -> None:
+    x = torch.randn(8, 8)
+    with pytest_msprobe.checking(out=tmp_path / "out", workers=1, sample=3, apis=["exp", "Torch.mul.1"],
+                                 backward=False, quiet=True) as checker:
+        for _ in range(7):
+            torch.exp(x)
+            torch.mul(x, x)
+            torch.sin(x)
+    assert [r["api"] for r in _records(tmp_path / "out")] == ["Torch.exp.0", "Torch.exp.3", "Torch.exp.6"]
+    assert checker.sampling().calls == 14  # exp and mul were seen; sin is not selected at all
+    assert "(1 in 3 per API)" in (checker.summary.line if checker.summary else "")
+
+
+def test_selection_reads_msprobe_list_entries() -> None:
+    s = Selection(["Functional.linear.2.forward", "relu"])
+    assert s.wants_api("Functional.linear") and s.wants_call("Functional.linear.2")
+    assert not s.wants_call("Functional.linear.1")
+    assert s.wants_call("Functional.relu.7") and s.wants_call("Tensor.relu_.0") and not s.wants_api("Torch.exp")
+    assert Selection(None).wants_call("anything.0")
+    with pytest.raises(ValueError, match="apis="):
+        Selection([""])
+
+
+def test_the_budget_holds_its_bound_unless_one_call_is_larger() -> None:
+    budget = Budget(100)
+    assert budget.reserve(60, wait=False) and not budget.reserve(60, wait=False)
+    budget.release(60)
+    assert budget.reserve(250, wait=False)  # alone, a call larger than the bound still goes
+    assert not budget.reserve(1, wait=False)
+    budget.release(250)
+    assert budget.held == 0 and budget.peak == 250
+
+
+def test_bad_options_get_one_line() -> None:
+    with pytest.raises(ValueError, match=r"checking\(\): sample=0: a positive whole number; when_full='drop'"):
+        pytest_msprobe.checking(sample=0, when_full="drop")
+    with pytest.raises(ValueError, match="level='ops'"):
+        pytest_msprobe.checking(level="ops")
+
+
+def test_ptdbg_dispatch_takes_msprobe_arguments(tmp_path: Path) -> None:
+    with pytest.raises(DispatchError, match="dump_path is required"):
+        PtdbgDispatch(dump_mode="auto")
+    with pytest.raises(DispatchError, match="no such folder"):
+        PtdbgDispatch(dump_mode="auto", dump_path=str(tmp_path / "absent"))
+    with pytest.raises(DispatchError, match="dump_mode='some'"):
+        PtdbgDispatch(dump_mode="some", dump_path=str(tmp_path))
+    x = torch.randn(16, 16)
+    with PtdbgDispatch(dump_mode="list", api_list=["mm", "not_an_op"], dump_path=str(tmp_path), tag="t",
+                       process_num=1):
+        torch.mm(x, x).exp()
+    (folder,) = tmp_path.glob("msprobe_t_rank0_*")
+    records = _records(folder)
+    assert [r["api"] for r in records] == ["Aten.mm.0", "Aten.exp.0"]
+    kept = json.loads((folder / "dump" / "step0" / "rank0" / "dump.json").read_text())["data"]
+    assert list(kept) == ["Aten.mm.0.forward"]  # api_list: what stays on disk; every op is checked
+
+
+def test_run_checks_a_training_script_without_a_main_guard(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        if sys.argv[1] == "bug":  # the device's silu kernel rounds its sigmoid to bf16 first: the planted bug
+            lib = torch.library.Library("aten", "IMPL")
+            lib.impl("silu", lambda x: x * torch.sigmoid(x), "CPU")
+        torch.manual_seed(0)
+        torch.nn.functional.silu(torch.randn(64, 256, dtype=torch.bfloat16))
+        print("trained")
+    """))
+    runs = {}
+    for arg in ("bug", "fine"):
+        runs[arg] = subprocess.run([sys.executable, "-m", "pytest_msprobe", "run", "--workers", "1", "--out",
+                                    str(tmp_path / arg), str(script), arg],
+                                   capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert runs["bug"].returncode == 1, runs["bug"].stderr
+    assert runs["fine"].returncode == 0, runs["fine"].stderr
+    for run in runs.values():
+        assert run.stdout.count("trained") == 1  # the workers did not run the script again
+    assert "1 error" in runs["bug"].stderr and "FAILED" in runs["bug"].stderr
