@@ -254,3 +254,18 @@ def test_run_checks_a_training_script_without_a_main_guard(tmp_path: Path) -> No
     for run in runs.values():
         assert run.stdout.count("trained") == 1  # the workers did not run the script again
     assert "1 error" in runs["bug"].stderr and "FAILED" in runs["bug"].stderr
+
+
+def test_operators_are_named_as_msprobe_names_them_and_restored_after() -> None:
+    from pytest_msprobe.online.capture import Capture
+
+    seen: list[tuple[str, Any]] = []
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+    before = {name: torch.Tensor.__dict__.get(name) for name in ("__add__", "__iadd__", "__rpow__")}
+    with Capture(lambda api, args, kwargs, out: seen.append((api, args))):
+        _ = a + b, a / b, a == b, 10 ** a, a.add(b), torch.add(a, b)
+        a += b
+    assert [api for api, _ in seen] == ["Tensor.__add__", "Tensor.__truediv__", "Tensor.__eq__", "Tensor.__rpow__",
+                                        "Tensor.add", "Torch.add", "Tensor.__iadd__"]
+    assert torch.equal(seen[-1][1][0], torch.ones(3))  # an in-place operator's input as it was before the call
+    assert {name: torch.Tensor.__dict__.get(name) for name in before} == before

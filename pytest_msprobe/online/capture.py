@@ -13,6 +13,7 @@ computes without the capture: the modes call each function with the arguments th
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
@@ -27,8 +28,19 @@ _DispatchMode: Any = TorchDispatchMode
 
 NOT_SEEN = ("backward", "register_hook", "retain_grad", "requires_grad_", "data_ptr")
 ATEN_NOT_SEEN = ("detach", "alias")  # autograd's bookkeeping, not the model's arithmetic
-_DUNDERS = ("__getitem__", "__add__", "__mul__", "__sub__", "__truediv__", "__matmul__", "__radd__", "__rmul__",
-            "__rsub__")
+# The Tensor operators msprobe's dumper names (its support_wrap_ops.yaml, less __bool__/__nonzero__, which are
+# control flow, and __setitem__, whose result is its input; __rdiv__, which msprobe's dump names as the
+# reciprocal and product torch computes it by, is one call here). torch hands a mode `Tensor.add` for `a + b`, so
+# while a capture is entered each operator is wrapped to tell the mode its own name, as msprobe's own
+# wrapping of Tensor's attributes names it.
+OPERATORS = ("__add__", "__and__", "__div__", "__eq__", "__floordiv__", "__ge__", "__gt__", "__iadd__", "__iand__",
+             "__idiv__", "__ifloordiv__", "__ilshift__", "__imod__", "__imul__", "__ior__", "__ipow__", "__irshift__",
+             "__isub__", "__ixor__", "__le__", "__lshift__", "__lt__", "__matmul__", "__mod__", "__mul__", "__ne__",
+             "__or__", "__pow__", "__radd__", "__rdiv__", "__rmod__", "__rmul__", "__ror__", "__rpow__", "__rshift__",
+             "__rsub__", "__rxor__", "__sub__", "__truediv__", "__xor__")
+IN_PLACE_OPERATORS = frozenset(name for name in OPERATORS if name.startswith("__i"))
+_DUNDERS = ("__getitem__", *OPERATORS)
+_hint = threading.local()  # the operator being called in this thread: (type, name)
 
 
 def api_names() -> dict[Any, tuple[str, str]]:
@@ -56,7 +68,25 @@ def plain_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def in_place(name: str) -> bool:
-    return name.endswith("_") and not name.startswith("_")
+    return name.endswith("_") and not name.startswith("_") or name in IN_PLACE_OPERATORS
+
+
+def _operator(original: Any, name: str) -> Any:
+    def operator(*args: Any, **kwargs: Any) -> Any:
+        _hint.name = ("Tensor", name)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _hint.name = None
+
+    operator.__name__ = operator.__qualname__ = name
+    return operator
+
+
+def _take_hint() -> tuple[str, str] | None:
+    hint: tuple[str, str] | None = getattr(_hint, "name", None)
+    _hint.name = None
+    return hint
 
 
 class _Forward(_FunctionMode):  # type: ignore[misc]
@@ -66,7 +96,8 @@ class _Forward(_FunctionMode):  # type: ignore[misc]
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        named = self.capture.names.get(func) if self.depth == 0 else None
+        hint = _take_hint()  # an operator's name, for the call it makes
+        named = (hint or self.capture.names.get(func)) if self.depth == 0 else None
         if named is None:
             return func(*args, **kwargs)
         self.depth += 1  # nothing the call (or the sink) runs is seen
@@ -114,11 +145,14 @@ class Capture:
         self.names = api_names() if level == "api" else {}
         self._modes: list[Any] = []
         self._patched: Any = None
+        self._operators: dict[str, Any] = {}  # name -> what torch.Tensor itself held (None: inherited)
 
     def __enter__(self) -> Capture:
         mode = _Forward(self) if self.level == "api" else _Aten(self)
         mode.__enter__()
         self._modes.append(mode)
+        if self.level == "api":
+            self._patch_operators()
         if self.backward and self.level == "api":
             self._patch_backward()
         return self
@@ -127,8 +161,22 @@ class Capture:
         if self._patched is not None:
             torch.autograd.backward = self._patched
             self._patched = None
+        for name, own in self._operators.items():
+            if own is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, own)
+        self._operators.clear()
         while self._modes:
             self._modes.pop().__exit__(None, None, None)
+
+    def _patch_operators(self) -> None:
+        for name in OPERATORS:
+            original = getattr(torch.Tensor, name, None)
+            if original is None:
+                continue
+            self._operators[name] = torch.Tensor.__dict__.get(name)
+            setattr(torch.Tensor, name, _operator(original, name))
 
     def _patch_backward(self) -> None:
         original = torch.autograd.backward
