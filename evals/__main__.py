@@ -13,6 +13,7 @@ COMMANDS = {
     "fused_dump": "evals.planted.fused_dump",
     "controller_probe": "evals.probes.controller_probe",
     "recorded_replay": "evals.recorded_replay",
+    "in_training": "evals.in_training",
 }
 
 if __name__ == "__main__":
