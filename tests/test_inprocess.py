@@ -269,3 +269,35 @@ def test_operators_are_named_as_msprobe_names_them_and_restored_after() -> None:
                                         "Tensor.add", "Torch.add", "Tensor.__iadd__"]
     assert torch.equal(seen[-1][1][0], torch.ones(3))  # an in-place operator's input as it was before the call
     assert {name: torch.Tensor.__dict__.get(name) for name in before} == before
+
+
+def test_a_passing_call_reaches_its_worker_through_shared_memory_not_files(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_msprobe.online import spool
+
+    saved: list[Any] = []
+    monkeypatch.setattr(spool.torch, "save", lambda *a, **k: saved.append(a[1]))
+    x = torch.randn(256, 256)  # 256 KiB: copied into shared memory
+    with pytest_msprobe.checking(out=tmp_path / "out", workers=1, quiet=True) as checker:
+        torch.exp(x)
+        torch.sigmoid(x[:4, :4])  # a small one (after x[:4, :4] itself): ordinary host copies
+    assert checker.summary is not None and checker.summary.counts["pass"] == 3
+    assert saved == []
+
+
+def test_a_held_tensor_stands_for_its_file(tmp_path: Path) -> None:
+    from pytest_msprobe.online import spool
+    from pytest_msprobe.online.checking import check_call, online_specs
+    from pytest_msprobe.online.safeload import ApiData
+    from pytest_msprobe.settings import CheckOptions
+
+    x = torch.randn(8, 8)
+    held: dict[str, Any] = {}
+    dump_json, _ = spool.write(ApiData("Torch.exp.0", [x], {}, torch.exp(x)), tmp_path / "one", held=held)
+    assert not (tmp_path / "one" / "dump_tensor_data").exists() and len(held) == 2
+    options, specs = CheckOptions(device="cpu", mode="replay"), online_specs(None)
+    record = check_call(dump_json, "Torch.exp.0.forward", options, specs, held)
+    assert record["status"] == "pass" and record["data"] == "real"
+    wrong = {name: torch.zeros(3) for name in held}
+    record = check_call(dump_json, "Torch.exp.0.forward", options, specs, wrong)
+    assert record["status"] == "SKIP" and "the tensor given for it has shape [3]" in record["message"]

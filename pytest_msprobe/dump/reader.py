@@ -95,6 +95,8 @@ class Dump:
         self._names = [name for name in index.names if not is_module_entry(name)]
         self.ignored_modules = len(index.names) - len(self._names)
         self._recent: OrderedDict[str, Any] = OrderedDict()
+        self.held: dict[str, Any] = {}  # data_name -> a tensor given with the dump instead of its file (an
+        # in-process call's, handed to the worker in memory); read before the file, see inputs/build.load_saved
 
     @property
     def tensor_dir(self) -> Path:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..online.capture import Capture, plain_kwargs
+from ..online.capture import Capture, in_place, plain_kwargs
 from ..online.safeload import ApiData
 from ..settings import CheckOptions, Settings
 from . import outputs
@@ -81,7 +81,7 @@ class Checking(contextlib.ContextDecorator):
         self.options = options
         self.selection = Selection(options.apis)
         self.capture = Capture(self._seen, backward=options.backward, level=options.level,
-                               wants=self.selection.wants_api)
+                               wants=self.selection.wants_api, copy=host_copy)
         self.summary: outputs.Summary | None = None
 
     def __enter__(self) -> Checking:
@@ -138,7 +138,9 @@ class Checking(contextlib.ContextDecorator):
             self.unsent[sequence] = outputs.placed(not_checked(name, why, status="SKIP"), self.out, self.current_step,
                                                    self.rank)
             return
-        call = ApiData(name, host_copy(list(args)), host_copy(kwargs), host_copy(out), self.current_step, self.rank)
+        # an in-place call's arguments are the host copies the capture made before it ran
+        inputs = list(args) if in_place(api.rsplit(".", 1)[-1]) else host_copy(list(args))
+        call = ApiData(name, inputs, host_copy(kwargs), host_copy(out), self.current_step, self.rank)
         self.calls.put(Captured(sequence, call, nbytes, api, device_type([args, out])))
 
 
@@ -152,10 +154,16 @@ def tensor_bytes(value: Any) -> int:
     return 0
 
 
+SHARED_FROM = 1 << 16  # bytes: a tensor this large is copied straight into shared memory
+
+
 def host_copy(value: Any) -> Any:
-    """The value with each tensor copied to the host once (the step may change its own right after)."""
+    """The value with each tensor copied to the host once (the step may change its own right after). A large
+    one is copied into shared memory, which the worker then maps: no second copy to send it, and its pages
+    go back to the system when it is checked (the process's heap would keep them)."""
     if isinstance(value, torch.Tensor):  # requires_grad kept: the dump says which inputs had gradients
-        copy = value.detach().to("cpu", copy=True)
+        copy = _shared_copy(value) if value.numel() * value.element_size() >= SHARED_FROM and \
+            value.layout == torch.strided else value.detach().to("cpu", copy=True)
         return copy.requires_grad_() if value.requires_grad else copy
     if isinstance(value, (list, tuple)):
         items = [host_copy(v) for v in value]
@@ -163,6 +171,20 @@ def host_copy(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: host_copy(v) for k, v in value.items()}
     return value
+
+
+def _shared_copy(value: torch.Tensor) -> torch.Tensor:
+    storage = torch.UntypedStorage._new_shared(value.numel() * value.element_size())  # type: ignore[no-untyped-call]  # unannotated in torch
+    copy = torch.empty(0, dtype=value.dtype).set_(storage, 0, value.shape, _contiguous_strides(value.shape))
+    return copy.copy_(value.detach())
+
+
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(1, size)
+    return tuple(reversed(strides))
 
 
 def device_type(value: Any) -> str:

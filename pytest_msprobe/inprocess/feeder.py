@@ -1,6 +1,8 @@
 """The thread between the capture and the worker processes: each captured call becomes a one-call tensor dump
 (online/spool.py) that a worker checks by the one protocol in replay mode (online/checking.py's CheckerPool),
-and each answer becomes the call's record.
+and each answer becomes the call's record. Only the dump's entry goes to disk: its tensors, the host copies the
+capture made, reach the worker through shared memory (torch.multiprocessing's reductions move their storage
+there once), and are written as files only when the call is kept.
 
 The feeder owns the pool and the spool folder; the capturing thread only puts calls in and the records come
 out in `records`, by the call's sequence number. A call is given back to the byte budget once its record is
@@ -57,6 +59,7 @@ class Sent:
     api: str
     step: int
     rank: int
+    held: dict[str, Any] = field(default_factory=dict)  # its tensors by data_name, in memory until its record
 
 
 @dataclass
@@ -80,7 +83,15 @@ class Feeder:
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """The workers start now (their imports take seconds), the feeder thread too."""
+        import torch.multiprocessing  # noqa: F401  # its reductions send the tensors through shared memory
+
         self.specs = online_specs(self.base.specs_file)
+        self.options: CheckOptions | None = None  # the base, told the recording device by the first call
+        try:
+            self.pool = CheckerPool(self.workers, self.base, timeout=self.timeout)
+        except Exception as exc:
+            self.error = f"the worker processes cannot start: {type(exc).__name__}: {exc}".splitlines()[0]
         self._thread = threading.Thread(target=self._run, name="msprobe-inprocess-feeder", daemon=True)
         self._thread.start()
 
@@ -126,8 +137,8 @@ class Feeder:
             return
         folder = sent.folder
         try:
-            dump_json, _ = spool.write(call, folder)
-            self._pool(item.device).submit(sequence, dump_json, spool.entry_name(call))
+            dump_json, _ = spool.write(call, folder, held=sent.held)  # the entry on disk, the tensors in memory
+            self.pool.submit(sequence, dump_json, spool.entry_name(call), self._options(item.device), sent.held)
         except Exception as exc:  # a full disk, workers that cannot start: nothing more can be checked
             self.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
             shutil.rmtree(folder, ignore_errors=True)
@@ -135,12 +146,11 @@ class Feeder:
             return
         self.sent[sequence] = sent
 
-    def _pool(self, device: str) -> Any:
-        if self.pool is None:
+    def _options(self, device: str) -> CheckOptions:
+        if self.options is None:
             self.recorded_on = self.recorded_on or device
-            options = replace(self.base, recorded_on=self.recorded_on)
-            self.pool = CheckerPool(self.workers, options, timeout=self.timeout)
-        return self.pool
+            self.options = replace(self.base, recorded_on=self.recorded_on)
+        return self.options
 
     def _collect(self, timeout: float) -> None:
         try:
@@ -160,6 +170,7 @@ class Feeder:
                 self.crashed += 1
                 record = not_checked(sent.name, value)
             if not record.get("not_checked") and self.keep(sent.api, record):
+                spool.save_held(sent.held, sent.folder)
                 self.kept[sequence] = sent.folder
             else:
                 shutil.rmtree(sent.folder, ignore_errors=True)
@@ -167,6 +178,7 @@ class Feeder:
 
     def _finish(self, sequence: int, sent: Sent, record: dict[str, Any]) -> None:
         self.records[sequence] = placed(record, self.out, sent.step, sent.rank)
+        sent.held.clear()
         self.budget.release(sent.nbytes)
 
 

@@ -195,7 +195,15 @@ def _tensor(leaf: dict[str, Any], ctx: BuildContext, where: str) -> torch.Tensor
 def load_saved(
     leaf: dict[str, Any], ctx: BuildContext, where: str, dtype: torch.dtype, shape: list[int]
 ) -> torch.Tensor | None:
-    """A leaf's saved tensor file, loaded safely within the size limit; None when the dump did not save it."""
+    """A leaf's saved tensor file, loaded safely within the size limit; None when the dump did not save it. A
+    tensor the dump holds in memory under the leaf's data_name (Dump.held) is that file's content."""
+    held = ctx.dump.held.get(str(leaf.get("data_name"))) if ctx.dump.held else None
+    if isinstance(held, torch.Tensor):
+        if list(held.shape) != shape:
+            raise InputError(f"{where}: the tensor given for it has shape {list(held.shape)}, the dump says {shape}")
+        ctx.loaded_files += 1
+        ctx.devices.add("cpu")
+        return held.to(dtype) if held.dtype != dtype else held
     try:
         path = resolve_tensor_path(ctx.dump, leaf)
     except ValueError as exc:

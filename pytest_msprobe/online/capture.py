@@ -105,7 +105,7 @@ class _Forward(_FunctionMode):  # type: ignore[misc]
             api = f"{named[0]}.{named[1]}"
             wanted = self.capture.wants(api)
             before = wanted and in_place(named[1])
-            seen = tuple(a.detach().clone() if before and isinstance(a, torch.Tensor) else a for a in args)
+            seen = tuple(self.capture.copy(a) if before and isinstance(a, torch.Tensor) else a for a in args)
             out = func(*args, **kwargs)
             if wanted:
                 self.capture.sink(api, seen, kwargs, out)
@@ -125,7 +125,7 @@ class _Aten(_DispatchMode):  # type: ignore[misc]
         api = f"Aten.{name}"
         wanted = name not in ATEN_NOT_SEEN and self.capture.wants(api)
         before = wanted and in_place(name)
-        seen = tuple(a.detach().clone() if before and isinstance(a, torch.Tensor) else a for a in args)
+        seen = tuple(self.capture.copy(a) if before and isinstance(a, torch.Tensor) else a for a in args)
         out = func(*args, **kwargs)
         if wanted:
             self.capture.sink(api, seen, kwargs, out)
@@ -134,14 +134,16 @@ class _Aten(_DispatchMode):  # type: ignore[misc]
 
 class Capture:
     """The modes around a block of a training step; `wants(api)` says which calls reach the sink (all by
-    default), `backward` whether the step's backward is seen."""
+    default), `backward` whether the step's backward is seen, `copy` how an in-place call's tensor arguments are
+    copied before it runs (a clone where they are, by default)."""
 
     def __init__(self, sink: Sink, backward: bool = True, level: str = "api",
-                 wants: Callable[[str], bool] | None = None) -> None:
+                 wants: Callable[[str], bool] | None = None, copy: Callable[[Any], Any] | None = None) -> None:
         if level not in LEVELS:
             raise ValueError(f"level={level!r}: one of {', '.join(LEVELS)}")
         self.sink, self.backward, self.level = sink, backward, level
         self.wants: Callable[[str], bool] = wants or (lambda api: True)
+        self.copy: Callable[[Any], Any] = copy or (lambda t: t.detach().clone())
         self.names = api_names() if level == "api" else {}
         self._modes: list[Any] = []
         self._patched: Any = None

@@ -55,17 +55,21 @@ def online_specs(specs_file: str | None) -> dict[str, Any]:
     return specs
 
 
-def check_call(dump_json: Path, entry_name: str, options: Any, specs: dict[str, Any]) -> dict[str, Any]:
+def check_call(dump_json: Path, entry_name: str, options: Any, specs: dict[str, Any],
+               held: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record of a received call's one-call dump: the check every online call gets, in the session's
-    process or in a worker."""
+    process or in a worker. `held`: its tensors by data_name, given in memory instead of as files."""
     from ..check import check_entry
     from ..dump.reader import load_dump
     from ..runs.memory import keep_freed_memory, release_freed_memory
 
     keep_freed_memory()
+    dump = load_dump(dump_json)
+    dump.held = held or {}
     try:
-        return check_entry(load_dump(dump_json), entry_name, options, specs)
+        return check_entry(dump, entry_name, options, specs)
     finally:
+        dump.held = {}
         release_freed_memory()
 
 
@@ -109,13 +113,16 @@ def changed_input(data: Any, api: str) -> str | None:
 # ------------------------------------------------------------------------------------------ worker processes
 
 def serve(conn: Connection, options: Any, env: dict[str, str]) -> None:
-    """A worker's life: take (dump.json, entry) until STOP, answer each with ("ok", record) or ("raised",
-    traceback text). Ctrl-C reaches the whole process group: only the session acts on it."""
+    """A worker's life: take (dump.json, entry, options or None, tensors or None) until STOP, answer each with
+    ("ok", record) or ("raised", traceback text); a task's own options replace the worker's for that call, and
+    its tensors (shared memory, by data_name) its files. Ctrl-C reaches the whole process group: only the
+    session acts on it."""
     import os
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(env)  # device pinning, before torch is imported
     import torch
+    import torch.multiprocessing  # noqa: F401  # its reductions receive a task's tensors through shared memory
 
     from ..runs.backends import make_current
 
@@ -123,6 +130,9 @@ def serve(conn: Connection, options: Any, env: dict[str, str]) -> None:
     if options.device_index is not None:
         make_current(options.device, options.device_index)  # as the first item does in one process
     specs = online_specs(options.specs_file)
+    from ..check.compare import warm_up
+
+    warm_up(options.standard)  # the compiled checks load before the first call, not inside its timeout
     conn.send(("ready", None))
     while True:
         try:
@@ -131,9 +141,9 @@ def serve(conn: Connection, options: Any, env: dict[str, str]) -> None:
             return
         if task is STOP:
             return
-        dump_json, entry_name = task
+        dump_json, entry_name, own, held = task
         try:
-            answer: tuple[str, Any] = ("ok", check_call(Path(dump_json), entry_name, options, specs))
+            answer: tuple[str, Any] = ("ok", check_call(Path(dump_json), entry_name, own or options, specs, held))
         except Exception:
             answer = ("raised", traceback.format_exc())
         conn.send(answer)
@@ -184,7 +194,7 @@ class CheckerPool:
         self.crashed = 0
         self.failed_starts = 0
         self.workers = [self._start(i) for i in range(size)]
-        self.waiting: list[tuple[Any, str, str]] = []  # (key, dump.json, entry) no worker has taken yet
+        self.waiting: list[tuple[Any, ...]] = []  # (key, dump.json, entry, options, tensors) not taken yet
 
     def _start(self, slot: int) -> _Worker:
         ours, theirs = self.context.Pipe()
@@ -202,9 +212,12 @@ class CheckerPool:
     def busy(self) -> int:
         return sum(w.task is not None for w in self.workers) + len(self.waiting)
 
-    def submit(self, key: Any, dump_json: Path, entry_name: str) -> None:
-        """Queue a call; it goes to the first worker that is ready."""
-        self.waiting.append((key, str(dump_json), entry_name))
+    def submit(self, key: Any, dump_json: Path, entry_name: str, options: Any = None,
+               held: dict[str, Any] | None = None) -> None:
+        """Queue a call; it goes to the first worker that is ready. `options`: this call's own, else the pool's
+        (the in-process check learns the recording device from the first call, after its workers started);
+        `held`: its tensors by data_name, sent through shared memory instead of read from files."""
+        self.waiting.append((key, str(dump_json), entry_name, options, held))
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -212,13 +225,13 @@ class CheckerPool:
             if not self.waiting:
                 return
             if worker.ready and worker.task is None:
-                key, dump_json, entry_name = self.waiting.pop(0)
+                key, *task = self.waiting.pop(0)
                 try:
-                    worker.conn.send((dump_json, entry_name))
+                    worker.conn.send(tuple(task))
                 except OSError:  # died while idle: found by results()
-                    self.waiting.insert(0, (key, dump_json, entry_name))
+                    self.waiting.insert(0, (key, *task))
                     continue
-                worker.task, worker.what, worker.since = key, entry_name, time.monotonic()
+                worker.task, worker.what, worker.since = key, task[1], time.monotonic()
 
     def results(self, timeout: float) -> list[tuple[Any, tuple[str, Any]]]:
         """Wait up to `timeout` seconds for answers; every finished call's (key, answer)."""

@@ -25,8 +25,9 @@ def entry_name(call: ApiData) -> str:
 
 
 class _Writer:
-    def __init__(self, folder: Path, prefix: str, save: bool = True) -> None:
+    def __init__(self, folder: Path, prefix: str, save: bool = True, held: dict[str, Any] | None = None) -> None:
         self.save = save  # False: shapes and dtypes only (a call skipped before it is checked)
+        self.held = held  # not None: each tensor named and kept here instead of saved (save_held writes them)
         self.tensors = folder / "dump_tensor_data"
         self.prefix = prefix
         self.count = 0
@@ -71,17 +72,30 @@ class _Writer:
         name = f"{self.prefix}.{where}.pt"
         if t.untyped_storage().nbytes() > t.numel() * t.element_size():
             t = t.clone()  # a view of a larger storage: save only its own elements
+        self.nbytes += t.numel() * t.element_size()
+        if self.held is not None:
+            self.held[name] = t.detach()
+            return {**meta, "data_name": name}
         if not self.count:
             self.tensors.mkdir(parents=True, exist_ok=True)
         torch.save(t.detach(), self.tensors / name)
         self.count += 1
-        self.nbytes += t.numel() * t.element_size()
         return {**meta, "data_name": name}
 
 
-def entry(call: ApiData, folder: Path, tensors: bool = True) -> tuple[dict[str, Any], int]:
-    """The dump entry of a call (its tensors written under folder/dump_tensor_data) and the tensor bytes."""
-    writer = _Writer(folder, call.name, tensors)
+def save_held(held: dict[str, Any], folder: Path) -> None:
+    """Write the tensors `write(..., held=)` kept in memory as the one-call dump's files."""
+    if held:
+        (folder / "dump_tensor_data").mkdir(parents=True, exist_ok=True)
+    for name, t in held.items():
+        torch.save(t, folder / "dump_tensor_data" / name)
+
+
+def entry(call: ApiData, folder: Path, tensors: bool = True,
+          held: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+    """The dump entry of a call (its tensors written under folder/dump_tensor_data, or put in `held` by their
+    data_name) and the tensor bytes."""
+    writer = _Writer(folder, call.name, tensors, held)
     result = call.result
     outputs = list(result) if isinstance(result, (tuple, list)) else [result]
     body = {"input_args": writer.encode(list(call.args), f"{DIRECTION}.input"),
@@ -90,11 +104,12 @@ def entry(call: ApiData, folder: Path, tensors: bool = True) -> tuple[dict[str, 
     return body, writer.nbytes
 
 
-def write(call: ApiData, folder: Path, tensors: bool = True) -> tuple[Path, int]:
+def write(call: ApiData, folder: Path, tensors: bool = True, held: dict[str, Any] | None = None) -> tuple[Path, int]:
     """One-call tensor dump of `call` in `folder`; returns (dump.json, tensor bytes). Without `tensors`, only
-    their shapes and dtypes (the dump of a call that is skipped)."""
+    their shapes and dtypes (the dump of a call that is skipped); with `held`, the tensors go there by their
+    data_name, not to files (the in-process check hands them to its worker in memory)."""
     folder.mkdir(parents=True, exist_ok=True)
-    body, nbytes = entry(call, folder, tensors)
+    body, nbytes = entry(call, folder, tensors, held)
     doc = {"task": "tensor", "level": "L1", "framework": "pytorch", "dump_data_dir": str(folder / "dump_tensor_data"),
            "online": {"rank": call.rank, "step": call.step}, "data": {entry_name(call): body}}
     path = folder / "dump.json"
