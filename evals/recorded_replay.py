@@ -44,14 +44,15 @@ def dump_file(out: Path, which: str) -> Path:
 # --------------------------------------------------------------------------- the model (child only)
 
 
-def build_moe(dt: Any) -> tuple[Any, Callable[[], Any]]:
+def build_moe(dt: Any, sizes: dict[str, int] | None = None) -> tuple[Any, Callable[[], Any]]:
     """A Llama-style decoder whose MLP is a Mixtral-style mixture of experts; layer 0 routes by ReLU (zeros
-    tie in topk), layer 1 by softmax; layer 0 combines with index_add_, layer 1 with scatter_add_."""
+    tie in topk), layer 1 by softmax; layer 0 combines with index_add_, layer 1 with scatter_add_. `sizes`
+    replaces SIZES' entries (a benchmark's larger model)."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
-    c = SIZES
+    c = {**SIZES, **(sizes or {})}
     hidden, heads, hd, experts, top = c["hidden"], c["heads"], c["hidden"] // c["heads"], c["experts"], c["top"]
 
     RMSNorm, rope = llama_parts(hidden)
