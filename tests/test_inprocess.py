@@ -301,3 +301,23 @@ def test_a_held_tensor_stands_for_its_file(tmp_path: Path) -> None:
     wrong = {name: torch.zeros(3) for name in held}
     record = check_call(dump_json, "Torch.exp.0.forward", options, specs, wrong)
     assert record["status"] == "SKIP" and "the tensor given for it has shape [3]" in record["message"]
+
+
+def test_torch_npu_functions_are_named_npu_when_the_step_imported_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from pytest_msprobe.online.capture import Capture
+
+    def npu_scale(x: torch.Tensor) -> torch.Tensor:  # as torch_npu's bindings do: modes see the call
+        if torch.overrides.has_torch_function((x,)):
+            return torch.overrides.handle_torch_function(npu_scale, (x,), x)
+        return x * 2
+
+    fake = types.ModuleType("torch_npu")
+    fake.npu_scale = npu_scale  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch_npu", fake)
+    seen: list[str] = []
+    x = torch.ones(2)
+    with Capture(lambda api, args, kwargs, out: seen.append(api), backward=False):
+        npu_scale(x)
+    assert seen == ["NPU.npu_scale"]

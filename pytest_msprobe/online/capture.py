@@ -13,6 +13,7 @@ computes without the capture: the modes call each function with the arguments th
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable
 
@@ -44,9 +45,14 @@ _hint = threading.local()  # the operator being called in this thread: (type, na
 
 
 def api_names() -> dict[Any, tuple[str, str]]:
-    """func -> (msprobe API type, name) for the public functions of torch.nn.functional, torch and Tensor."""
+    """func -> (msprobe API type, name) for the public functions of torch.nn.functional, torch and Tensor, and
+    of torch_npu (`NPU.npu_rms_norm`) where the step has imported it (it is never imported here: without CANN
+    it cannot be)."""
     table: dict[Any, tuple[str, str]] = {}
-    for prefix, owner in (("Tensor", torch.Tensor), ("Torch", torch), ("Functional", torch.nn.functional)):
+    owners: list[tuple[str, Any]] = [("Tensor", torch.Tensor), ("Torch", torch), ("Functional", torch.nn.functional)]
+    if sys.modules.get("torch_npu") is not None:
+        owners.insert(0, ("NPU", sys.modules["torch_npu"]))  # last wins: torch's own names keep their type
+    for prefix, owner in owners:
         for name in dir(owner):
             if name.startswith("_") and name not in _DUNDERS or name in NOT_SEEN:
                 continue
