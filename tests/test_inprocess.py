@@ -321,3 +321,23 @@ def test_torch_npu_functions_are_named_npu_when_the_step_imported_it(monkeypatch
     with Capture(lambda api, args, kwargs, out: seen.append(api), backward=False):
         npu_scale(x)
     assert seen == ["NPU.npu_scale"]
+
+
+def test_the_example_loop_passes_and_its_bug_fails_as_the_page_shows(tmp_path: Path) -> None:
+    from tests.doc_samples import missing_from
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    runs = {}
+    for arg in ("fine", "bug"):
+        (tmp_path / arg).mkdir()
+        flags = ["--bug"] if arg == "bug" else []
+        runs[arg] = subprocess.run([sys.executable, str(ROOT / "examples/in_training/train.py"), *flags],
+                                   capture_output=True, text=True, cwd=tmp_path / arg, env=env, timeout=600)
+    assert runs["fine"].returncode == 0 and " 0 not checked" in runs["fine"].stderr, runs["fine"].stderr[-2000:]
+    assert runs["bug"].returncode == 1
+    shown = missing_from(runs["bug"].stderr, "docs/how-to/check-a-training-step.md", 0)
+    assert shown is None, runs["bug"].stderr[-2000:]
+    replay = subprocess.run([sys.executable, "-m", "pytest", "msprobe_inprocess/dump", "--msprobe-mode", "replay",
+                             "-p", "no:cacheprovider", "-q"], capture_output=True, text=True, cwd=tmp_path / "bug",
+                            env=env, timeout=600)
+    assert replay.returncode == 1 and "2 failed" in replay.stdout, replay.stdout[-2000:]

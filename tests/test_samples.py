@@ -74,6 +74,8 @@ HELD_ELSEWHERE: dict[tuple[str, int], tuple[str, str]] = {
     ("docs/how-to/online.md", 1): ("test_online_gate.py", "test_quiet_clients_that_stop_later_are_named_once"),
     ("docs/how-to/online.md", 2): ("test_online_msprobe.py", "test_the_example_client_one_process_and_two_ranks"),
     ("docs/reference/options.md", 0): ("test_plugin.py", "test_a_former_option_still_works_and_says_its_replacement_once"),
+    ("docs/how-to/check-a-training-step.md", 0): ("test_inprocess.py",
+                                                  "test_the_example_loop_passes_and_its_bug_fails_as_the_page_shows"),
 }
 
 

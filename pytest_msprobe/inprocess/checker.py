@@ -109,10 +109,10 @@ class Checking(contextlib.ContextDecorator):
         settings = Settings(check_options=told, standard=self.options.standard)
         self.summary = outputs.write(self.out, [records[k] for k in sorted(records)], self.feeder.kept,
                                      self.sampling(), settings)
+        if kind is None and self.options.fail and not self.summary.ok:
+            raise CheckFailed(self.summary)  # its message is the summary
         if not self.options.quiet:
             print(self.summary.line, file=sys.stderr)
-        if kind is None and self.options.fail and not self.summary.ok:
-            raise CheckFailed(self.summary)
 
     def step(self) -> None:
         """Start the next training step: msprobe numbers each step's calls from 0."""
