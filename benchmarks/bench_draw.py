@@ -77,17 +77,11 @@ def measure_dump(dump_path: str) -> dict[str, dict[str, float]]:
     from pytest_msprobe.check.prepare import Build, build_inputs, checkable_entries, encoded_arguments
     from pytest_msprobe.dump.reader import load_dump, parse_entry_name
     from pytest_msprobe.inputs.seeds import item_seed
-    from pytest_msprobe.runs.execution import (
-        RAISABLE,
-        Device,
-        Plan,
-        PrecisionPolicy,
-        Target,
-        first_output_dtype,
-        make_side,
-        plan_precision,
-        resolve,
-    )
+    from pytest_msprobe.runs.execution import RAISABLE, Device, Target, first_output_dtype, make_side, resolve
+    try:  # a tree with runs/precision.py
+        from pytest_msprobe.runs.precision import Plan, PrecisionPolicy, plan_precision
+    except ImportError:
+        from pytest_msprobe.runs.execution import Plan, PrecisionPolicy, plan_precision  # type: ignore[attr-defined,no-redef]  # an older tree
     from pytest_msprobe.runs.third_run import RunInputs, third_run
     try:  # a tree whose sides share the inputs the call does not write
         from pytest_msprobe.runs import sharing

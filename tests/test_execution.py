@@ -12,17 +12,8 @@ import torch
 from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump.reader import load_dump
 from pytest_msprobe.runs.backends import select as select_device
-from pytest_msprobe.runs.execution import (
-    HF32_BITS,
-    NotCheckable,
-    PrecisionPolicy,
-    Target,
-    _getitem,
-    make_side,
-    pair_cotangents,
-    plan_precision,
-    round_mantissa,
-)
+from pytest_msprobe.runs.execution import NotCheckable, Target, _getitem, make_side, pair_cotangents
+from pytest_msprobe.runs.precision import HF32_BITS, PrecisionPolicy, plan_precision, round_mantissa
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs
 from tests.helpers import tensor

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_msprobe.runs.execution import HF32_BITS, TF32_BITS
+from pytest_msprobe.runs.precision import HF32_BITS, TF32_BITS
 from tests.helpers import EXAMPLES, records, tensor
 
 LEAN = ("-p", "no:cacheprovider")
@@ -49,7 +49,7 @@ def conv_tensor_dump(root: Path, location: str, bits: int | None) -> Path:
     """A PyTorch tensor dump of one fp32 conv2d, its output computed in full fp32 (a CPU, or a GPU with TF32
     off) or from inputs rounded to `bits` mantissa bits (Ascend's HF32 cube, cuDNN's TF32), every tensor saved as
     if from `location`."""
-    from pytest_msprobe.runs.execution import round_mantissa
+    from pytest_msprobe.runs.precision import round_mantissa
 
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 8, 10, 10, generator=gen), torch.randn(16, 8, 3, 3, generator=gen) * 0.2

@@ -212,7 +212,7 @@ def test_the_worked_example_sound_kernel_passes_and_the_bf16_rowsum_fails(pytest
 
 
 def test_rms_norms_bench_is_fp64_under_strict_only() -> None:
-    from pytest_msprobe.runs.execution import PrecisionPolicy, plan_precision
+    from pytest_msprobe.runs.precision import PrecisionPolicy, plan_precision
     from pytest_msprobe.specs.loader import load_specs
 
     specs = load_specs()

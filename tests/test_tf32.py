@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from pytest_msprobe.runs.backends import Backend, CpuBackend, CudaBackend
-from pytest_msprobe.runs.execution import Device, input_rounding, round_mantissa
+from pytest_msprobe.runs.execution import Device
+from pytest_msprobe.runs.precision import input_rounding, round_mantissa
 from pytest_msprobe.specs.loader import load_specs
 from tests.helpers import tensor
 

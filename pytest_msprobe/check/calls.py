@@ -15,7 +15,8 @@ import torch
 from ..inputs.build import InputError
 from ..records.record import Record
 from ..runs import backends
-from ..runs.execution import HF32_BITS, Device, NotCheckable, backward, pair_cotangents, round_mantissa
+from ..runs.execution import Device, NotCheckable, backward, pair_cotangents
+from ..runs.precision import HF32_BITS, round_mantissa
 from ..verdict import standards
 
 

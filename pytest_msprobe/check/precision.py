@@ -12,18 +12,8 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from ..runs.execution import (
-    RAISABLE,
-    TF32_BITS,
-    Device,
-    Plan,
-    PrecisionPolicy,
-    first_output_dtype,
-    input_rounding,
-    map_structure,
-    plan_precision,
-    tensors_of,
-)
+from ..runs.execution import RAISABLE, Device, first_output_dtype, map_structure, tensors_of
+from ..runs.precision import TF32_BITS, Plan, PrecisionPolicy, input_rounding, plan_precision
 from ..runs.third_run import autocast_round
 from ..settings import CheckOptions
 from ..specs.loader import error_kind, in_list

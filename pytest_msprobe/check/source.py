@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 from ..dump.reader import Dump
 from ..records.record import Record
-from ..runs.execution import Plan, Shared
+from ..runs.execution import Shared
+from ..runs.precision import Plan
 from ..settings import CheckOptions
 from . import calls
 from .placement import Placement
