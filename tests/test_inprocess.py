@@ -341,3 +341,13 @@ def test_the_example_loop_passes_and_its_bug_fails_as_the_page_shows(tmp_path: P
                              "-p", "no:cacheprovider", "-q"], capture_output=True, text=True, cwd=tmp_path / "bug",
                             env=env, timeout=600)
     assert replay.returncode == 1 and "2 failed" in replay.stdout, replay.stdout[-2000:]
+
+
+def test_as_a_decorator_each_call_of_the_function_is_one_checked_block(tmp_path: Path) -> None:
+    @pytest_msprobe.checking(out=tmp_path / "out", workers=1, quiet=True)
+    def train_step(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x)
+
+    x = torch.randn(16, 16)
+    assert torch.equal(train_step(x), torch.tanh(x))
+    assert [r["api"] for r in _records(tmp_path / "out")] == ["Torch.tanh.0"]

@@ -10,6 +10,8 @@ given its bytes in the budget (inprocess/queue.py) and copied to the host once; 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -41,7 +43,7 @@ class CheckFailed(AssertionError):
 
 @dataclass(frozen=True)
 class Options:
-    """`checking()`'s keywords (docs/how-to/check-in-training.md)."""
+    """`checking()`'s keywords (docs/how-to/check-a-training-step.md)."""
 
     out: str | Path = "msprobe_inprocess"
     apis: Sequence[str] | None = None  # msprobe's `list`: full call names, or parts of API names
@@ -92,9 +94,8 @@ class Checking(contextlib.ContextDecorator):
         self.seen = self.sampled_out = 0
         self.unsent: dict[int, dict[str, Any]] = {}  # calls the budget refused
         self.budget, self.calls = Budget(o.queue_bytes), Calls()
-        base = CheckOptions(device="cpu", mode="replay", standard=o.standard,
-                            recorded_on=o.device or "auto")
-        self.feeder = Feeder(self.calls, self.budget, self.out, base, o.workers,
+        self.base = CheckOptions(device="cpu", mode="replay", standard=o.standard, recorded_on=o.device or "auto")
+        self.feeder = Feeder(self.calls, self.budget, self.out, self.base, o.workers,
                              keep=outputs.keeper(o.keep), timeout=o.timeout, recorded_on=o.device)
         self.feeder.start()
         self.capture.__enter__()
@@ -105,8 +106,8 @@ class Checking(contextlib.ContextDecorator):
         self.calls.close()
         self.feeder.join()
         records = {**self.feeder.records, **self.unsent}
-        told = CheckOptions(device="cpu", mode="replay", recorded_on=self.feeder.recorded_on or "auto")
-        settings = Settings(check_options=told, standard=self.options.standard)
+        told = dataclasses.replace(self.base, recorded_on=self.feeder.recorded_on or "auto")
+        settings = Settings(check_options=told, standard=self.options.standard)  # for the page and the replay line
         self.summary = outputs.write(self.out, [records[k] for k in sorted(records)], self.feeder.kept,
                                      self.sampling(), settings)
         if kind is None and self.options.fail and not self.summary.ok:
@@ -175,16 +176,7 @@ def host_copy(value: Any) -> Any:
 
 def _shared_copy(value: torch.Tensor) -> torch.Tensor:
     storage = torch.UntypedStorage._new_shared(value.numel() * value.element_size())  # type: ignore[no-untyped-call]  # unannotated in torch
-    copy = torch.empty(0, dtype=value.dtype).set_(storage, 0, value.shape, _contiguous_strides(value.shape))
-    return copy.copy_(value.detach())
-
-
-def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(1, size)
-    return tuple(reversed(strides))
+    return torch.empty(0, dtype=value.dtype).set_(storage).view(value.shape).copy_(value.detach())
 
 
 def device_type(value: Any) -> str:
@@ -198,6 +190,4 @@ def device_type(value: Any) -> str:
 
 
 def _rank(rank: int | None) -> int:
-    import os
-
     return int(os.environ.get("RANK", "0")) if rank is None else rank

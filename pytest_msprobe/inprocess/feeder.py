@@ -78,7 +78,6 @@ class Feeder:
     sent: dict[int, Sent] = field(default_factory=dict)
     kept: dict[int, Path] = field(default_factory=dict)  # sequence -> the one-call dump that stays
     error: str | None = None
-    crashed: int = 0
     pool: Any = None
     _thread: threading.Thread | None = None
 
@@ -167,7 +166,6 @@ class Feeder:
                                 message="the check raised in a worker process").to_dict()
                 record["traceback"] = value
             else:
-                self.crashed += 1
                 record = not_checked(sent.name, value)
             if not record.get("not_checked") and self.keep(sent.api, record):
                 spool.save_held(sent.held, sent.folder)
