@@ -23,6 +23,7 @@ import torch
 
 from ..online.capture import Capture, in_place, plain_kwargs
 from ..online.safeload import ApiData
+from ..runs.execution import map_structure, tensors_of
 from ..settings import CheckOptions, Settings
 from . import outputs
 from .feeder import Captured, Feeder, not_checked
@@ -146,13 +147,7 @@ class Checking(contextlib.ContextDecorator):
 
 
 def tensor_bytes(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(tensor_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(tensor_bytes(v) for v in value.values())
-    return 0
+    return sum(t.numel() * t.element_size() for t in tensors_of(value))
 
 
 SHARED_FROM = 1 << 16  # bytes: a tensor this large is copied straight into shared memory
@@ -162,16 +157,15 @@ def host_copy(value: Any) -> Any:
     """The value with each tensor copied to the host once (the step may change its own right after). A large
     one is copied into shared memory, which the worker then maps: no second copy to send it, and its pages
     go back to the system when it is checked (the process's heap would keep them)."""
-    if isinstance(value, torch.Tensor):  # requires_grad kept: the dump says which inputs had gradients
-        copy = _shared_copy(value) if value.numel() * value.element_size() >= SHARED_FROM and \
-            value.layout == torch.strided else value.detach().to("cpu", copy=True)
-        return copy.requires_grad_() if value.requires_grad else copy
-    if isinstance(value, (list, tuple)):
-        items = [host_copy(v) for v in value]
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict):
-        return {k: host_copy(v) for k, v in value.items()}
-    return value
+    return map_structure(_host_tensor, value)
+
+
+def _host_tensor(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    copy = _shared_copy(value) if value.numel() * value.element_size() >= SHARED_FROM and \
+        value.layout == torch.strided else value.detach().to("cpu", copy=True)
+    return copy.requires_grad_() if value.requires_grad else copy  # the dump says which inputs had gradients
 
 
 def _shared_copy(value: torch.Tensor) -> torch.Tensor:
@@ -180,13 +174,8 @@ def _shared_copy(value: torch.Tensor) -> torch.Tensor:
 
 
 def device_type(value: Any) -> str:
-    """The device type of the first tensor in value: cuda and npu as themselves, anything else as cpu."""
-    if isinstance(value, torch.Tensor):
-        return value.device.type if value.device.type in ("cuda", "npu") else "cpu"
-    if isinstance(value, (list, tuple)):
-        found = [device_type(v) for v in value]
-        return next((d for d in found if d != "cpu"), "cpu")
-    return "cpu"
+    """The accelerator a tensor in value is on (cuda, npu), else cpu."""
+    return next((t.device.type for t in tensors_of(value) if t.device.type in ("cuda", "npu")), "cpu")
 
 
 def _rank(rank: int | None) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..runs.execution import map_structure
 from . import protocol
 from .capture import Capture, plain_kwargs
 from .endpoint import parse
@@ -72,14 +73,7 @@ def encode_nfs(call: ApiData | str) -> bytes:
 
 
 def _snapshot(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, (list, tuple)):
-        items = [_snapshot(v) for v in value]
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
-    return value
+    return map_structure(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, value)
 
 
 @dataclass(frozen=True)
