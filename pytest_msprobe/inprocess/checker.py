@@ -10,7 +10,6 @@ given its bytes in the budget (inprocess/queue.py) and copied to the host once; 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 from collections import defaultdict
@@ -97,7 +96,7 @@ class Checking(contextlib.ContextDecorator):
         self.budget, self.calls = Budget(o.queue_bytes), Calls()
         self.base = CheckOptions(device="cpu", mode="replay", standard=o.standard, recorded_on=o.device or "auto")
         self.feeder = Feeder(self.calls, self.budget, self.out, self.base, o.workers,
-                             keep=outputs.keeper(o.keep), timeout=o.timeout, recorded_on=o.device)
+                             keep=outputs.keeper(o.keep), timeout=o.timeout)
         self.feeder.start()
         self.capture.__enter__()
         return self
@@ -107,8 +106,8 @@ class Checking(contextlib.ContextDecorator):
         self.calls.close()
         self.feeder.join()
         records = {**self.feeder.records, **self.unsent}
-        told = dataclasses.replace(self.base, recorded_on=self.feeder.recorded_on or "auto")
-        settings = Settings(check_options=told, standard=self.options.standard)  # for the page and the replay line
+        # the workers' options (told the recording device by the first call), for the page and the replay line
+        settings = Settings(check_options=self.feeder.options or self.base, standard=self.options.standard)
         self.summary = outputs.write(self.out, [records[k] for k in sorted(records)], self.feeder.kept,
                                      self.sampling(), settings)
         if kind is None and self.options.fail and not self.summary.ok:

@@ -69,11 +69,10 @@ class Feeder:
     calls: Calls
     budget: Budget
     out: Path  # the block's folder: the spool is its calls/, the records name its dump/
-    base: CheckOptions  # the workers' options but for recorded_on, which the first call's tensors tell
+    base: CheckOptions  # the workers' options; recorded_on "auto": the first call's tensors tell
     workers: int
     keep: Callable[[str, dict[str, Any]], bool]  # (API, record) -> whether its one-call dump stays
     timeout: float | None = None
-    recorded_on: str | None = None
     records: dict[int, dict[str, Any]] = field(default_factory=dict)
     sent: dict[int, Sent] = field(default_factory=dict)
     kept: dict[int, Path] = field(default_factory=dict)  # sequence -> the one-call dump that stays
@@ -147,8 +146,8 @@ class Feeder:
 
     def _options(self, device: str) -> CheckOptions:
         if self.options is None:
-            self.recorded_on = self.recorded_on or device
-            self.options = replace(self.base, recorded_on=self.recorded_on)
+            told = self.base.recorded_on if self.base.recorded_on != "auto" else device
+            self.options = replace(self.base, recorded_on=told)
         return self.options
 
     def _collect(self, timeout: float) -> None:

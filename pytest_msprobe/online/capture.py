@@ -108,16 +108,9 @@ class _Forward(_FunctionMode):  # type: ignore[misc]
             return func(*args, **kwargs)
         self.depth += 1  # nothing the call (or the sink) runs is seen
         try:
-            api = f"{named[0]}.{named[1]}"
-            wanted = self.capture.wants(api)
-            before = wanted and in_place(named[1])
-            seen = tuple(self.capture.copy(a) if before and isinstance(a, torch.Tensor) else a for a in args)
-            out = func(*args, **kwargs)
-            if wanted:
-                self.capture.sink(api, seen, kwargs, out)
+            return self.capture.see(named[0], named[1], func, args, kwargs)
         finally:
             self.depth -= 1
-        return out
 
 
 class _Aten(_DispatchMode):  # type: ignore[misc]
@@ -126,16 +119,10 @@ class _Aten(_DispatchMode):  # type: ignore[misc]
         self.capture = capture
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        api = f"Aten.{name}"
-        wanted = name not in ATEN_NOT_SEEN and self.capture.wants(api)
-        before = wanted and in_place(name)
-        seen = tuple(self.capture.copy(a) if before and isinstance(a, torch.Tensor) else a for a in args)
-        out = func(*args, **kwargs)
-        if wanted:
-            self.capture.sink(api, seen, kwargs, out)
-        return out
+        if name in ATEN_NOT_SEEN:
+            return func(*args, **(kwargs or {}))
+        return self.capture.see("Aten", name, func, args, kwargs or {})
 
 
 class Capture:
@@ -164,6 +151,17 @@ class Capture:
         if self.backward and self.level == "api":
             self._patch_backward()
         return self
+
+    def see(self, kind: str, name: str, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """Run one call of `kind.name` and hand it to the sink if it is wanted, an in-place call's tensor
+        arguments copied before it runs."""
+        api = f"{kind}.{name}"
+        if not self.wants(api):
+            return func(*args, **kwargs)
+        seen = tuple(self.copy(a) if isinstance(a, torch.Tensor) else a for a in args) if in_place(name) else args
+        out = func(*args, **kwargs)
+        self.sink(api, seen, kwargs, out)
+        return out
 
     def __exit__(self, *exc: Any) -> None:
         if self._patched is not None:
