@@ -10,6 +10,7 @@ import os
 import pickle
 import socket
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -404,3 +405,22 @@ def test_nfs_receiver_says_when_others_can_write_to_its_folder(tmp_path: Path) -
         receiver.close()
         assert any("writable by its group or by others" in line for line in receiver.stats.lines) == warned, mode
 
+
+
+def test_nfs_receiver_takes_files_in_the_order_they_were_written(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file's steadiness is read at its own instant: a file written later must not be taken while an earlier
+    one is still short of _QUIET_S, even when the later one's clock reading crosses it first."""
+    receiver = NfsReceiver(tmp_path, Admission(max_frame=1 << 20))
+    first, second = tmp_path / "rank0.step0.000000000.a.pt", tmp_path / "rank0.step0.000000001.b.pt"
+    first.write_bytes(encode_nfs(_call()))
+    second.write_bytes(encode_nfs(_call()))
+    os.utime(second, ns=(first.stat().st_mtime_ns + 1, first.stat().st_mtime_ns + 1))
+    clock = iter([0.0, 0.0, 0.19, 0.21, 0.5, 0.5, 0.5, 0.5])  # the second file's reading comes later in a scan
+    monkeypatch.setattr(nfs, "time", types.SimpleNamespace(monotonic=lambda: next(clock), sleep=time.sleep))
+    receiver._scan()  # both first seen
+    receiver._scan()  # the first at 0.19 (short of 0.2), the second at 0.21: neither is taken yet
+    assert receiver.calls.empty()
+    receiver._scan()
+    taken = [receiver.calls.get_nowait().peer for _ in range(2)]
+    assert taken == [f"nfs:{first.name}", f"nfs:{second.name}"]

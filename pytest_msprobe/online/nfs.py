@@ -112,9 +112,13 @@ class NfsReceiver:
                 self.stats.connections += 1
         files = sorted(self.folder.glob("*.pt"), key=_written)
         taken = False
-        for path in files:
+        ages = [(path, self._steady(path)) for path in files]  # every file's clock starts when first seen
+        for path, age in ages:
             if self._closing:
                 return taken
+            if 0.0 <= age < _QUIET_S:
+                break  # later files wait for it: read at its own instant, a later file's age can cross _QUIET_S
+                # first, and it would be taken before an earlier one, out of the order they were written
             taken |= self._take(path)
         if not files:
             for marker in sorted(self.folder.glob("end*")):
