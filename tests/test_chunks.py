@@ -14,6 +14,7 @@ from pytest_msprobe.metrics import fused, storage
 from pytest_msprobe.metrics.stats import Limits
 from pytest_msprobe.metrics.streamed import Streamed as StreamedMetrics
 from pytest_msprobe.runs import chunks as C
+from pytest_msprobe.runs import tiles
 from pytest_msprobe.specs.loader import load_specs, thresholds_for
 from pytest_msprobe.verdict import judge, strict
 from pytest_msprobe.verdict.strict import streamed as S
@@ -21,6 +22,7 @@ from pytest_msprobe.verdict.strict import streamed as S
 
 def _whole_and_pieces(api: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dtype: torch.dtype,
                       rows: int, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+    fn = tiles.by_columns(api, fn)  # as every bench-side run computes it (execution.resolve)
     out = fn(*args, **kwargs)
     chunking = C.plan(api, list(args), dict(kwargs), tuple(out.shape))
     assert chunking is not None, api
@@ -35,9 +37,9 @@ def _whole_and_pieces(api: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str
 
 
 CASES = [
-    ("linear", F.linear, lambda g: (torch.randn(1, 300, 512, generator=g), torch.randn(700, 512, generator=g) / 20,
-                                    torch.randn(700, generator=g)), {}),
-    ("matmul", torch.matmul, lambda g: (torch.randn(3, 100, 96, generator=g), torch.randn(96, 200, generator=g)), {}),
+    ("linear", F.linear, lambda g: (torch.randn(1, 300, 512, generator=g), torch.randn(2500, 512, generator=g) / 20,
+                                    torch.randn(2500, generator=g)), {}),
+    ("matmul", torch.matmul, lambda g: (torch.randn(3, 100, 96, generator=g), torch.randn(96, 2200, generator=g)), {}),
     ("softmax", F.softmax, lambda g: (torch.randn(4, 70, 257, generator=g) * 4, -1), {}),
     ("log_softmax", F.log_softmax, lambda g: (torch.randn(300, 129, generator=g), -1), {}),
     ("rms_norm", F.rms_norm, lambda g: (torch.randn(2, 150, 257, generator=g), (257,), torch.randn(257, generator=g)),
@@ -63,6 +65,48 @@ def test_pieces_are_the_whole_run_bitwise(api: str, fn: Any, make: Any, kwargs: 
     for rows, columns in ((64, 64), (128, 10**9), (100, 192)):
         whole, pieces = _whole_and_pieces(api, fn, args, kwargs, raised, rows, columns)
         assert torch.equal(whole, pieces), (api, rows, columns)
+
+
+def columns_dependent_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """A correct linear whose sums, like some GEMM libraries', take an order set by how many columns the call has:
+    the inner dimension in blocks of 8 to 64 products, added block after block."""
+    step = 8 << (w.shape[0] % 4)
+    out = x[..., :step] @ w[:, :step].T
+    for k in range(step, x.shape[-1], step):
+        out = out + x[..., k:k + step] @ w[:, k:k + step].T
+    return out if b is None else out + b
+
+
+def test_pieces_are_the_whole_run_where_the_library_sums_by_the_number_of_columns() -> None:
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(256, 512, generator=g), torch.randn(2 * tiles.COLUMNS + 3, 512, generator=g)
+    chunking = C.plan("linear", [x, w], {}, (256, w.shape[0]))
+    assert chunking is not None
+    for fn, equal in ((tiles.by_columns("linear", columns_dependent_linear), True), (columns_dependent_linear, False)):
+        spec = C.RunSpec("bench", fn, chunking, lambda t: t.dtype)
+        pieces = torch.cat([p["bench"] for _, p in C.pieces_of([spec], 64, tiles.COLUMNS)])
+        assert torch.equal(fn(x, w).reshape(-1), pieces) is equal  # untiled, the pieces' sums are other sums
+
+
+def test_a_contraction_runs_in_blocks_of_columns_only_where_it_is_wide_and_takes_no_gradient() -> None:
+    calls: list[tuple[int, ...]] = []
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        calls.append(tuple(w.shape))
+        return F.linear(x, w, b)
+
+    blocked = tiles.by_columns("linear", linear)
+    x, w, b = torch.randn(4, 8), torch.randn(tiles.COLUMNS + 5, 8), torch.randn(tiles.COLUMNS + 5)
+    c = tiles.COLUMNS
+    assert torch.equal(blocked(x, w, bias=b), torch.cat([F.linear(x, w[:c], b[:c]), F.linear(x, w[c:], b[c:])], -1))
+    assert calls == [(tiles.COLUMNS, 8), (5, 8)]
+    calls.clear()
+    blocked(x, w[:tiles.COLUMNS])
+    blocked(x, w.requires_grad_())
+    assert calls == [(tiles.COLUMNS, 8), (tiles.COLUMNS + 5, 8)]  # one block wide; a gradient taken: whole
+    assert tiles.by_columns("softmax", F.softmax) is F.softmax
+    assert [tiles.aligned(n) for n in (1, tiles.COLUMNS, tiles.COLUMNS + 1)] == [tiles.COLUMNS, tiles.COLUMNS,
+                                                                                  2 * tiles.COLUMNS]
 
 
 def test_blocks_are_multiples_of_the_row_multiple_and_no_tail_is_short() -> None:

@@ -25,7 +25,7 @@ from ..metrics import fused, storage
 from ..metrics import vectorised as M
 from ..metrics.streamed import Streamed as StreamedMetrics
 from ..records.record import Row
-from ..runs import chunks
+from ..runs import chunks, tiles
 from ..runs.execution import (
     NotCheckable,
     first_output_dtype,
@@ -106,7 +106,7 @@ def gib(n: float) -> str:
 def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     """(rows, columns) per piece: the most rows whose pieces, all runs' outputs and the checks' copies fit in
     `limit` bytes beside the passes' own plans (StreamedMetrics.plan_bytes); a contraction's columns cut too where
-    even ROW_MULTIPLE rows of the whole width do not fit."""
+    even ROW_MULTIPLE rows of the whole width do not fit, in whole blocks of the bench's columns."""
     first = runs[0].chunking
     plans = StreamedMetrics.plan_bytes(first.rows * first.width, chunks.output_itemsize(runs[0]))
     given, limit = limit, limit - plans
@@ -116,9 +116,9 @@ def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
         return 2 * outputs + max(chunks.piece_bytes(s, rows, columns) for s in runs)
 
     columns = first.width
-    if first.columns and cost(chunks.ROW_MULTIPLE, columns) > limit:
-        while columns > chunks.ROW_MULTIPLE and cost(chunks.ROW_MULTIPLE, columns) > limit:
-            columns = max(chunks.ROW_MULTIPLE, columns // 2 // chunks.ROW_MULTIPLE * chunks.ROW_MULTIPLE)
+    if first.columns and cost(chunks.ROW_MULTIPLE, columns) > limit:  # whole blocks of the bench's (tiles.py)
+        while columns > tiles.COLUMNS and cost(chunks.ROW_MULTIPLE, columns) > limit:
+            columns = max(tiles.COLUMNS, columns // 2 // tiles.COLUMNS * tiles.COLUMNS)
     rows = chunks.ROW_MULTIPLE
     while rows * 2 <= first.rows and cost(rows * 2, columns) <= limit:
         rows *= 2

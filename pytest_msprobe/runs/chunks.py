@@ -7,8 +7,10 @@ device output need not exist whole: the host's passes (check/chunked.py) read ea
 flat order, and keep only their statistics. Each piece is computed by the very kernel the whole run would use, on
 the same values: rows come in multiples of ROW_MULTIPLE (a short tail joins the block before it), so torch's CPU
 GEMM tiles a block's rows as it tiles the whole's (a block of 1 to 3 rows takes its GEMV path, whose sums differ,
-and an fp64 GEMM's rows are tiled by 4) and a vectorised pointwise loop's tail falls where the whole's does:
-the pieces are bitwise the whole run's (tests/test_chunks.py).
+and an fp64 GEMM's rows are tiled by 4) and a vectorised pointwise loop's tail falls where the whole's does. A
+contraction's columns are cut only at the blocks its bench-side runs are computed in, whole or not (tiles.py), so
+a library whose sums depend on the columns beside them gives the pieces the whole run's values: the pieces are
+bitwise the whole run's (tests/test_chunks.py).
 
 Nothing here runs at plugin load: the module is imported by the check when an item does not fit its budget.
 """
@@ -22,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from .execution import Side, Target, make_side, map_structure, run_side
+from .tiles import CONTRACTIONS, aligned
 
 ROW_MULTIPLE = 64  # rows per block are a multiple of this, and no block is shorter (but a whole output)
 POINTWISE = frozenset({
@@ -33,7 +36,6 @@ POINTWISE = frozenset({
     "add_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "lerp_", "__iadd__", "__isub__", "__imul__",
 })
 ROWWISE = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})  # normalised over trailing dimensions
-CONTRACTIONS = frozenset({"linear", "matmul", "mm"})  # along the first operand's rows; linear's weight rows too
 COVERED = POINTWISE | ROWWISE | CONTRACTIONS
 
 
@@ -216,13 +218,6 @@ def output_itemsize(spec: RunSpec) -> int:
     return output_dtype(spec).itemsize
 
 
-def columns_exact(spec: RunSpec) -> bool:
-    """Whether a contraction's blocks of columns are bitwise its whole result's in this run's dtype: MKL's fp32 GEMM
-    gives each column the same sums whatever the columns beside it, its fp64 GEMM does not (blocks of 64 columns
-    differ in the last bits; tests/test_chunks.py), so an fp64 run splits rows only."""
-    return spec.dtype_for(torch.empty(0, dtype=torch.float32)) != torch.float64
-
-
 def run_piece(spec: RunSpec, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
     """Rows r0..r1, columns c0..c1 of `spec`'s output, as a 2-D tensor where the run computed it."""
     args, kwargs = spec.chunking.pieces(r0, r1, c0, c1)
@@ -243,12 +238,15 @@ def run_piece(spec: RunSpec, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor
 
 
 def run_rows(spec: RunSpec, r0: int, r1: int, columns: int) -> torch.Tensor:
-    """Rows r0..r1 of `spec`'s output on the host (`columns` per piece: the whole width, or blocks of it)."""
+    """Rows r0..r1 of `spec`'s output on the host (`columns` per piece: the whole width, or blocks of it, rounded
+    up to the bench's blocks of columns)."""
     chunking = spec.chunking
-    if columns >= chunking.width or not chunking.columns or not columns_exact(spec):
+    columns = aligned(columns)
+    if columns >= chunking.width or not chunking.columns:
         return run_piece(spec, r0, r1, 0, chunking.width).cpu()
     out = None
-    for c0, c1 in blocks(chunking.width, columns):
+    for c0 in range(0, chunking.width, columns):
+        c1 = min(chunking.width, c0 + columns)
         part = run_piece(spec, r0, r1, c0, c1).cpu()
         if out is None:
             out = torch.empty((r1 - r0, chunking.width), dtype=part.dtype)

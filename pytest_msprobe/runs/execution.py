@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NamedTuple
 
 import torch
 
 from ..dump.reader import iter_leaves
 from ..inputs.build import DeviceArg, InputError, parse_dtype
+from . import tiles
 from .leaves import output_leaves  # re-exported: the bench, the device side and triage flatten results alike
 from .memory import fresh_copy
 
@@ -91,7 +92,15 @@ def _getattr_path(root: Any, dotted: str) -> Any:
 def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
             call: dict[str, Any] | None = None) -> Resolved:
     """The device and bench callables of a recorded API. `call`, the recorded forward entry, tells a
-    `Torch.<name>` of torch.linalg from an older torch namesake (torch_names.py)."""
+    `Torch.<name>` of torch.linalg from an older torch namesake (torch_names.py). A contraction's bench is
+    computed a block of columns at a time (tiles.py), whole or in pieces alike."""
+    resolved = _resolve(api_type, api_name, device, specs, call)
+    bench = tiles.by_columns(api_name, resolved.bench_fn)
+    return resolved if bench is resolved.bench_fn else replace(resolved, bench_fn=bench)
+
+
+def _resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
+             call: dict[str, Any] | None) -> Resolved:
     reason = specs.get("unsupported_types", {}).get(api_type)
     if reason:
         raise NotCheckable(f"{api_type}.{api_name}: {reason}")
