@@ -351,3 +351,18 @@ def test_as_a_decorator_each_call_of_the_function_is_one_checked_block(tmp_path:
     x = torch.randn(16, 16)
     assert torch.equal(train_step(x), torch.tanh(x))
     assert [r["api"] for r in _records(tmp_path / "out")] == ["Torch.tanh.0"]
+
+
+def test_the_training_process_does_not_load_the_checks_compiled_code(tmp_path: Path) -> None:
+    """The workers compile and run the checks; the step's process only captures, so numba (some 60 MiB of it)
+    stays out of it."""
+    code = textwrap.dedent("""
+        import sys, torch, pytest_msprobe
+        with pytest_msprobe.checking(out=sys.argv[1], workers=1, quiet=True):
+            torch.nn.functional.silu(torch.randn(64, 64))
+        print(sorted(m for m in ("numba", "llvmlite", "pytest_msprobe.check", "pytest") if m in sys.modules))
+    """)
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

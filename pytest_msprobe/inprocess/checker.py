@@ -22,7 +22,7 @@ import torch
 
 from ..online.capture import Capture, in_place, plain_kwargs
 from ..online.safeload import ApiData
-from ..runs.execution import map_structure, tensors_of
+from ..runs.leaves import map_structure, tensors_of
 from ..settings import CheckOptions, Settings
 from . import outputs
 from .feeder import Captured, Feeder, not_checked

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..runs.execution import map_structure
+from ..runs.leaves import map_structure
 from . import protocol
 from .capture import Capture, plain_kwargs
 from .endpoint import parse

@@ -20,7 +20,7 @@ import torch
 from ..dump.reader import iter_leaves
 from ..inputs.build import DeviceArg, InputError, parse_dtype
 from . import tiles
-from .leaves import output_leaves  # re-exported: the bench, the device side and triage flatten results alike
+from .leaves import map_structure, output_leaves, tensors_of  # re-exported: every stage walks values so
 from .memory import fresh_copy
 
 RAISABLE = (torch.float16, torch.bfloat16, torch.float32)
@@ -188,36 +188,6 @@ def seed_random_apis(seed: int, device: Any = None) -> None:
         torch.cuda.manual_seed(seed)
     elif kind == "npu":
         torch.npu.manual_seed(seed)  # type: ignore[attr-defined]
-
-
-def tensors_of(value: Any) -> list[torch.Tensor]:
-    """Tensor leaves in argument order (lists, tuples and dict values)."""
-    out: list[torch.Tensor] = []
-    _tensors_into(value, out)
-    return out
-
-
-def _tensors_into(v: Any, out: list[torch.Tensor]) -> None:
-    # A module-level recursion: a nested `def walk` refers to itself through its closure, a reference
-    # cycle that keeps `out`, and every tensor in it, alive until the cyclic GC runs (hundreds of MB).
-    if isinstance(v, torch.Tensor):
-        out.append(v)
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            _tensors_into(x, out)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _tensors_into(x, out)
-
-
-def map_structure(fn: Callable[[Any], Any], value: Any) -> Any:
-    if isinstance(value, list):
-        return [map_structure(fn, v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(map_structure(fn, v) for v in value)
-    if isinstance(value, dict):
-        return {k: map_structure(fn, v) for k, v in value.items()}
-    return fn(value)
 
 
 class Shared:
