@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,11 +24,16 @@ from ..online import spool
 from ..online.checking import CheckerPool, listed_skip, online_specs
 from ..online.safeload import ApiData
 from ..records.record import Record
+from ..runs.memory import release_freed_memory
 from ..settings import CheckOptions
 from .outputs import placed
 from .queue import Budget, Calls
 
 POLL_S = 0.05
+# The heap's free pages go back to the system at most this often once a call is done. glibc keeps what the
+# calls' small copies free in the heap, and the step's process peaked some 150 MiB over its own peak plus the
+# queue's bound; trimming as calls finish keeps it within 15 MiB of that (benchmarks/bench_in_training.py).
+TRIM_EVERY_S = 0.25
 
 
 def not_checked(name: str, why: str, status: str = "error") -> dict[str, Any]:
@@ -79,6 +85,7 @@ class Feeder:
     error: str | None = None
     pool: Any = None
     _thread: threading.Thread | None = None
+    _trimmed: float = 0.0  # when the heap was last trimmed (time.monotonic)
 
     def start(self) -> None:
         """The workers start now (their imports take seconds), the feeder thread too."""
@@ -177,6 +184,10 @@ class Feeder:
         self.records[sequence] = placed(record, self.out, sent.step, sent.rank)
         sent.held.clear()
         self.budget.release(sent.nbytes)
+        now = time.monotonic()
+        if now - self._trimmed >= TRIM_EVERY_S:
+            self._trimmed = now
+            release_freed_memory(0)
 
 
 def _unsent(item: Captured, folder: Path = Path()) -> Sent:
