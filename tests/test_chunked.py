@@ -107,10 +107,12 @@ def test_a_composite_bounded_by_its_terms_is_cut_with_its_terms_run(pytester: py
     _same(whole, cut)
 
 
-# a correct linear whose sums take an order set by the call's number of columns, as some GEMM libraries' do
+# a correct linear whose sums take an order set by the call's number of columns, as some GEMM libraries' do; in place
+# for the inner run only (pytester runs it in this process)
 COLUMNS_DEPENDENT = """
 import torch
 import torch.nn.functional as F
+ORIGINAL = F.linear
 def linear(x, w, b=None):
     step = 8 << (w.shape[0] % 4)
     out = (x[..., :step].float() @ w[:, :step].float().T)
@@ -118,7 +120,10 @@ def linear(x, w, b=None):
         out = out + x[..., k:k + step].float() @ w[:, k:k + step].float().T
     out = out if b is None else out + b.float()
     return out.to(x.dtype)
-F.linear = linear
+def pytest_configure(config):
+    F.linear = linear
+def pytest_unconfigure(config):
+    F.linear = ORIGINAL
 """
 
 
