@@ -188,6 +188,20 @@ def test_sample_and_apis_choose_the_calls(tmp_path: Path) -> None:
     assert "(1 in 3 per API)" in (checker.summary.line if checker.summary else "")
 
 
+def test_an_in_place_call_the_sample_leaves_out_is_not_copied(tmp_path: Path) -> None:
+    x = torch.zeros(4, 4)
+    checker = pytest_msprobe.checking(out=tmp_path / "out", workers=1, sample=4, backward=False, quiet=True)
+    copied: list[tuple[int, ...]] = []
+    own_copy = checker.capture.copy
+    checker.capture.copy = lambda t: copied.append(tuple(t.shape)) or own_copy(t)
+    with checker:
+        for _ in range(8):
+            x.add_(1.0)
+    assert [r["api"] for r in _records(tmp_path / "out")] == ["Tensor.add_.0", "Tensor.add_.4"]
+    assert copied == [(4, 4), (4, 4)]  # its input before the call, for the two checked calls only
+    assert torch.equal(x, torch.full((4, 4), 8.0))
+
+
 def test_selection_reads_msprobe_list_entries() -> None:
     s = Selection(["Functional.linear.2.forward", "relu"])
     assert s.wants_api("Functional.linear") and s.wants_call("Functional.linear.2")

@@ -82,8 +82,8 @@ class Checking(contextlib.ContextDecorator):
     def __init__(self, options: Options) -> None:
         self.options = options
         self.selection = Selection(options.apis)
-        self.capture = Capture(self._seen, backward=options.backward, level=options.level,
-                               wants=self.selection.wants_api, copy=host_copy)
+        self.capture = Capture(self._seen, backward=options.backward, level=options.level, wants=self._wanted,
+                               copy=host_copy)
         self.summary: outputs.Summary | None = None
 
     def __enter__(self) -> Checking:
@@ -91,6 +91,7 @@ class Checking(contextlib.ContextDecorator):
         self.out = Path(o.out)
         self.current_step, self.rank = o.step, _rank(o.rank)
         self.counters: defaultdict[str, int] = defaultdict(int)
+        self.call_name = ""  # the call `_wanted` took last, which `_seen` gets next
         self.seen = self.sampled_out = 0
         self.unsent: dict[int, dict[str, Any]] = {}  # calls the budget refused
         self.budget, self.calls = Budget(o.queue_bytes), Calls()
@@ -124,13 +125,22 @@ class Checking(contextlib.ContextDecorator):
         return outputs.Sampling(self.seen + self.sampled_out, self.sampled_out, self.options.sample)
 
     # ------------------------------------------------------------------ the step's thread
-    def _seen(self, api: str, args: Any, kwargs: Any, out: Any) -> None:
+    def _wanted(self, api: str) -> bool:
+        """Whether this call of `api` is checked: numbered per API, selected and sampled before it runs, so that
+        an in-place call the sample leaves out is not copied for nothing. The capture hands the wanted call to
+        `_seen` next, under the name kept in `call_name`."""
+        if not self.selection.wants_api(api):
+            return False
         index = self.counters[api]
         self.counters[api] += 1
-        name = f"{api}.{index}"
-        if index % self.options.sample or not self.selection.wants_call(name):
+        self.call_name = f"{api}.{index}"
+        if index % self.options.sample or not self.selection.wants_call(self.call_name):
             self.sampled_out += 1
-            return
+            return False
+        return True
+
+    def _seen(self, api: str, args: Any, kwargs: Any, out: Any) -> None:
+        name = self.call_name
         sequence, self.seen = self.seen, self.seen + 1
         kwargs = plain_kwargs(kwargs)
         nbytes = tensor_bytes([args, kwargs, out])

@@ -126,8 +126,8 @@ class _Aten(_DispatchMode):  # type: ignore[misc]
 
 
 class Capture:
-    """The modes around a block of a training step; `wants(api)` says which calls reach the sink (all by
-    default), `backward` whether the step's backward is seen, `copy` how an in-place call's tensor arguments are
+    """The modes around a block of a training step; `wants(api)`, asked once per call before anything is copied,
+    says whether that call reaches the sink (all by default), `backward` whether the step's backward is seen, `copy` how an in-place call's tensor arguments are
     copied before it runs (a clone where they are, by default)."""
 
     def __init__(self, sink: Sink, backward: bool = True, level: str = "api",
