@@ -10,7 +10,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,20 @@ STOPPER = """
         if mode == "crash":
             os._exit(1)
 """
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_reaches_the_runs() -> Iterator[None]:
+    """The runs below stop on SIGINT as from a terminal, also where this suite was started with SIGINT ignored (a
+    script's background job: its children inherit that, and Python then installs no handler of its own)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # reset to the default in each child
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(autouse=True)
