@@ -2,10 +2,10 @@
 
 Runs in a separate venv that holds mindstudio-probe (not this project's venv):
 
-    python3 -m venv /work/venv-msprobe
-    /work/venv-msprobe/bin/pip install "mindstudio-probe==26.2.0" "torch==2.13.0"
-    /work/venv-msprobe/bin/python -m benchmarks make_dumps --out /work/dumps [--only 'llama_tiny_*'] [--list]
-    /work/venv-msprobe/bin/python -m benchmarks make_dumps --out /work/dumps --only 'llama_7b_*' [--small]
+    python3 -m venv MSPROBE_VENV
+    MSPROBE_VENV/bin/pip install "mindstudio-probe==26.2.0" "torch==2.13.0"
+    MSPROBE_VENV/bin/python -m benchmarks make_dumps --out DUMPS [--only 'llama_tiny_*'] [--list]
+    MSPROBE_VENV/bin/python -m benchmarks make_dumps --out DUMPS --only 'llama_7b_*' [--small]
 
 Why: the verdict and speed work (planted bugs, false alarms, side-by-side timings) needs dumps that
 msprobe itself wrote, at tiny and realistic sizes, in every dtype, so that every quirk of its
@@ -26,7 +26,7 @@ lm_head, cross-entropy, backward and AdamW, in bf16. Its weights are made in bf1
 one parameter at a time, smallest first, freeing its moments and gradient after its update (the same calls).
 `--small` makes it with SMALL_SEQ tokens (`llama_7b-small_bf16_statistics`), for CI. Peak resident memory and wall
 time on a 2-core AMD EPYC (avx512_bf16: yes) shared with other work, 2026-11-28, `/usr/bin/time -v
-/work/venv-msprobe/bin/python -m benchmarks make_dumps --out OUT --only 'llama_7b_*' [--small]`: 11.5 GiB, 7 min
+MSPROBE_VENV/bin/python -m benchmarks make_dumps --out OUT --only 'llama_7b_*' [--small]`: 11.5 GiB, 7 min
 51 s; with --small 11.7 GiB, 1 min 3 s. The 1.3B parameters and their gradients (5 GiB), the largest parameter's
 two moments and its update's temporaries, and msprobe's statistics of them set the peak, not the tokens.
 

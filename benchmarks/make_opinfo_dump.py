@@ -2,7 +2,7 @@
 
 Runs in the msprobe venv (see make_dumps.py; OpInfo also needs `pip install expecttest`):
 
-    /work/venv-msprobe/bin/python -m benchmarks make_opinfo_dump --out /work/dumps [--dtypes fp32,bf16,fp16]
+    MSPROBE_VENV/bin/python -m benchmarks make_opinfo_dump --out DUMPS [--dtypes fp32,bf16,fp16]
            [--samples 3] [--method-samples 2] [--only 'linalg.*']
 
 Why: the model dumps cover the few dozen APIs a training step uses; a checker also meets the

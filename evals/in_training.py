@@ -1,7 +1,7 @@
 """The in-process check against the offline one, call for call, on the recorded-replay step.
 
-    /work/venv-msprobe/bin/python -m evals recorded_replay record --out DIR     # msprobe's own dumper
-    . /work/venv/bin/activate && python -m evals in_training DIR [--workers 2] [--sample 1]
+    MSPROBE_VENV/bin/python -m evals recorded_replay record --out DIR     # msprobe's own dumper
+    python -m evals in_training DIR [--workers 2] [--sample 1]
 
 `recorded_replay record` dumps one training step of its Llama-style MoE decoder (bf16, forward, backward,
 AdamW) with msprobe's PrecisionDebugger (L1, task tensor): under the correct accelerator-like kernels

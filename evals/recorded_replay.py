@@ -1,7 +1,7 @@
 """A dump recorded with accelerator-like kernels, replayed on CPU: how many items fail where every kernel is correct.
 
-    /work/venv-msprobe/bin/python -m evals recorded_replay record --out DIR [--arms a,b] [--torch-only]
-    . /work/venv/bin/activate && python -m evals recorded_replay replay DIR
+    MSPROBE_VENV/bin/python -m evals recorded_replay record --out DIR [--arms a,b] [--torch-only]
+    python -m evals recorded_replay replay DIR
 
 Why: replay compares the outputs saved in a tensor dump with the bench run on the recorded inputs. A dump
 recorded on a GPU holds outputs of kernels that are correct by CUDA's contract but not torch's CPU kernels'
