@@ -20,8 +20,12 @@ def _imported_once() -> None:
     - the same for numba, which the strict checks' kernel imports on the first check and which imports more of
       itself on its first compilation: one check here (a second import of numba in one process fails: its code
       generator meets classes of both imports);
-    - --msprobe-fuzz imports hypothesis inside in-process runs; it is a test extra."""
+    - --msprobe-fuzz imports hypothesis inside in-process runs; it is a test extra;
+    - torch._dynamo, which an optimizer imports on its first use (the in-process check's tests build one inside
+      pytester's tests): its import registers torch's test operator library, which a second import refuses
+      ("Only a single TORCH_LIBRARY can be used to register the namespace _inductor_test")."""
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
 
     import bench_functions  # noqa: F401
     import pytest_msprobe.check.rerun  # noqa: F401
