@@ -39,12 +39,16 @@ def _argsort(orig: Impl, x: Any, *a: Any, **kw: Any) -> Any:
 
 
 def _topk(orig: Impl, x: Any, k: Any, *a: Any, **kw: Any) -> Any:
+    """topk whose equal keys resolve to the other end; the values are read from x at those indices, so the
+    gradient flows from the call's own input, as a kernel's does (not through a reversed copy of it)."""
     p = named_args(a, kw, ("dim", "largest", "sorted"))
     if p is None or not plain_float(x) or x.dim() == 0:
         return orig(x, k, *a, **kw)
     dim = p.get("dim", -1)
-    v, i = _flipped_select(x, dim, lambda y: orig(y, k, dim, p.get("largest", True), p.get("sorted", True)))
-    return torch.return_types.topk((v, i))
+    with torch.no_grad():
+        _, i = _flipped_select(x.detach(), dim,
+                               lambda y: orig(y, k, dim, p.get("largest", True), p.get("sorted", True)))
+    return torch.return_types.topk((x.gather(dim, i), i))
 
 
 def _by_dim(kind: str, first: tuple[str, ...]) -> Impl:
