@@ -127,8 +127,9 @@ class _Aten(_DispatchMode):  # type: ignore[misc]
 
 class Capture:
     """The modes around a block of a training step; `wants(api)`, asked once per call before anything is copied,
-    says whether that call reaches the sink (all by default), `backward` whether the step's backward is seen, `copy` how an in-place call's tensor arguments are
-    copied before it runs (a clone where they are, by default)."""
+    says whether that call reaches the sink (all by default), `backward` whether the step's backward is seen,
+    `copy` how an in-place call's tensor arguments are copied before it runs (a clone where they are, by
+    default)."""
 
     def __init__(self, sink: Sink, backward: bool = True, level: str = "api",
                  wants: Callable[[str], bool] | None = None, copy: Callable[[Any], Any] | None = None) -> None:

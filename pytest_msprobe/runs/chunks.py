@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from .execution import Side, Target, make_side, map_structure, run_side
-from .tiles import CONTRACTIONS, aligned
+from .tiles import CONTRACTIONS, aligned, argument
 
 ROW_MULTIPLE = 64  # rows per block are a multiple of this, and no block is shorter (but a whole output)
 POINTWISE = frozenset({
@@ -51,12 +51,6 @@ class Chunking:
     pieces: Callable[[int, int, int, int], tuple[list[Any], dict[str, Any]]]
 
 
-def _arg(args: list[Any], kwargs: dict[str, Any], position: int, *names: str) -> Any:
-    if len(args) > position:
-        return args[position]
-    return next((kwargs[n] for n in names if n in kwargs), None)
-
-
 def _put(args: list[Any], kwargs: dict[str, Any], position: int, name: str, value: Any) -> None:
     if len(args) > position:
         args[position] = value
@@ -69,7 +63,7 @@ def plan(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tuple[int
     COVERED, arguments whose rows are not the output's, an output of one row)."""
     if api not in COVERED or out_shape is None or len(out_shape) == 0 or "out" in kwargs:
         return None
-    x = _arg(args, kwargs, 0, "input", "self")
+    x = argument(args, kwargs, 0, "input", "self")
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
         return None
     width = int(out_shape[-1]) if len(out_shape) > 1 else 1
@@ -85,12 +79,12 @@ def plan(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tuple[int
 
 def _contraction(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Tensor, rows: int,
                  width: int) -> Chunking | None:
-    other = _arg(args, kwargs, 1, "weight", "other", "mat2")
+    other = argument(args, kwargs, 1, "weight", "other", "mat2")
     if not isinstance(other, torch.Tensor) or other.dim() != 2 or x.dim() < 2:
         return None
     inner = x.shape[-1]
     if api == "linear":
-        bias = _arg(args, kwargs, 2, "bias")
+        bias = argument(args, kwargs, 2, "bias")
         if other.shape != (width, inner) or (bias is not None and (not isinstance(bias, torch.Tensor) or
                                                                     bias.shape != (width,))):
             return None
@@ -102,7 +96,7 @@ def _contraction(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Ten
         _put(a, k, 0, "input", x.reshape(-1, inner)[r0:r1])
         if api == "linear":
             _put(a, k, 1, "weight", other[c0:c1])
-            bias = _arg(args, kwargs, 2, "bias")
+            bias = argument(args, kwargs, 2, "bias")
             if bias is not None:
                 _put(a, k, 2, "bias", bias[c0:c1])
         else:
@@ -119,12 +113,12 @@ def _rowwise(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Tensor,
     if tuple(x.shape) != tuple(out_shape):
         return None
     if api in ("softmax", "log_softmax"):
-        dim = _arg(args, kwargs, 1, "dim")
+        dim = argument(args, kwargs, 1, "dim")
         if not isinstance(dim, int) or dim not in (-1, x.dim() - 1):
             return None
         trailing: tuple[int, ...] = (width,)
     else:
-        normalized = _arg(args, kwargs, 1, "normalized_shape")
+        normalized = argument(args, kwargs, 1, "normalized_shape")
         trailing = tuple(int(n) for n in normalized) if isinstance(normalized, (list, tuple)) else ()
         if trailing != (width,):  # over several trailing dimensions: a block would have to be whole slices
             return None

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 CONTRACTIONS = frozenset({"linear", "matmul", "mm"})  # cut along the second operand's output columns
+_OPERANDS = frozenset({"input", "self", "weight", "other", "mat2", "bias"})  # keywords of linear, matmul and mm
 COLUMNS = 256  # output columns per block; a [2048, 4096] x [11008, 4096] fp32 linear takes as long in them as whole
 
 
@@ -47,18 +48,21 @@ def by_columns(api: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return blocked
 
 
+def argument(args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any], position: int, *names: str) -> Any:
+    """A call's argument at `position`, else under the first of `names` given as a keyword; None without it."""
+    if len(args) > position:
+        return args[position]
+    return next((kwargs[n] for n in names if n in kwargs), None)
+
+
 def _operands(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]
               ) -> tuple[Callable[[int, int], tuple[Any, ...]], int] | None:
     """The call's positional arguments for columns c0..c1, and its width; None where it runs whole (a width of one
     block or less, a gradient taken, `out=`, operands other than a matrix times a 2-D weight)."""
-    names = ("input", "weight", "bias") if api == "linear" else ("input", "other" if "other" in kwargs else "mat2")
-    given = list(args) + [kwargs.get(n) for n in names[len(args):]]
-    if len(given) > len(names) or set(kwargs) - set(names) - {"self"}:
+    if len(args) > (3 if api == "linear" else 2) or set(kwargs) - _OPERANDS:
         return None
-    if "self" in kwargs:
-        given[0] = kwargs["self"]
-    x, w = given[0], given[1] if len(given) > 1 else None
-    bias = given[2] if len(given) > 2 else None
+    x, w = argument(args, kwargs, 0, "input", "self"), argument(args, kwargs, 1, "weight", "other", "mat2")
+    bias = argument(args, kwargs, 2, "bias") if api == "linear" else None
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.dim() < 2 or w.dim() != 2:
         return None
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1):
@@ -74,3 +78,4 @@ def _operands(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]
         return (x, w[:, c0:c1].contiguous())  # a block laid out as a piece's cast copy of it is
 
     return args_of, width
+
