@@ -1,5 +1,6 @@
-"""The record of one item's check and its output rows, typed while the check fills them; `to_dict` gives the plain
-JSON form that travels from xdist workers and goes into the files.
+"""The record of one item's check and its output rows, typed from the check through the session and the reports;
+`to_dict` gives the plain JSON form, and `Record.from_dict` reads it back, only where a record crosses the xdist
+wire or a file (the records JSONL, a resumed journal, the in-process check's queue).
 
 A record's plain form holds its optional keys in the order the check first set them (a mode sets its own), and
 only those it set: `Record` keeps that order, so the JSON stays what a dict filled key by key would be. Each kind
@@ -7,7 +8,8 @@ of output row has its own key set (`Row`, `DropoutRow`, `OverflowRow`). Torch- a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import copy
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 # the keys every record has, in this order; the optional ones follow in the order they were first set
@@ -42,10 +44,22 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         """The row's plain form: its kind's keys, then the extras that were set."""
         data = {key: getattr(self, key) for key in self.KEYS}
-        for key in ("ms_metrics", "check"):
+        for key in _ROW_EXTRAS:
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         return data
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Row:
+        """The row of a plain form: its kind told by its keys (an overflow row's classification, a dropout row's
+        missing Layer-2 columns); ValueError naming a key no kind has."""
+        kind = OverflowRow if "overflow" in data else Row if "algorithm" in data else DropoutRow
+        unknown = [key for key in data if key not in kind.KEYS and key not in _ROW_EXTRAS]
+        missing = [key for key in _ROW_REQUIRED if key not in data]
+        if unknown or missing:
+            raise ValueError(f"an output row has no field {unknown[0]!r}" if unknown else
+                             f"an output row without {missing[0]!r}")
+        return kind(**data)
 
 
 @dataclass
@@ -93,7 +107,27 @@ class Record:
     overflow: str | None = None
     traceback: str | None = None
     not_implemented: bool | None = None
+    # set by the session around the check: the item, its dump, how to run it again, what triage saved of it
+    nodeid: str | None = None
+    dump: str | None = None
+    order: int | None = None
+    standard: str | None = None
+    rerun: str | None = None
+    item_id: str | None = None
+    entry_key: str | None = None
+    reused_from: str | None = None
+    not_checked: bool | None = None
+    crashed: bool | None = None
+    fuzz: bool | None = None
+    error_data: dict[str, Any] | None = None
+    repro: str | None = None
+    error_summary: list[dict[str, Any]] | None = None
     _set: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Optional fields given to the constructor are set, in the order of the fields."""
+        self._set.extend(f.name for f in fields(self) if f.name not in _ALWAYS and f.init and f.default is None
+                         and getattr(self, f.name) is not None)
 
     def __setattr__(self, key: str, value: Any) -> None:
         if key not in _NAMES:
@@ -114,7 +148,30 @@ class Record:
             data[key] = getattr(self, key)
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        """The record of a plain form, its optional keys set in the form's order (so `to_dict` gives it back);
+        ValueError naming a missing or unknown key."""
+        missing = [key for key in ("api", "direction", "seed") if key not in data]
+        unknown = [key for key in data if key not in _NAMES or key == "_set"]
+        if missing or unknown:
+            raise ValueError(f"a record has no field {unknown[0]!r}" if unknown else
+                             f"a record without {missing[0]!r}")
+        record = cls(data["api"], data["direction"], data["seed"])
+        for key, value in data.items():
+            if key == "outputs":
+                value = [Row.from_dict(row) for row in value]
+            if key not in ("api", "direction", "seed"):
+                setattr(record, key, value)
+        return record
+
+    def copy(self) -> Record:
+        """A copy to change apart: its own notes, rows and their values, and its own set of keys."""
+        return Record.from_dict(copy.deepcopy(self.to_dict()))
+
 
 _NAMES = frozenset(f.name for f in fields(Record))
+_ROW_EXTRAS = ("ms_metrics", "check")
+_ROW_REQUIRED = tuple(f.name for f in fields(Row) if f.default is MISSING and f.default_factory is MISSING)
 
 __all__ = ["DropoutRow", "OverflowRow", "Record", "Row"]

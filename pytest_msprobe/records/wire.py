@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .record import Record
+
 PACKED_KEY = "msprobe_packed"
+RECORD_ATTR, FUZZ_ATTR = "msprobe", "msprobe_fuzz"  # a report's record, and a [fuzz] item's result holding one
 _TUPLE_LISTS = ("user_properties", "sections")  # lists of tuples, which JSON turns into lists
 
 
@@ -53,3 +56,31 @@ def _is_skip_location(value: Any) -> bool:
     """A skip's longrepr: (path, lineno, reason)."""
     return isinstance(value, tuple) and len(value) == 3 and isinstance(value[0], str) and isinstance(value[2], str) \
         and (value[1] is None or isinstance(value[1], int))
+
+
+def plain_records(data: dict[str, Any]) -> None:
+    """A serialized report's records in their JSON form: its own, and the one a [fuzz] item's result holds."""
+    if isinstance(data.get(RECORD_ATTR), Record):
+        data[RECORD_ATTR] = data[RECORD_ATTR].to_dict()
+    if isinstance(data.get(FUZZ_ATTR), dict):
+        data[FUZZ_ATTR] = plain_fuzz(data[FUZZ_ATTR])
+
+
+def typed_records(report: Any) -> None:
+    """A report rebuilt on the controller: its records typed again (what `plain_records` made plain)."""
+    if isinstance(getattr(report, RECORD_ATTR, None), dict):
+        setattr(report, RECORD_ATTR, Record.from_dict(getattr(report, RECORD_ATTR)))
+    if isinstance(getattr(report, FUZZ_ATTR, None), dict):
+        setattr(report, FUZZ_ATTR, typed_fuzz(getattr(report, FUZZ_ATTR)))
+
+
+def plain_fuzz(result: dict[str, Any]) -> dict[str, Any]:
+    """A [fuzz] item's result with its failing example's record in the JSON form."""
+    record = result.get("record")
+    return dict(result, record=record.to_dict()) if isinstance(record, Record) else result
+
+
+def typed_fuzz(result: dict[str, Any]) -> dict[str, Any]:
+    """A [fuzz] item's result with its failing example's record typed."""
+    record = result.get("record")
+    return dict(result, record=Record.from_dict(record)) if isinstance(record, dict) else result
