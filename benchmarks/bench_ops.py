@@ -175,7 +175,7 @@ def main() -> None:
                 total, record = float("inf"), {}
                 for _ in range(args.repeat):
                     started = time.perf_counter()
-                    attempt = check_entry(dump, name, options, specs)
+                    attempt = check_entry(dump, name, options, specs).to_dict()
                     if time.perf_counter() - started < total:
                         total, record = time.perf_counter() - started, attempt
                 t = record["timings"]

@@ -87,7 +87,7 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, ch
         for name in loaded.entry_names():
             if words is not None and not any(w in name for w in words):
                 continue
-            rec = check_entry(loaded, name, options, specs)
+            rec = check_entry(loaded, name, options, specs).to_dict()  # scored as the files hold it
             records[f"{rec['api']}.{rec['direction']}"] = rec
     finally:
         backends.device_call = plain

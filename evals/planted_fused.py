@@ -84,7 +84,7 @@ def run(dump: Path, spec: str | None, standard: str, apis: set[str] | None) -> d
         if apis is not None and ".".join(name.split(".")[:2]) not in apis:
             continue
         with capture.capturing() as captured:
-            rec = check_entry(loaded, name, options, specs)
+            rec = check_entry(loaded, name, options, specs).to_dict()  # scored as the files hold it
         if "compared_bench" in captured:
             rec["_distance"] = distance(captured["compared_bench"], captured["compared_device"])
         records[f"{rec['api']}.{rec['direction']}"] = rec

@@ -8,9 +8,9 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
-from .reports.results import JSONL_PREFIX, read_jsonl, summary_counts, write_results
+from .records.record import Record
+from .reports.results import JSONL_PREFIX, read_records, summary_counts, write_results
 from .reports.summary import file_lines
 from .session import baseline
 from .session.journal import final_records
@@ -34,16 +34,19 @@ def records_file(source: Path) -> tuple[Path, str]:
     return source, "as given"
 
 
-def records_of(source: Path) -> list[dict[str, Any]]:
-    """A records file, or the newest msprobe_records_*.jsonl of a result folder."""
-    return read_jsonl(records_file(source)[0])
+def records_of(path: Path) -> list[Record]:
+    """The records of a records file; a line that is not one ends the command with its file and line."""
+    try:
+        return read_records(path)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def merge(args: argparse.Namespace) -> int:
-    batches = [records_of(Path(p)) for p in args.results]
+    batches = [records_of(records_file(Path(p))[0]) for p in args.results]
     seen: set[str] = set()
     for source, batch in zip(args.results, batches):
-        ids = {r.get("nodeid", "") for r in batch}
+        ids = {r.nodeid or "" for r in batch}
         if seen & ids:
             print(f"warning: {source} repeats {len(seen & ids)} item(s) of an earlier input; the later one is kept",
                   file=sys.stderr)
@@ -62,7 +65,7 @@ def write_baseline(args: argparse.Namespace) -> int:
     for source in args.results:
         path, which = records_file(Path(source))
         print(f"read {path} ({which})")
-        batches.append(read_jsonl(path))
+        batches.append(records_of(path))
     records = final_records(*batches)
     entries = baseline.failures(records, warning_as_error=args.warning_as_error)
     Path(args.output).write_text(baseline.dump_yaml(entries), encoding="utf-8")

@@ -18,6 +18,7 @@ import pytest
 
 from .dump.reader import KNOWN_TYPES
 from .records import wire
+from .records.record import Record
 from .reports import summary
 from .session import (
     baseline,
@@ -303,8 +304,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if record is None and (record := guard.record_for_exception(item, call, report)) is not None:
             report.user_properties += summary.junit_properties(record)
         if record is not None:
-            record["item_id"] = journal.item_id(item.path, item.name)  # what --msprobe-resume finds ...
-            record["entry_key"] = journal.item_key(item)  # ... and checks
+            record.item_id = journal.item_id(item.path, item.name)  # what --msprobe-resume finds ...
+            record.entry_key = journal.item_key(item)  # ... and checks
             report.msprobe = record  # travels to the xdist controller with the report
     return report
 
@@ -314,6 +315,7 @@ def pytest_report_to_serializable(config: pytest.Config, report: Any) -> Generat
     data = yield
     if data is None:
         return data
+    wire.plain_records(data)  # a record crosses the wire in its JSON form
     if hasattr(config, "workerinput"):  # to the xdist controller: one JSON string (wire.py)
         packed = wire.pack(data)
         if packed is not data:
@@ -332,6 +334,7 @@ def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any])
     report = yield
     if isinstance(getattr(report, "msprobe", None), str):
         report.msprobe = json.loads(report.msprobe)
+    wire.typed_records(report)
     return report
 
 
@@ -339,13 +342,13 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     record = getattr(report, "msprobe", None)
     if report.when != "call" or not record:
         return None
-    if report.failed and record.get("reference_only"):
+    if report.failed and record.reference_only:
         return "failed", "F", ("FAILED (reference only)", {"red": True})
-    if report.passed and record.get("reference_only"):  # an NPU op run as its bench on both sides: not counted as passed
-        word = "WARNED" if record.get("status") == "Warning" else "PASSED"
+    if report.passed and record.reference_only:  # an NPU op run as its bench on both sides: not counted as passed
+        word = "WARNED" if record.status == "Warning" else "PASSED"
         return REFERENCE_ONLY, "r", (f"{word} (reference only)", {"yellow": True})
-    reused = " (reused)" if record.get("reused_from") else ""  # msprobe_filter_api
-    if report.passed and record.get("status") == "Warning":
+    reused = " (reused)" if record.reused_from else ""  # msprobe_filter_api
+    if report.passed and record.status == "Warning":
         return "warned", "W", (f"WARNED{reused}", {"yellow": True})
     if reused and not hasattr(report, "wasxfail"):
         return report.outcome, {"passed": ".", "failed": "F", "skipped": "s"}[report.outcome], \
@@ -360,7 +363,7 @@ class ResultCollector:
     def __init__(self, config: pytest.Config, keep_runs: int) -> None:
         self.config, self.keep_runs = config, keep_runs
         self.sets: str | None = None  # what msprobe_keep_runs kept and removed
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []
         self.written: dict[str, Path] = {}
         self.removed: list[Path] = []
         self.journal = config.stash.get(journal.JOURNAL_KEY, None)  # controller only
@@ -384,7 +387,7 @@ class ResultCollector:
             fuzz = getattr(report, triage.FUZZ_REPORT_ATTR, None)
             if self.journal is not None and not resumed and isinstance(fuzz, dict) and fuzz.get("entry_key"):
                 self.journal.write({k: fuzz.get(k) for k in ("nodeid", "item_id", "entry_key", "order", "dump")}
-                                   | {"fuzz": fuzz})
+                                   | {"fuzz": wire.plain_fuzz(fuzz)})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:

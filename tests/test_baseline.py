@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_msprobe import __main__ as cli
+from pytest_msprobe.records.record import Record
 from pytest_msprobe.session import baseline
 from tests.helpers import device_side_conftest, make_dump, tensor, two_ranks_same_names
 
@@ -95,7 +96,7 @@ def test_the_writer_names_its_result_set_and_counts_items_as_entries(pytester: p
     out = pytester.path / "msprobe_results"
     (newest,) = out.glob("msprobe_records_*.jsonl")
     older = {"nodeid": "x/dump.json::Functional.silu.0.forward", "api": "Functional.silu.0", "direction": "forward",
-             "status": "error", "dump": "x/dump.json", "message": "an older run"}
+             "seed": 0, "status": "error", "dump": "x/dump.json", "message": "an older run"}
     (out / "msprobe_records_20000101000000.jsonl").write_text(json.dumps(older) + "\n")
     capsys.readouterr()
     assert cli.main(["baseline", str(out), "-o", str(pytester.path / "bl.yaml")]) == 0
@@ -116,7 +117,7 @@ def test_the_writer_names_its_result_set_and_counts_items_as_entries(pytester: p
 def test_the_writer_says_so_when_nothing_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     records = tmp_path / "msprobe_records_20240102030405.jsonl"
     records.write_text(json.dumps({"nodeid": "d/dump.json::Functional.relu.0.forward", "api": "Functional.relu.0",
-                                   "direction": "forward", "status": "pass", "dump": "d/dump.json"}) + "\n")
+                                   "direction": "forward", "seed": 0, "status": "pass", "dump": "d/dump.json"}) + "\n")
     assert cli.main(["baseline", str(records), "-o", str(tmp_path / "bl.yaml")]) == 0
     assert capsys.readouterr().out.splitlines() == [f"read {records} (as given)",
                                                     f"no failing items: wrote an empty baseline to {tmp_path / 'bl.yaml'}"]
@@ -125,13 +126,12 @@ def test_the_writer_says_so_when_nothing_fails(tmp_path: Path, capsys: pytest.Ca
 
 def test_a_long_reason_is_cut_at_a_word_with_an_ellipsis() -> None:
     message = " ".join(f"check{i} failed" for i in range(80))  # about 1,000 characters
-    ((entry,),) = [baseline.failures([{"api": "A.b.0", "direction": "forward", "status": "error",
-                                       "message": message}])]
+    ((entry,),) = [baseline.failures([Record("A.b.0", "forward", 0, status="error", message=message)])]
     reason = entry["reason"]
     assert reason.startswith("TODO review: ") and reason.endswith("…") and len(reason) <= len("TODO review: ") + 400
     kept = reason[len("TODO review: "):-1]
     assert message.startswith(kept) and message[len(kept)] == " ", kept[-20:]  # a whole word before the ellipsis
-    short = baseline.failures([{"api": "A.b.0", "direction": "forward", "status": "error", "message": "x y"}])
+    short = baseline.failures([Record("A.b.0", "forward", 0, status="error", message="x y")])
     assert short[0]["reason"] == "TODO review: x y"
 
 

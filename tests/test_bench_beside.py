@@ -53,7 +53,7 @@ def _phases_by_thread(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
 
 def _both(dump: Any, entry: str) -> list[dict[str, Any]]:
-    return [check_entry(dump, entry, CheckOptions(device="cpu", standard="strict", work_threads=n), SPECS)
+    return [check_entry(dump, entry, CheckOptions(device="cpu", standard="strict", work_threads=n), SPECS).to_dict()
             for n in (1, 2)]
 
 

@@ -205,15 +205,16 @@ def test_an_unusable_bench_device_is_one_usage_line(pytester: pytest.Pytester) -
 
 
 def test_the_failure_text_says_where_a_bench_off_the_cpu_ran() -> None:
+    from pytest_msprobe.records.record import Record
     from pytest_msprobe.reports.failure import format_failure
 
-    record = {"api": "Functional.linear.0", "direction": "forward", "status": "error", "device": "cpu",
-              "standard": "strict", "outputs": [], "bench_device": "cuda:0 (fp32, TF32 off)",
-              "reference": "magnitude: the API on |inputs| in fp32 on cuda:0", "seed": 1}
+    plain = {"api": "Functional.linear.0", "direction": "forward", "status": "error", "device": "cpu",
+             "standard": "strict", "outputs": [], "bench_device": "cuda:0 (fp32, TF32 off)",
+             "reference": "magnitude: the API on |inputs| in fp32 on cuda:0", "seed": 1}
     assert "bench: cuda:0 (fp32, TF32 off); third run: magnitude: the API on |inputs| in fp32 on cuda:0" in \
-        format_failure(record, "pytest ...").splitlines()
-    assert not any(line.startswith("bench:") for line in format_failure({**record, "bench_device": "cpu (fp32)"},
-                                                                          "pytest ...").splitlines())
+        format_failure(Record.from_dict(plain), "pytest ...").splitlines()
+    on_cpu = Record.from_dict({**plain, "bench_device": "cpu (fp32)"})
+    assert not any(line.startswith("bench:") for line in format_failure(on_cpu, "pytest ...").splitlines())
 
 
 def test_an_fp32_outputs_bench_stays_on_a_device_without_fp64() -> None:

@@ -50,8 +50,8 @@ def test_metrics_run_in_the_helper_beside_the_torch_run_with_the_same_records(wr
                            CheckOptions(device="cpu", standard="strict", work_threads=n), SPECS) for n in (1, 2)]
     assert metrics_in == ["MainThread", "msprobe-helper_0"]
     assert strict_in == ["MainThread", "MainThread"]  # beside the metrics, once the torch run is done
-    one, two = (r["outputs"] for r in records)
-    assert one == two and one[0]["verdict"] == "pass" and one[0]["reference"]["max_err"] >= 0
+    one, two = (r.outputs for r in records)
+    assert one == two and one[0].verdict == "pass" and one[0].reference["max_err"] >= 0
 
 
 def test_without_early_metrics_the_strict_checks_run_in_the_helper(write_dump, monkeypatch) -> None:
@@ -99,5 +99,5 @@ def test_small_outputs_stay_in_the_calling_thread(write_dump, monkeypatch, stand
                         lambda *a: names.append(threading.current_thread().name) or plain(*a))
     record = check_entry(dump, "Functional.gelu.0.forward",
                          CheckOptions(device="cpu", standard=standard, work_threads=2), SPECS)
-    assert record["status"] == "pass"
+    assert record.status == "pass"
     assert names == (["MainThread"] if standard == "strict" else [])

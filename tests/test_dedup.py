@@ -9,6 +9,7 @@ import pytest
 
 from pytest_msprobe.dump import dedup
 from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.records.record import Record, Row
 from tests.helpers import make_dump, records, tensor
 
 # msprobe's standard: the conftest's gelu bug is global, and these tests count device and bench calls
@@ -80,14 +81,16 @@ def test_groups_follow_msprobes_rule_with_lists_compared(write_dump) -> None:
 
 
 def test_reused_record_names_its_source_in_every_message() -> None:
-    record = {"api": "Torch.add.0", "direction": "forward", "status": "error", "message": "", "notes": [],
-              "timings": {"device_s": 1.0}, "outputs": [{"name": "Torch.add.0.forward.output.0", "message": "big"}]}
+    record = Record("Torch.add.0", "forward", 1, status="error", timings={"device_s": 1.0},
+                    outputs=[Row("Torch.add.0.forward.output.0", "error", "big", "torch.float32", "torch.float16", [2],
+                                 {})])
     copy = dedup.reused_record(record, "Torch.add.0.forward", "Torch.add.7.forward")
-    assert copy["api"] == "Torch.add.7" and copy["reused_from"] == "Torch.add.0.forward" and copy["timings"] == {}
-    assert copy["outputs"][0]["name"] == "Torch.add.7.forward.output.0"
-    assert copy["outputs"][0]["message"].startswith("[reused: identical to Torch.add.0.forward")
-    assert "Torch.add.0.forward" in copy["message"]
-    assert record["outputs"][0]["name"] == "Torch.add.0.forward.output.0"  # the source is left alone
+    assert copy.api == "Torch.add.7" and copy.reused_from == "Torch.add.0.forward" and copy.timings == {}
+    assert copy.outputs[0].name == "Torch.add.7.forward.output.0"
+    assert copy.outputs[0].message.startswith("[reused: identical to Torch.add.0.forward")
+    assert "Torch.add.0.forward" in copy.message
+    assert record.outputs[0].name == "Torch.add.0.forward.output.0"  # the source is left alone
+    assert record.timings == {"device_s": 1.0} and not record.has("reused_from")
 
 
 @pytest.mark.parametrize("workers", [0, 2])

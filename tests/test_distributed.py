@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_msprobe import __main__ as cli
+from pytest_msprobe.records.record import Record
 from pytest_msprobe.reports.results import read_jsonl
 from pytest_msprobe.session import baseline, devices, shard
 from tests.helpers import EXAMPLES, copy_dump, device_side_conftest, make_dump, tensor
@@ -368,8 +369,8 @@ def test_baseline_patterns_match_node_id_entry_or_call_name() -> None:
     assert baseline.first_match(patterns, "s/rank0/dump.json::Tensor.add_.3.forward") == 2
     assert baseline.first_match(patterns, "s/rank0/dump.json::Tensor.add_.31.forward") is None
     assert re.search("TODO review", baseline.dump_yaml(baseline.failures([
-        {"api": "A.b.0", "direction": "forward", "status": "error", "message": "x"},
-        {"api": "A.c.0", "direction": "forward", "status": "Warning", "message": "y"}])))
+        Record("A.b.0", "forward", 0, status="error", message="x"),
+        Record("A.c.0", "forward", 0, status="Warning", message="y")])))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -110,7 +110,7 @@ def test_plugin_import_and_collection_do_not_import_torch_or_yaml(tmp_path) -> N
 
 def run(write_dump, data: dict[str, Any], name: str, **options: Any) -> dict[str, Any]:
     dump = load_dump(write_dump(data))
-    return check_entry(dump, name, CheckOptions(device="cpu", **options), SPECS)
+    return check_entry(dump, name, CheckOptions(device="cpu", **options), SPECS).to_dict()
 
 
 def test_out_kwarg_and_inplace_run_on_clones(write_dump) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_msprobe.records.record import Record
 from tests.helpers import make_dump
 from tests.triage_helpers import PLANTED, gelu_bf16, relu_fp16
 
@@ -195,16 +196,16 @@ CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 SETTINGS = {"standard": "msprobe", "check_options": {"run_seed": 1, "device": "cpu", "specs_file": None}}
 
 
-def _record(message: str, **extra: object) -> dict:
-    out = {"name": "Torch.mul.0.forward.output.0", "status": "pass", "verdict": "error", "algorithm": "absolute_threshold",
-           "verdict_message": message, "metrics": {"cosine": 1.0, "max_abs_err": 0.5}, "worst": None,
-           "device_dtype": "torch.int32"}
-    return {"api": "Torch.mul.0", "direction": "forward", "status": "error", "standard": "msprobe", "order": 0,
-            "nodeid": "d/dump.json::Torch.mul.0.forward", "dump": "d/dump.json", "outputs": [out], "message": "",
-            **extra}
+def _record(message: str, **extra: object) -> Record:
+    out = {"name": "Torch.mul.0.forward.output.0", "status": "pass", "message": "", "verdict": "error",
+           "algorithm": "absolute_threshold", "verdict_message": message, "metrics": {"cosine": 1.0, "max_abs_err": 0.5},
+           "worst": None, "device_dtype": "torch.int32", "bench_dtype": "torch.int32", "shape": [2]}
+    return Record.from_dict({"api": "Torch.mul.0", "direction": "forward", "seed": 0, "status": "error",
+                             "standard": "msprobe", "order": 0, "nodeid": "d/dump.json::Torch.mul.0.forward",
+                             "dump": "d/dump.json", "outputs": [out], "message": "", **extra})
 
 
-def _page(path: Path, records: list[dict]) -> str:
+def _page(path: Path, records: list[Record]) -> str:
     from types import SimpleNamespace
 
     from pytest_msprobe.triage.html import write_html
@@ -304,7 +305,7 @@ def test_chromium_sorts_and_filters_by_dump_and_dtype(tmp_path: Path) -> None:
     records = [_record("", status="pass", api=f"Torch.mul.{i}", order=i, dump=f"run/step{s}/rank{r}/dump.json",
                        nodeid=f"run/step{s}/rank{r}/dump.json::Torch.mul.{i}.forward")
                for i, (s, r) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)])]
-    records[2]["outputs"][0]["device_dtype"] = "torch.bfloat16"
+    records[2].outputs[0].device_dtype = "torch.bfloat16"
     (tmp_path / "r.html").write_text(_page(tmp_path / "r.html", records), encoding="utf-8")
     seen = {}
     for view in ("sort=dump&dir=desc", "sort=dump&dir=desc&q=rank1", "sort=dtype&dir=asc"):

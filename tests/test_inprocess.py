@@ -89,8 +89,8 @@ def test_a_planted_bug_is_caught_and_its_kept_calls_replay_red(tmp_path: Path, p
         with pytest_msprobe.checking(out=tmp_path / "out", workers=1, quiet=True):
             _step(model, opt, x)
     summary = failed.value.summary
-    bad = [r for r in summary.records if r["status"] == "error"]
-    assert [r["api"] for r in bad] == ["Functional.softmax.0"]
+    bad = [r for r in summary.records if r.status == "error"]
+    assert [r.api for r in bad] == ["Functional.softmax.0"]
     assert summary.replay is not None and "--msprobe-mode replay" in summary.replay
     dump = tmp_path / "out" / "dump" / "step0" / "rank0" / "dump.json"
     assert list(json.loads(dump.read_text())["data"]) == ["Functional.softmax.0.forward"]  # only the failing call
@@ -311,10 +311,10 @@ def test_a_held_tensor_stands_for_its_file(tmp_path: Path) -> None:
     assert not (tmp_path / "one" / "dump_tensor_data").exists() and len(held) == 2
     options, specs = CheckOptions(device="cpu", mode="replay"), online_specs(None)
     record = check_call(dump_json, "Torch.exp.0.forward", options, specs, held)
-    assert record["status"] == "pass" and record["data"] == "real"
+    assert record.status == "pass" and record.data == "real"
     wrong = {name: torch.zeros(3) for name in held}
     record = check_call(dump_json, "Torch.exp.0.forward", options, specs, wrong)
-    assert record["status"] == "SKIP" and "the tensor given for it has shape [3]" in record["message"]
+    assert record.status == "SKIP" and "the tensor given for it has shape [3]" in record.message
 
 
 def test_torch_npu_functions_are_named_npu_when_the_step_imported_it(monkeypatch: pytest.MonkeyPatch) -> None:

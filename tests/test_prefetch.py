@@ -11,6 +11,7 @@ import pytest
 from pytest_msprobe.check import check_entry, prepare
 from pytest_msprobe.dump.reader import load_dump
 from pytest_msprobe.helper import helper
+from pytest_msprobe.records.record import Record
 from pytest_msprobe.session import devices
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs
@@ -47,8 +48,10 @@ def _dump(write_dump: Any) -> Any:
     return load_dump(write_dump(data))
 
 
-def _outputs(record: dict[str, Any]) -> tuple[Any, ...]:
-    return record["status"], record["outputs"], record["notes"], record.get("data")
+def _outputs(record: Record | dict[str, Any]) -> tuple[Any, ...]:
+    """What the check judged, in the plain form (a records file holds that)."""
+    plain = record.to_dict() if isinstance(record, Record) else record
+    return plain["status"], plain["outputs"], plain["notes"], plain.get("data")
 
 
 @pytest.mark.parametrize("entry", ["Functional.gelu.0.forward", "Functional.silu.1.backward"])
@@ -59,7 +62,7 @@ def test_prefetched_inputs_give_the_same_record(write_dump, monkeypatch, entry: 
     prepare.prefetch(dump, entry, TWO, SPECS)
     fetched = check_entry(dump, entry, TWO, SPECS)
     assert threads == ["msprobe-helper_0"]  # built once, in the helper, and taken by the check
-    assert _outputs(fetched) == _outputs(fresh) and fetched["status"] == "pass"
+    assert _outputs(fetched) == _outputs(fresh) and fetched.status == "pass"
 
 
 def test_a_prefetch_is_taken_only_by_its_own_check(write_dump, monkeypatch) -> None:
@@ -103,7 +106,7 @@ def test_no_prefetch_without_a_spare_core_or_for_an_entry_that_is_not_checkable(
     prepare.prefetch(dump, "Functional.gelu.9.forward", TWO, SPECS)  # not in the dump: the item says so
     prepare.prefetch(dump, "not an entry name", TWO, SPECS)
     assert threads == []
-    assert check_entry(dump, "Functional.gelu.9.forward", TWO, SPECS)["status"] == "SKIP"
+    assert check_entry(dump, "Functional.gelu.9.forward", TWO, SPECS).status == "SKIP"
 
 
 def test_items_run_in_one_process_use_the_next_items_prefetch(pytester: pytest.Pytester, monkeypatch) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_msprobe.metrics.vectorised import METRIC_KEYS
+from pytest_msprobe.records.record import Record, Row
 from pytest_msprobe.reports.failure import DIGEST_LIMIT, failure_digest, format_failure
 from pytest_msprobe.reports.results import (
     DETAILS_HEADER,
@@ -23,6 +24,7 @@ from pytest_msprobe.reports.results import (
     details_rows,
     details_statuses,
     read_jsonl,
+    read_records,
     summary_counts,
     timestamp,
     write_results,
@@ -52,19 +54,20 @@ def metrics(**values: Any) -> dict[str, Any]:
 
 
 def output(name: str, status: str = "pass", device_dtype: str = "torch.float32", shape: list[int] | None = None,
-           bench_dtype: str | None = None, message: str = "", worst: dict | None = None, **values: Any) -> dict:
+           bench_dtype: str | None = None, message: str = "", worst: dict | None = None, **values: Any) -> Row:
     if bench_dtype is None:
         bench_dtype = "torch.float64" if device_dtype == "torch.float32" else "torch.float32"
-    return {"name": name, "status": status, "message": message, "bench_dtype": bench_dtype,
-            "device_dtype": device_dtype, "shape": [4, 8] if shape is None else shape,
-            "metrics": metrics(**values), "worst": worst}
+    return Row(name=name, status=status, message=message, bench_dtype=bench_dtype, device_dtype=device_dtype,
+               shape=[4, 8] if shape is None else shape, metrics=metrics(**values), worst=worst)
 
 
-def record(api: str, direction: str = "forward", status: str = "pass", outputs: list[dict] | None = None,
-           message: str = "", seed: int = 1234) -> dict:
-    return {"nodeid": f"d/dump.json::{api}.{direction}", "dump": "d/dump.json", "api": api,
-            "direction": direction, "status": status, "message": message, "seed": seed, "device": "cpu",
-            "standard": "original", "duration_s": 0.01, "outputs": [] if outputs is None else outputs}
+def record(api: str, direction: str = "forward", status: str = "pass", outputs: list[Row] | None = None,
+           message: str = "", seed: int = 1234) -> Record:
+    rec = Record.from_dict({"nodeid": f"d/dump.json::{api}.{direction}", "dump": "d/dump.json", "api": api,
+                            "direction": direction, "status": status, "message": message, "seed": seed,
+                            "device": "cpu", "standard": "original"})
+    rec.outputs = [] if outputs is None else outputs
+    return rec
 
 
 # ------------------------------------------------------------------------------------------------ headers
@@ -155,7 +158,7 @@ def test_details_row_formatting() -> None:
                                          (None, " ")])
 def test_details_shape_cell(shape: list[int] | None, text: str) -> None:
     out = output("Torch.sum.0.forward.output.0", shape=[1])
-    out["shape"] = shape
+    out.shape = shape
     assert details_rows([record("Torch.sum.0", outputs=[out])])[0][3] == text
 
 
@@ -189,7 +192,7 @@ def test_details_one_row_per_output_in_order() -> None:
 # ------------------------------------------------------------------------------------------------ files
 
 
-def sample_records() -> list[dict]:
+def sample_records() -> list[Record]:
     bench = dict(small_value_err_ratio=0.0, rmse=0.0031, max_rel_err=0.0078, mean_rel_err=0.0011, error_balance=1e-5)
     return [
         record("NPU.npu_rms_norm.0", outputs=[
@@ -245,7 +248,11 @@ def test_write_results_files(tmp_path: Path) -> None:
     assert details[1:] == details_rows(recs)          # quoting of commas/newlines round-trips
     assert details[-1][-1] == 'RuntimeError: "boom",\nsecond line'
 
-    assert read_jsonl(paths["jsonl"]) == recs
+    assert read_records(paths["jsonl"]) == recs
+    # the archive holds each record's plain form, one line each, as json.dumps writes it
+    assert paths["jsonl"].read_bytes().decode("utf-8") == "".join(
+        json.dumps(rec.to_dict(), ensure_ascii=False, allow_nan=True) + "\n" for rec in recs)
+    assert [rec.to_dict() for rec in read_records(paths["jsonl"])] == [rec.to_dict() for rec in recs]
 
 
 def test_write_results_default_timestamp_shared(tmp_path: Path) -> None:
@@ -259,16 +266,16 @@ def test_write_results_empty(tmp_path: Path) -> None:
     paths = write_results([], tmp_path, ts="20240102030405")
     assert read_csv_rows(paths["result"]) == [list(RESULT_HEADER)]
     assert read_csv_rows(paths["details"]) == [A12_DETAILS]
-    assert read_jsonl(paths["jsonl"]) == []
+    assert read_records(paths["jsonl"]) == []
 
 
 def test_jsonl_keeps_nan_and_inf(tmp_path: Path) -> None:
     rec = record("Torch.sum.0", outputs=[output("Torch.sum.0.forward.output.0", cosine=float("nan"),
                                                 max_rel_err=float("inf"))])
     paths = write_results([rec], tmp_path, ts="20240102030405")
-    (back,) = read_jsonl(paths["jsonl"])
-    assert math.isnan(back["outputs"][0]["metrics"]["cosine"])
-    assert back["outputs"][0]["metrics"]["max_rel_err"] == math.inf
+    (back,) = read_records(paths["jsonl"])
+    assert math.isnan(back.outputs[0].metrics["cosine"])
+    assert back.outputs[0].metrics["max_rel_err"] == math.inf
 
 
 # ------------------------------------------------------------------------------------------------ read_jsonl
@@ -276,16 +283,19 @@ def test_jsonl_keeps_nan_and_inf(tmp_path: Path) -> None:
 
 def test_read_jsonl_drops_truncated_last_line(tmp_path: Path) -> None:
     good = [record("Torch.sum.0"), record("Torch.sum.1", message="ünïcode")]
-    lines = [json.dumps(r, ensure_ascii=False).encode() for r in good]
+    lines = [json.dumps(r.to_dict(), ensure_ascii=False).encode() for r in good]
     path = tmp_path / "r.jsonl"
     for partial in (lines[1][:20], lines[1][: lines[1].index("ü".encode()) + 1]):   # mid-JSON, mid-UTF-8
         path.write_bytes(lines[0] + b"\n" + partial)
-        assert read_jsonl(path) == good[:1]
+        assert read_records(path) == good[:1]
+        assert read_jsonl(path) == [r.to_dict() for r in good[:1]]
     path.write_bytes(lines[0] + b"\n" + lines[1])                     # complete line without final newline
-    assert read_jsonl(path) == good
+    assert read_records(path) == good
     path.write_bytes(lines[0] + b"\n\n" + lines[1] + b"\n\n\n")       # blank lines are ignored
-    assert read_jsonl(path) == good
+    assert read_records(path) == good
+    assert read_jsonl(path) == [r.to_dict() for r in good]
     path.write_bytes(b"")
+    assert read_records(path) == []
     assert read_jsonl(path) == []
 
 
@@ -294,6 +304,23 @@ def test_read_jsonl_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
     path.write_text('{"a": 1}\n{"a": \n{"a": 2}\n')
     with pytest.raises(ValueError, match=r"r\.jsonl:2"):
         read_jsonl(path)
+    with pytest.raises(ValueError, match=r"r\.jsonl:2"):
+        read_records(path)
+
+
+def test_read_records_names_the_line_that_is_not_a_record(tmp_path: Path) -> None:
+    """A line that is JSON but not a record (an unknown key, a missing one, not an object) is one error line naming
+    the file and the line, also when it is the last one: only a cut-off line is taken for a killed run's."""
+    good = json.dumps(record("Torch.sum.0").to_dict())
+    path = tmp_path / "r.jsonl"
+    for bad, why in (({**record("Torch.sum.1").to_dict(), "duration_s": 0.01}, "no field 'duration_s'"),
+                     ({"api": "Torch.sum.1", "direction": "forward"}, "without 'seed'"),
+                     ([1, 2], "a JSON list, not an object")):
+        for text in (f"{good}\n{json.dumps(bad)}\n{good}\n", f"{good}\n\n{json.dumps(bad)}"):
+            path.write_text(text)
+            line = 2 if text.count("\n") == 3 else 3
+            with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:{line}: not a record: .*{re.escape(why)}"):
+                read_records(path)
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -307,7 +334,7 @@ def test_format_failure_table() -> None:
                worst={"index": [1, 3], "device": 0.5, "bench": 0.50001, "abs_err": 1e-5, "rel_err": 2e-5}),
         output("Functional.linear.0.forward.output.1", "pass", shape=[], cosine=None, max_abs_err=0.0),
     ])
-    rec["outputs"].reverse()  # the worst output is listed first whatever its position
+    rec.outputs.reverse()  # the worst output is listed first whatever its position
     rerun = "pytest 'd/dump.json::Functional.linear.0.forward' --msprobe-seed=42"
     text = format_failure(rec, rerun)
     assert "\x1b" not in text
@@ -351,14 +378,14 @@ def test_the_item_seed_is_printed_only_where_it_drew_the_inputs() -> None:
     for data, printed in (("real", False), ("random", True), (None, True)):
         rec = record("Torch.mm.2", status="error", message="boom", seed=7)
         if data is not None:
-            rec["data"] = data
+            rec.data = data
         assert (seed_line in format_failure(rec, "pytest x").splitlines()) is printed, data
 
 
 def test_the_failure_digest_is_one_short_line_of_the_first_reason() -> None:
     long_reason = "gross error: " + "x " * 200
     out = output("Functional.gelu.0.forward.output.0", "Warning", message="Relative error is greater than 0.0001")
-    out.update(verdict="error", verdict_message=long_reason)
+    out.verdict, out.verdict_message = "error", long_reason
     rec = record("Functional.gelu.0", status="error", outputs=[out])
     digest = failure_digest(rec)
     assert digest is not None and "\n" not in digest and len(digest) <= DIGEST_LIMIT
@@ -371,7 +398,7 @@ def test_failure_text_keeps_the_digest_above_a_traceback() -> None:
     from pytest_msprobe.session.items import failure_text
 
     rec = record("Torch.mm.2", status="error", message="device run raised RuntimeError: boom")
-    rec["traceback"] = "Traceback (most recent call last):\n  ...\nRuntimeError: boom\n"
+    rec.traceback = "Traceback (most recent call last):\n  ...\nRuntimeError: boom\n"
     lines = failure_text(rec, "pytest x").splitlines()
     assert lines[0] == "error: device run raised RuntimeError: boom"
     assert lines[1] == "Traceback (most recent call last):"
@@ -382,9 +409,9 @@ def test_details_statuses_count_the_csv_rows_of_pytorch_records() -> None:
     recs = [record("Torch.a.0", status="error", outputs=[output("Torch.a.0.forward.output.0", "Warning"),
                                                           output("Torch.a.0.forward.output.1", "pass")]),
             record("Torch.b.0", status="SKIP", message="no such API"),  # one row with the item's status
-            {**record("Mint.c.0", status="error", outputs=[output("Mint.c.0.forward.output.0", "error")]),
-             "framework": "mindspore"}]  # MindSpore's files carry the selected standard's verdict
-    recs[0]["layer1_status"] = "Warning"
+            record("Mint.c.0", status="error", outputs=[output("Mint.c.0.forward.output.0", "error")])]
+    recs[2].framework = "mindspore"  # MindSpore's files carry the selected standard's verdict
+    recs[0].layer1_status = "Warning"
     assert details_statuses(recs) == {"Warning": 1, "pass": 1, "SKIP": 1}
     cells = [row[-2] for row in details_rows(recs[:2])]
     assert sorted(cells) == sorted(s for s, n in details_statuses(recs).items() for _ in range(n))

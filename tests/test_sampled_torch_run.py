@@ -67,7 +67,7 @@ def test_fp32_backward_items_get_the_whole_torch_run(write_dump) -> None:
         "Functional.scaled_dot_product_attention.0.backward": {"input": [tensor("torch.float32", q)], "output": []}}
     record = check_entry(load_dump(write_dump(data)), "Functional.scaled_dot_product_attention.0.backward",
                          CheckOptions(device="cpu", standard="strict"), SPECS)
-    assert record["status"] == "pass" and record["reference"] == "torch's kernel on cpu, device dtype"
+    assert record.status == "pass" and record.reference == "torch's kernel on cpu, device dtype"
 
 
 ONE_HEAD_OFF = """
@@ -99,13 +99,13 @@ def test_sampled_runs_pass_torch_and_fail_a_bug_in_a_row_they_did_not_compute(wr
     dump = load_dump(write_dump(data))
     for name in ("Functional.scaled_dot_product_attention.0.backward", "Functional.conv2d.0.backward"):
         record = check_entry(dump, name, CheckOptions(device="cpu", standard="strict"), SPECS)
-        assert record["status"] == "pass", record["outputs"]
-        assert "sampled" in record["reference"]
+        assert record.status == "pass", record.outputs
+        assert "sampled" in record.reference
     (tmp_path / "off.py").write_text(ONE_HEAD_OFF)
     options = CheckOptions(device="cpu", standard="strict", kernels=f"{tmp_path / 'off.py'}:KERNELS")
     record = check_entry(dump, "Functional.scaled_dot_product_attention.0.backward", options, SPECS)
-    assert record["status"] == "error"
-    query_grad = record["outputs"][0]
-    assert query_grad["verdict"] == "error" and "gross error" in query_grad["verdict_message"]
-    index = int(query_grad["verdict_message"].split("at flat index ")[1].split(":")[0])
+    assert record.status == "error"
+    query_grad = record.outputs[0]
+    assert query_grad.verdict == "error" and "gross error" in query_grad.verdict_message
+    index = int(query_grad.verdict_message.split("at flat index ")[1].split(":")[0])
     assert index // (128 * 64) == 2  # the worst element sits in head 2, whose torch run was estimated

@@ -11,6 +11,7 @@ import torch
 
 from pytest_msprobe.check import check_entry
 from pytest_msprobe.dump.reader import load_dump
+from pytest_msprobe.records.record import Record
 from pytest_msprobe.runs.execution import Shared, Target, make_side
 from pytest_msprobe.runs.sharing import written_inputs
 from pytest_msprobe.settings import CheckOptions
@@ -111,8 +112,8 @@ def test_written_inputs_from_the_call(api_type: str, api: str, args: Any, kwargs
     assert _ids(found, [pool[k] for k in "abc"]) == expected
 
 
-def _judged(record: dict[str, Any]) -> Any:
-    return record["status"], [{k: v for k, v in o.items()} for o in record["outputs"]]
+def _judged(record: Record) -> Any:
+    return record.status, [o.to_dict() for o in record.outputs]
 
 
 def test_an_unforeseen_write_is_caught_and_the_item_checked_again(write_dump, monkeypatch) -> None:
@@ -125,8 +126,8 @@ def test_an_unforeseen_write_is_caught_and_the_item_checked_again(write_dump, mo
     truth = check_entry(dump, "Tensor.add_.0.forward", options, SPECS)
     monkeypatch.setattr("pytest_msprobe.check.placement.written_inputs", lambda *a: set())
     again = check_entry(dump, "Tensor.add_.0.forward", options, SPECS)
-    assert truth["status"] == "pass" and not truth["notes"]
-    assert any("checked again with a copy of every input" in n for n in again["notes"])
+    assert truth.status == "pass" and not truth.notes
+    assert any("checked again with a copy of every input" in n for n in again.notes)
     assert _judged(again) == _judged(truth)
 
 
@@ -194,7 +195,7 @@ def test_a_call_that_grows_a_written_input_gets_storage_it_can_grow(write_dump, 
     torch's memory, as before inputs were shared."""
     data = {f"{api}.0.forward": {"input_args": args, "input_kwargs": kwargs, "output": [tensor(shape=[64])]}}
     record = check_entry(load_dump(write_dump(data)), f"{api}.0.forward", CheckOptions(device="cpu"), SPECS)
-    assert "raised" not in record["message"] and record["outputs"][0]["shape"] == shape, record["message"]
+    assert "raised" not in record.message and record.outputs[0].shape == shape, record.message
 
 
 def test_inputs_kept_for_the_failure_tools_are_never_given_away(write_dump) -> None:
@@ -208,5 +209,5 @@ def test_inputs_kept_for_the_failure_tools_are_never_given_away(write_dump) -> N
     with capture.capturing() as captured:
         record = check_entry(load_dump(write_dump(data)), "Tensor.add_.0.forward", CheckOptions(device="cpu"), SPECS)
     x, y = captured["args"]
-    assert record["status"] == "pass" and _ptr(captured["out_d"]) != _ptr(x)
+    assert record.status == "pass" and _ptr(captured["out_d"]) != _ptr(x)
     assert torch.equal(captured["out_d"], x + y)  # x is still the built input the device added y to

@@ -68,8 +68,8 @@ def verdicts(dump: Path) -> dict[str, str]:
     """Each call's verdict, checked as an online session checks a received aten call."""
     options = CheckOptions(device="cpu", mode="replay")
     recs = {api: check_call(dump, f"{api}.0.forward", options, online_specs(None)) for api in (SOFTMAX, LOG_SOFTMAX)}
-    assert all("magnitude_s" in rec["timings"] for rec in recs.values()), recs
-    return {api: rec["status"] for api, rec in recs.items()}
+    assert all("magnitude_s" in rec.timings for rec in recs.values()), recs
+    return {api: rec.status for api, rec in recs.items()}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pytest_msprobe.records.record import Record
 from tests.helpers import EXAMPLES, copy_dump, make_dump, records, tensor, two_ranks_same_names
 
 LEAN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
@@ -179,12 +180,12 @@ def test_the_short_summary_keeps_the_reason_of_a_failure(pytester: pytest.Pytest
 # --------------------------------------------------------------------------- the pure parts
 
 
-def skipped(api: str, message: str) -> dict[str, Any]:
-    return {"api": api, "direction": "forward", "status": "SKIP", "message": message}
+def skipped(api: str, message: str, status: str = "SKIP") -> Record:
+    return Record.from_dict({"api": api, "direction": "forward", "seed": 0, "status": status, "message": message})
 
 
 def test_a_skip_reason_names_its_entry_once() -> None:
-    from pytest_msprobe.reports.summary import skip_reason
+    from pytest_msprobe.reports.summary import skip_message, skip_reason
 
     entry = "Torch.foo.0.forward"
     assert skip_reason(skipped("Torch.foo.0", "Torch.foo: no such API"), entry) == f"{entry}: no such API"
@@ -196,6 +197,9 @@ def test_a_skip_reason_names_its_entry_once() -> None:
         "Mint.add.0.forward: MindSpore is not installed: pip"
     assert skip_reason(skipped("Torch.foo.0", "Torch.foo.0.forward: nothing to fuzz"), f"{entry}[fuzz]") == \
         f"{entry}[fuzz]: nothing to fuzz"
+    # a skipped [fuzz] item's result is no record: its message alone reads the same
+    assert skip_message("Torch.foo.0.forward: nothing to fuzz", f"{entry}[fuzz]") == f"{entry}[fuzz]: nothing to fuzz"
+    assert skip_message(None, entry) == f"{entry}: skipped"
 
 
 def test_skips_group_by_reason_most_first_with_the_first_apis() -> None:
@@ -206,7 +210,7 @@ def test_skips_group_by_reason_most_first_with_the_first_apis() -> None:
     recs += [skipped("Functional.gelu.0", "Functional.gelu.0.forward.input_args[0]: tensor file /a.pt is missing"),
              skipped("Distributed.all_reduce.0", "Distributed.all_reduce.0: needs a process group"),
              skipped("Distributed.all_reduce.1", "Distributed.all_reduce.1: needs a process group"),
-             {**skipped("Functional.relu.0", "x"), "status": "pass"}]
+             skipped("Functional.relu.0", "x", status="pass")]
     lines = skip_lines(recs)
     assert lines[0] == f"skipped {SKIP_NAMES_SHOWN + 4} item(s), by reason (pytest -rs names each item):"
     names = ", ".join(f"Torch.f{i}" for i in range(SKIP_NAMES_SHOWN))
@@ -216,7 +220,7 @@ def test_skips_group_by_reason_most_first_with_the_first_apis() -> None:
     assert lines[2] == "  needs a process group (2: Distributed.all_reduce)"
     assert lines[3].startswith("  missing tensor file (1: Functional.gelu): ")
     assert len(lines) == 4
-    assert skip_lines([{**skipped("Torch.a.0", "x"), "status": "pass"}]) == []
+    assert skip_lines([skipped("Torch.a.0", "x", status="pass")]) == []
 
 
 def test_past_the_groups_shown_the_rest_is_counted() -> None:

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from pytest_msprobe.records import wire
+from pytest_msprobe.records.record import Record, Row
 
 
 def _report(**changes: object) -> pytest.TestReport:
@@ -15,7 +16,8 @@ def _report(**changes: object) -> pytest.TestReport:
                   sections=[("Captured stdout call", "hello\n")], duration=0.25, start=1.0, stop=1.25)
     fields.update(changes)
     report = pytest.TestReport(**fields)  # type: ignore[arg-type]
-    report.msprobe = {"api": "Torch.add.0", "status": "pass", "outputs": [{"metrics": {"cosine": math.nan}}]}
+    report.msprobe = Record("Torch.add.0", "forward", 7, status="pass", outputs=[
+        Row("Torch.add.0.forward.output.0", "pass", "", "torch.float32", "torch.float16", [2], {"cosine": math.nan})])
     return report
 
 
@@ -41,7 +43,8 @@ def test_pack_round_trip(pytestconfig: pytest.Config, changes: dict) -> None:
         assert getattr(back, name) == getattr(report, name), name
     assert isinstance(back.location, tuple) and all(isinstance(p, tuple) for p in back.user_properties)
     assert back.item_index == 3
-    assert back.msprobe["api"] == "Torch.add.0" and math.isnan(back.msprobe["outputs"][0]["metrics"]["cosine"])
+    assert isinstance(back.msprobe, Record) and back.msprobe.api == "Torch.add.0"
+    assert math.isnan(back.msprobe.outputs[0].metrics["cosine"])
 
 
 def test_structured_tracebacks_and_foreign_objects_travel_unpacked(pytestconfig: pytest.Config) -> None:

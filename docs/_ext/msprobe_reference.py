@@ -303,7 +303,9 @@ RECORD_KEYS: dict[str, str] = {
     "repro": "with `--msprobe-repro`: the script's path",
     "reused_from": "with `--msprobe-filter-api`: the entry whose result this item reports",
     "crashed": "the xdist worker died while running the item",
-    "wall_s": "the item's wall time",
+    "not_implemented": "the device has no kernel for this call or dtype: a skip counted apart, not an accuracy result",
+    "not_checked": "in-process checks: the call was taken but never checked (a full queue, a worker that died)",
+    "fuzz": "with `--msprobe-fuzz`: `true` on the record of the failing example a `[fuzz]` item found",
 }
 
 OUTPUT_KEYS: dict[str, str] = {
@@ -323,6 +325,7 @@ OUTPUT_KEYS: dict[str, str] = {
              "judged it again (`ties`, `duplicate_writers`, `decomposition`, `backward_error`, `argument_backward_error`; error-model.md)",
     "compare": "the new standard's `api_precision_compare` cells (ratios, sub-verdicts)",
     "reference": "the selected standard's statistics (strict: max and mean errors, limits, torch run's)",
+    "overflow": "overflow_check items: what the output's inf/NaN were on each side, and how the call was classified",
 }
 
 

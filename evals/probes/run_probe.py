@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from evals.probes.phases import PHASES, add_phases
+from pytest_msprobe.records.record import Record
 
 ENV = "MSPROBE_RUN_PROBE_DIR"
 DETAIL_ENV = "MSPROBE_RUN_PROBE_DETAIL"  # "1": also time the steps of each item (below)
@@ -172,7 +173,7 @@ def _untimed(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         wall = time.perf_counter()
         record = fn(*args, **kwargs)
-        timings = record.get("timings") or {}
+        timings = record.timings
         timed = sum(timings.get(k, 0.0) for k in ("inputs_s", "device_s", "bench_s", "reference_s", "compare_s"))
         if threading.current_thread() is threading.main_thread():
             _add_step("  check_entry outside its record's timings", time.perf_counter() - wall - timed, 0.0)
@@ -274,9 +275,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     _add_step("hook: makereport", time.perf_counter() - wall, time.thread_time() - cpu)
     record = getattr(report, "msprobe", None)
-    if isinstance(record, dict) and isinstance(record.get("timings"), dict):
-        add_phases(phases, record["timings"])
-        _add_step("phases of the record", sum(record["timings"].values()), 0.0)
+    if isinstance(record, Record):
+        add_phases(phases, record.timings)
+        _add_step("phases of the record", sum(record.timings.values()), 0.0)
     return report
 
 

@@ -34,7 +34,7 @@ def source_for(dump: Dump, options: CheckOptions) -> DeviceSource:
     return next(source for source in SOURCES if source.applies(dump, options))()
 
 
-def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> dict[str, Any]:
+def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[str, Any]) -> Record:
     """One entry's record. The inputs the call may not write are shared by the sides (placement.share); if the call
     wrote into one after all, the item is checked again on fresh inputs, with a copy of every input per side."""
     name = parse_entry_name(entry_name)
@@ -66,7 +66,7 @@ def check_entry(dump: Dump, entry_name: str, options: CheckOptions, specs: dict[
                 "moved): checked again with a copy of every input per side")
     if note:
         record.notes.append(note)
-    return record.to_dict()  # the plain form: what the xdist wire and the files carry
+    return record
 
 
 def run_item(source: DeviceSource, item: Item) -> None:

@@ -24,6 +24,7 @@ import hashlib
 import json
 from typing import Any
 
+from ..records.record import Record
 from .reader import Dump, parse_entry_name
 
 _STATS = ("Max", "Min")
@@ -75,19 +76,16 @@ def groups(dump: Dump, names: list[str]) -> dict[str, tuple[str, str]]:
     return {n: (key, first[key]) for key, group in members.items() if len(group) > 1 for n in group}
 
 
-def reused_record(record: dict[str, Any], representative: str, own_name: str) -> dict[str, Any]:
+def reused_record(record: Record, representative: str, own_name: str) -> Record:
     """A copy of the representative's check result for a repeat: its own API name in every row, the
     provenance in `reused_from` and in every message, no timings (nothing ran)."""
     rep, own = parse_entry_name(representative).full_name, parse_entry_name(own_name).full_name
     note = f"reused: identical to {representative} (msprobe_filter_api)"
-    copy = dict(record, api=own, reused_from=representative, timings={}, notes=[note, *record.get("notes", ())])
-    copy["message"] = f"{note}; {record['message']}" if record.get("message") else note
-    rows = []
-    for row in record.get("outputs", ()):
-        row = dict(row)
-        if str(row.get("name", "")).startswith(f"{rep}."):
-            row["name"] = own + row["name"][len(rep):]
-        row["message"] = f"[{note}] {row['message']}" if row.get("message") else f"[{note}]"
-        rows.append(row)
-    copy["outputs"] = rows
+    copy = record.copy()
+    copy.api, copy.reused_from, copy.timings, copy.notes = own, representative, {}, [note, *record.notes]
+    copy.message = f"{note}; {record.message}" if record.message else note
+    for row in copy.outputs:
+        if row.name.startswith(f"{rep}."):
+            row.name = own + row.name[len(rep):]
+        row.message = f"[{note}] {row.message}" if row.message else f"[{note}]"
     return copy

@@ -22,6 +22,7 @@ import torch
 
 from ..online.capture import Capture, in_place, plain_kwargs
 from ..online.safeload import ApiData
+from ..records.record import Record
 from ..runs.leaves import map_structure, tensors_of
 from ..settings import CheckOptions, Settings
 from . import outputs
@@ -93,7 +94,7 @@ class Checking(contextlib.ContextDecorator):
         self.counters: defaultdict[str, int] = defaultdict(int)
         self.call_name = ""  # the call `_wanted` took last, which `_seen` gets next
         self.seen = self.sampled_out = 0
-        self.unsent: dict[int, dict[str, Any]] = {}  # calls the budget refused
+        self.unsent: dict[int, Record] = {}  # calls the budget refused
         self.budget, self.calls = Budget(o.queue_bytes), Calls()
         self.base = CheckOptions(device="cpu", mode="replay", standard=o.standard, recorded_on=o.device or "auto")
         self.feeder = Feeder(self.calls, self.budget, self.out, self.base, o.workers,

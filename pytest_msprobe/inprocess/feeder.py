@@ -36,11 +36,11 @@ POLL_S = 0.05
 TRIM_EVERY_S = 0.25
 
 
-def not_checked(name: str, why: str, status: str = "error") -> dict[str, Any]:
+def not_checked(name: str, why: str, status: str = "error") -> Record:
     """The record of a call whose check never finished: `status` error when a worker died with it (as the
     online session records a crash), SKIP when it was never sent (the queue was full)."""
-    record = Record(name, spool.DIRECTION, 0, status=status, message=f"not checked: {why}").to_dict()
-    record["not_checked"] = True
+    record = Record(name, spool.DIRECTION, 0, status=status, message=f"not checked: {why}")
+    record.not_checked = True
     return record
 
 
@@ -77,9 +77,9 @@ class Feeder:
     out: Path  # the block's folder: the spool is its calls/, the records name its dump/
     base: CheckOptions  # the workers' options; recorded_on "auto": the first call's tensors tell
     workers: int
-    keep: Callable[[str, dict[str, Any]], bool]  # (API, record) -> whether its one-call dump stays
+    keep: Callable[[str, Record], bool]  # (API, record) -> whether its one-call dump stays
     timeout: float | None = None
-    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    records: dict[int, Record] = field(default_factory=dict)
     sent: dict[int, Sent] = field(default_factory=dict)
     kept: dict[int, Path] = field(default_factory=dict)  # sequence -> the one-call dump that stays
     error: str | None = None
@@ -138,7 +138,7 @@ class Feeder:
             return
         reason = listed_skip(call, item.api, self.specs)  # inputs copied before the call: no changed_input
         if reason is not None:
-            self._finish(sequence, sent, Record(call.name, spool.DIRECTION, 0, status="SKIP", message=reason).to_dict())
+            self._finish(sequence, sent, Record(call.name, spool.DIRECTION, 0, status="SKIP", message=reason))
             return
         folder = sent.folder
         try:
@@ -169,18 +169,18 @@ class Feeder:
                 record = value
             elif kind == "raised":
                 record = Record(sent.name, spool.DIRECTION, 0, status="error",
-                                message="the check raised in a worker process").to_dict()
-                record["traceback"] = value
+                                message="the check raised in a worker process")
+                record.traceback = value
             else:
                 record = not_checked(sent.name, value)
-            if not record.get("not_checked") and self.keep(sent.api, record):
+            if not record.not_checked and self.keep(sent.api, record):
                 spool.save_held(sent.held, sent.folder)
                 self.kept[sequence] = sent.folder
             else:
                 shutil.rmtree(sent.folder, ignore_errors=True)
             self._finish(sequence, sent, record)
 
-    def _finish(self, sequence: int, sent: Sent, record: dict[str, Any]) -> None:
+    def _finish(self, sequence: int, sent: Sent, record: Record) -> None:
         self.records[sequence] = placed(record, self.out, sent.step, sent.rank)
         sent.held.clear()
         self.budget.release(sent.nbytes)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..records.record import Record
 from ..reports.results import write_results
 from ..reports.summary import worst
 from ..settings import Settings
@@ -37,12 +38,12 @@ class Summary:
     ok: bool
     counts: Counter[str]
     not_checked: int
-    records: list[dict[str, Any]]
+    records: list[Record]
     paths: dict[str, Path] = field(default_factory=dict)
     replay: str | None = None  # the command that checks the kept calls again
 
 
-def keeper(keep: str | Sequence[str]) -> Callable[[str, dict[str, Any]], bool]:
+def keeper(keep: str | Sequence[str]) -> Callable[[str, Record], bool]:
     """(API, record) -> whether the call's tensors stay in the dump: `failed` ones, `all`, `none`, or the failed
     ones and every call of the listed APIs."""
     if keep == "all":
@@ -50,22 +51,22 @@ def keeper(keep: str | Sequence[str]) -> Callable[[str, dict[str, Any]], bool]:
     if keep == "none":
         return lambda api, record: False
     listed = Selection(None if isinstance(keep, str) else keep)
-    return lambda api, record: record.get("status") in FAILED or (not listed.every and listed.wants_api(api))
+    return lambda api, record: record.status in FAILED or (not listed.every and listed.wants_api(api))
 
 
 def dump_of(out: Path, step: int, rank: int) -> Path:
     return out / "dump" / f"step{step}" / f"rank{rank}" / "dump.json"
 
 
-def placed(record: dict[str, Any], out: Path, step: int, rank: int) -> dict[str, Any]:
+def placed(record: Record, out: Path, step: int, rank: int) -> Record:
     """The record named as the replay of its dump names its item, so CSV sets and node ids line up."""
     dump = dump_of(out, step, rank)
-    record["dump"] = str(dump)
-    record["nodeid"] = f"{dump}::{record['api']}.{record['direction']}"
+    record.dump = str(dump)
+    record.nodeid = f"{dump}::{record.api}.{record.direction}"
     return record
 
 
-def write(out: Path, records: list[dict[str, Any]], kept: dict[int, Path], sampling: Sampling,
+def write(out: Path, records: list[Record], kept: dict[int, Path], sampling: Sampling,
           settings: Settings) -> Summary:
     """Every file of the block, then its summary."""
     out.mkdir(parents=True, exist_ok=True)
@@ -106,10 +107,10 @@ def merge_kept(out: Path, kept: dict[int, Path]) -> list[Path]:
     return list(docs)
 
 
-def summarise(records: list[dict[str, Any]], sampling: Sampling, out: Path, paths: dict[str, Path],
+def summarise(records: list[Record], sampling: Sampling, out: Path, paths: dict[str, Path],
               replay: str | None) -> Summary:
-    counts = Counter(str(r.get("status")) for r in records if not r.get("not_checked"))
-    unchecked = sum(1 for r in records if r.get("not_checked"))
+    counts = Counter(r.status for r in records if not r.not_checked)
+    unchecked = sum(1 for r in records if r.not_checked)
     sampled = f" (1 in {sampling.every} per API)" if sampling.every > 1 else ""
     statuses = ", ".join(f"{counts[s]} {s}" for s in ("pass", "Warning", "error", "SKIP") if counts[s]) or "none"
     line = (f"msprobe in-process: {sampling.calls} call(s), {len(records)} taken{sampled}: {statuses}; "

@@ -25,6 +25,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from ..records.record import Record
+
 STOP = None  # what the session sends a worker to end it
 
 
@@ -56,7 +58,7 @@ def online_specs(specs_file: str | None) -> dict[str, Any]:
 
 
 def check_call(dump_json: Path, entry_name: str, options: Any, specs: dict[str, Any],
-               held: dict[str, Any] | None = None) -> dict[str, Any]:
+               held: dict[str, Any] | None = None) -> Record:
     """The record of a received call's one-call dump: the check every online call gets, in the session's
     process or in a worker. `held`: its tensors by data_name, given in memory instead of as files."""
     from ..check import check_entry

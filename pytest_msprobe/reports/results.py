@@ -1,16 +1,9 @@
 """Result records -> msprobe-compatible CSV files and a JSONL archive (a failure's text: failure.py).
 
-Every pytest item produces one plain-dict *record* (JSON-serialisable, so it can ride on the test
-report from xdist workers to the controller). The controller calls :func:`write_results` once at
-session end; writing everything at once from one process avoids the unlocked concurrent appends
-msprobe's multi_run_ut does (REFERENCE-msprobe.md §5.7).
-
-Record layout (see also the plugin)::
-
-    {"nodeid", "dump", "api", "direction": "forward"|"backward",
-     "status": "pass"|"Warning"|"error"|"SKIP", "message", "seed", "device", "standard", "duration_s",
-     "outputs": [{"name", "status", "message", "bench_dtype", "device_dtype", "shape",
-                  "metrics": {METRIC_KEYS -> float|int|None}, "worst": {...}|None}, ...]}
+Every pytest item produces one *record* (records/record.py: `Record`, its output rows `Row`). The
+controller calls :func:`write_results` once at session end; writing everything at once from one
+process avoids the unlocked concurrent appends msprobe's multi_run_ut does (REFERENCE-msprobe.md §5.7).
+The JSONL archive holds each record's plain form (`Record.to_dict`), which :func:`read_records` reads back.
 
 The CSV layouts follow msprobe's run_ut files byte for byte where it matters to its own tools
 (headers, status literals, blank " " cells, "{:.14f}" floats, tuple-repr shapes; §5.2, A.12) so
@@ -28,11 +21,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..records.columns import DETAILS_HEADER, METRIC_KEYS
+from ..records.record import Record, Row
 from ..verdict import ms_results
 
 __all__ = [
     "DETAILS_HEADER", "RESULT_HEADER", "STATUSES", "timestamp", "api_results", "details_rows",
-    "write_results", "read_jsonl", "summary_counts",
+    "write_results", "read_jsonl", "read_records", "summary_counts",
 ]
 
 # msprobe's literal strings (A.12 status_literals); a blank cell is a single space, not "".
@@ -56,7 +50,7 @@ def timestamp() -> str:
 # result CSV (one row per API)
 
 
-def api_results(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, str | None]]:
+def api_results(records: Iterable[Record]) -> list[tuple[str, str, str, str | None]]:
     """Fold forward/backward items back into msprobe's one-row-per-API result table.
 
     msprobe runs both directions of an API in one go; we run them as separate pytest items, so the
@@ -64,9 +58,9 @@ def api_results(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, st
     (message) cell only when a direction is SKIP, as msprobe writes 3- or 4-cell rows (§5.2).
     The item status is already the aggregate over its outputs (§4.5), so it is copied verbatim.
     """
-    by_api: dict[str, dict[str, Mapping[str, Any]]] = {}
+    by_api: dict[str, dict[str, Record]] = {}
     for rec in records:
-        by_api.setdefault(str(rec["api"]), {}).setdefault(str(rec["direction"]), rec)
+        by_api.setdefault(rec.api, {}).setdefault(rec.direction, rec)
     rows: list[tuple[str, str, str, str | None]] = []
     for api, directions in by_api.items():
         fwd = directions.get("forward")
@@ -81,22 +75,22 @@ def api_results(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, st
     return rows
 
 
-def _status(rec: Mapping[str, Any] | None) -> str:
+def _status(rec: Record | None) -> str:
     """run_ut's own (Layer-1) status; the selected standard's verdict goes to the compare files."""
     if rec is None:
         return BLANK
-    return str(rec.get("layer1_status") or rec.get("status") or BLANK)
+    return str(rec.layer1_status or rec.status or BLANK)
 
 
-def _record_message(rec: Mapping[str, Any] | None) -> str:
+def _record_message(rec: Record | None) -> str:
     """Item message, else the first output's message (msprobe takes the first details row's)."""
     if rec is None:
         return ""
-    message = rec.get("message") or ""
+    message = rec.message or ""
     if not message:
-        for out in rec.get("outputs") or ():
-            if out.get("message"):
-                return str(out["message"])
+        for out in rec.outputs:
+            if out.message:
+                return out.message
     return str(message)
 
 
@@ -121,7 +115,7 @@ def _shape_cell(shape: Sequence[int] | None) -> str:
     return str(tuple(int(s) for s in shape))         # "(4, 32)", "(4,)", "()"
 
 
-def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> list[list[str]]:
+def details_rows(records: Iterable[Record], precision: int = 14) -> list[list[str]]:
     """One 23-cell row per output, msprobe's details layout.
 
     An item that compared nothing (skipped, crashed before comparing) still gets one row named
@@ -130,38 +124,37 @@ def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> l
     """
     rows: list[list[str]] = []
     for rec in records:
-        outputs = rec.get("outputs") or ()
-        if not outputs:
-            row = [f"{rec['api']}.{rec['direction']}.output.0"] + [BLANK] * (len(DETAILS_HEADER) - 3)
-            row += [_status(rec), str(rec.get("message") or "")]
+        if not rec.outputs:
+            row = [f"{rec.api}.{rec.direction}.output.0"] + [BLANK] * (len(DETAILS_HEADER) - 3)
+            row += [_status(rec), rec.message]
             rows.append(row)
             continue
-        for out in outputs:
-            metrics = out.get("metrics") or {}
+        for out in rec.outputs:
+            metrics = out.metrics
             row = [
-                str(out["name"]),
-                _cell(out.get("bench_dtype"), precision),
-                _cell(out.get("device_dtype"), precision),
-                _shape_cell(out.get("shape")),
+                out.name,
+                _cell(out.bench_dtype, precision),
+                _cell(out.device_dtype, precision),
+                _shape_cell(out.shape),
             ]
             row += [_cell(metrics.get(key), precision) for key in METRIC_KEYS]
-            row += [_output_status(out), marked(rec, str(out.get("message") or ""))]
+            row += [_output_status(out), marked(rec, out.message)]
             rows.append(row)
     return rows
 
 
-def _output_status(out: Mapping[str, Any]) -> str:
-    return str(out.get("status") or BLANK)
+def _output_status(out: Row) -> str:
+    return str(out.status or BLANK)
 
 
-def details_statuses(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def details_statuses(records: Iterable[Record]) -> dict[str, int]:
     """How many rows of the details CSVs carry each Status (run_ut's Layer-1 verdict, one row per output, as
     details_rows writes them), for the PyTorch records: MindSpore's files carry the selected standard's."""
     counts: dict[str, int] = {}
     for rec in records:
         if ms_results.is_mindspore(rec):
             continue
-        for status in [_output_status(out) for out in rec.get("outputs") or ()] or [_status(rec)]:
+        for status in [_output_status(out) for out in rec.outputs] or [_status(rec)]:
             counts[status] = counts.get(status, 0) + 1
     return counts
 
@@ -169,19 +162,19 @@ def details_statuses(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 REFERENCE_ONLY_MARK = "[reference only: the device side ran the bench function, no vendor kernel]"
 
 
-def marked(rec: Mapping[str, Any], message: str) -> str:
+def marked(rec: Record, message: str) -> str:
     """A reference-vs-reference item's message says so (an NPU op checked on a machine without an NPU)."""
-    if not rec.get("reference_only"):
+    if not rec.reference_only:
         return message
     return f"{REFERENCE_ONLY_MARK} {message}".rstrip()
 
 
-def reference_only(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def reference_only(records: Iterable[Record]) -> dict[str, int]:
     """Statuses of the items that compared the bench with itself (counted apart from real passes)."""
     counts: dict[str, int] = {}
     for rec in records:
-        if rec.get("reference_only"):
-            counts[str(rec.get("status"))] = counts.get(str(rec.get("status")), 0) + 1
+        if rec.reference_only:
+            counts[rec.status] = counts.get(rec.status, 0) + 1
     return counts
 
 
@@ -220,7 +213,7 @@ def compare_detail_row(name: str, cells: Mapping[str, Any] | None, status: str, 
         status, str(cells.get("algorithm_name", BLANK)), message]
 
 
-def compare_rows(records: Iterable[Mapping[str, Any]], compare_keys: Sequence[str],
+def compare_rows(records: Iterable[Record], compare_keys: Sequence[str],
                  precision: int = 14) -> tuple[list[list[str]], list[list[str]]]:
     """(result rows, details rows) of api_precision_compare for records judged by a msprobe standard.
 
@@ -230,18 +223,18 @@ def compare_rows(records: Iterable[Mapping[str, Any]], compare_keys: Sequence[st
     details: list[list[str]] = []
     per_api: dict[str, dict[str, list[tuple[str, str]]]] = {}
     for rec in records:
-        for out in rec.get("outputs") or ():
-            cells = out.get("compare")
+        for out in rec.outputs:
+            cells = out.compare
             if cells:
-                status = str(out.get("verdict") or out.get("status"))
-                row = compare_detail_row(str(out["name"]), cells, status, str(out.get("verdict_message") or ""),
+                status = str(out.verdict or out.status)
+                row = compare_detail_row(out.name, cells, status, out.verdict_message,
                                          compare_keys, precision)
             else:
                 status = SKIP
-                reason = out.get("verdict_message") or out.get("message") or "not judged by the new standard"
-                row = compare_detail_row(str(out["name"]), None, SKIP, str(reason), compare_keys, precision)
+                reason = out.verdict_message or out.message or "not judged by the new standard"
+                row = compare_detail_row(out.name, None, SKIP, str(reason), compare_keys, precision)
             details.append(row)
-            per_api.setdefault(str(rec["api"]), {}).setdefault(str(rec["direction"]), []).append((status, row[-1]))
+            per_api.setdefault(rec.api, {}).setdefault(rec.direction, []).append((status, row[-1]))
     results = []
     for api, directions in per_api.items():
         fwd = compare_status([s for s, _ in directions.get("forward", [])])
@@ -266,7 +259,7 @@ def write_compare_files(results: list[list[str]], details: list[list[str]], out_
     return paths
 
 
-def write_compare_results(records: list[dict[str, Any]], out_dir: Path, ts: str, compare_keys: Sequence[str],
+def write_compare_results(records: Iterable[Record], out_dir: Path, ts: str, compare_keys: Sequence[str],
                           precision: int = 14) -> dict[str, Path]:
     return write_compare_files(*compare_rows(records, compare_keys, precision), out_dir, ts)
 
@@ -275,7 +268,7 @@ def write_compare_results(records: list[dict[str, Any]], out_dir: Path, ts: str,
 # files
 
 
-def write_results(records: list[dict[str, Any]], out_dir: Path, ts: str | None = None,
+def write_results(records: Sequence[Record], out_dir: Path, ts: str | None = None,
                    precision: int = 14) -> dict[str, Path]:
     """Write the result CSV, details CSV (msprobe names, one shared timestamp) and a JSONL archive.
 
@@ -289,10 +282,10 @@ def write_results(records: list[dict[str, Any]], out_dir: Path, ts: str | None =
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ts = ts or timestamp()
-    groups: dict[str, list[dict[str, Any]]] = {}
-    labels = dump_labels([str(rec.get("dump") or "") for rec in records])
+    groups: dict[str, list[Record]] = {}
+    labels = dump_labels([str(rec.dump or "") for rec in records])
     for rec in records:
-        groups.setdefault(labels.get(str(rec.get("dump") or ""), ""), []).append(rec)
+        groups.setdefault(labels.get(str(rec.dump or ""), ""), []).append(rec)
     paths: dict[str, Path] = {}
     for label, group in groups.items() if groups else [("", [])]:
         written = _write_set(group, out_dir, f"{ts}_{label}" if label else ts, precision)
@@ -300,7 +293,7 @@ def write_results(records: list[dict[str, Any]], out_dir: Path, ts: str | None =
     paths["jsonl"] = out_dir / f"{JSONL_PREFIX}{ts}.jsonl"
     with open(paths["jsonl"], "w", encoding="utf-8", newline="\n") as f:
         for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False, allow_nan=True))
+            f.write(json.dumps(rec.to_dict(), ensure_ascii=False, allow_nan=True))
             f.write("\n")
     return paths
 
@@ -336,7 +329,7 @@ def dump_labels(dumps: Sequence[str]) -> dict[str, str]:
     return labels
 
 
-def _write_set(records: list[dict[str, Any]], out_dir: Path, stem: str, precision: int) -> dict[str, Path]:
+def _write_set(records: list[Record], out_dir: Path, stem: str, precision: int) -> dict[str, Path]:
     """One msprobe file set: run_ut's result and details CSVs (the MindSpore checker's for MindSpore
     records, with `_mindspore` beside PyTorch ones) and api_precision_compare's for msprobe standards."""
     paths = {"result": out_dir / f"{RESULT_PREFIX}{stem}.csv", "details": out_dir / f"{DETAILS_PREFIX}{stem}.csv"}
@@ -356,38 +349,59 @@ def _write_set(records: list[dict[str, Any]], out_dir: Path, stem: str, precisio
         ms_paths = ms_results.write_files(ms_records, out_dir, stem, suffix="_mindspore" if pt_records else "",
                                           precision=precision)
         paths.update(ms_paths if not pt_records else {f"mindspore_{k}": v for k, v in ms_paths.items()})
-    if any(rec.get("standard") in ("msprobe", "msprobe26") for rec in records):
+    if any(rec.standard in ("msprobe", "msprobe26") for rec in records):
         from ..verdict.verdicts import COMPARE_KEYS
 
-        judged = [rec for rec in records if rec.get("standard") in ("msprobe", "msprobe26")]
+        judged = [rec for rec in records if rec.standard in ("msprobe", "msprobe26")]
         paths.update(write_compare_results(judged, out_dir, stem, COMPARE_KEYS, precision))
     return paths
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Load a records archive. A run killed mid-write leaves a partial last line; that one is
-    dropped instead of failing the whole file. Corruption anywhere else is a real error."""
+def _json_lines(path: str | Path) -> list[tuple[int, Any]]:
+    """(line number, value) of each line of a JSON lines file. A run killed mid-write leaves a partial
+    last line; that one is dropped instead of failing the whole file. Corruption anywhere else is a
+    real error (ValueError naming the file and line)."""
     lines = Path(path).read_bytes().split(b"\n")
     while lines and not lines[-1].strip():
         lines.pop()
-    records: list[dict[str, Any]] = []
+    values: list[tuple[int, Any]] = []
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
-            records.append(json.loads(raw.decode("utf-8")))
+            values.append((lineno, json.loads(raw.decode("utf-8"))))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             if lineno == len(lines):
                 break
             raise ValueError(f"{path}:{lineno}: corrupt record line: {exc}") from exc
+    return values
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The plain lines of a JSON lines file, for files that hold more than records (the journal's run
+    lines); a records archive is read with :func:`read_records`."""
+    return [value for _, value in _json_lines(path)]
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Load a records archive (`write_results`' JSONL) as records; a line that is JSON but not a record
+    is a ValueError naming the file and line, as a corrupt line is."""
+    records: list[Record] = []
+    for lineno, value in _json_lines(path):
+        try:
+            if not isinstance(value, dict):
+                raise ValueError(f"a JSON {type(value).__name__}, not an object")
+            records.append(Record.from_dict(value))
+        except (ValueError, TypeError) as exc:  # TypeError: an output row without one of its keys
+            raise ValueError(f"{path}:{lineno}: not a record: {exc}") from None
     return records
 
 
-def summary_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def summary_counts(records: Iterable[Record]) -> dict[str, int]:
     """Item counts per msprobe status; the four literals always present (zero-filled, fixed order)
     so the terminal summary line has a stable shape. Unknown statuses are counted too."""
     counts = dict.fromkeys(STATUSES, 0)
     for rec in records:
-        status = str(rec.get("status") or BLANK)
+        status = str(rec.status or BLANK)
         counts[status] = counts.get(status, 0) + 1
     return counts

@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..records.record import Record, Row
+
 WORST_SHOWN = 10
 
 
@@ -22,16 +24,16 @@ def shorten(text: str, limit: int) -> str:
     return cut.rstrip(" ;,:") + "…"
 
 
-def _values(record: Mapping[str, Any], key: str) -> list[float]:
+def _values(record: Record, key: str) -> list[float]:
     values = []
-    for out in record.get("outputs") or ():
-        value = (out.get("metrics") or {}).get(key)
+    for out in record.outputs:
+        value = out.metrics.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
             values.append(float(value))
     return values
 
 
-def key_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+def key_metrics(record: Record) -> dict[str, float]:
     """min/max cosine and the largest max-abs error over the item's outputs (absent ones left out)."""
     result: dict[str, float] = {}
     cosine, abs_err = _values(record, "cosine"), _values(record, "max_abs_err")
@@ -42,26 +44,26 @@ def key_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     return result
 
 
-def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
-    props: list[tuple[str, object]] = [("msprobe_status", record.get("status", ""))]
-    algorithms = dict.fromkeys(str(a) for a in [record.get("algorithm")] + [
-        out.get("algorithm") for out in record.get("outputs") or ()] if a)  # per output, in order
+def junit_properties(record: Record) -> list[tuple[str, object]]:
+    """The record's JUnit <property> elements: status, algorithms, key metrics, seed, the item it reused."""
+    props: list[tuple[str, object]] = [("msprobe_status", record.status)]
+    algorithms = dict.fromkeys(str(out.algorithm) for out in record.outputs if out.algorithm)  # per output, in order
     if algorithms:
         props.append(("msprobe_algorithm", ",".join(algorithms)))
     props += [(f"msprobe_{k}", f"{v:.6g}") for k, v in key_metrics(record).items()]
-    if record.get("seed") is not None:
-        props.append(("msprobe_seed", record["seed"]))
-    if record.get("reused_from"):  # msprobe_filter_api
-        props.append(("msprobe_reused_from", record["reused_from"]))
+    if record.seed is not None:
+        props.append(("msprobe_seed", record.seed))
+    if record.reused_from:  # msprobe_filter_api
+        props.append(("msprobe_reused_from", record.reused_from))
     return props
 
 
 _SEVERITY = {"error": 0, "Warning": 1, "SKIP": 2, "pass": 3}
 
 
-def severity(out: Mapping[str, Any]) -> int:
+def severity(out: Row) -> int:
     """Sort key of an output by its verdict: error, Warning, SKIP, pass."""
-    return _SEVERITY.get(str(out.get("verdict") or out.get("status")), 4)
+    return _SEVERITY.get(str(out.verdict or out.status), 4)
 
 
 def short_name(name: str, direction: str) -> str:
@@ -71,56 +73,56 @@ def short_name(name: str, direction: str) -> str:
     return name[cut + len(marker):] if cut >= 0 else name
 
 
-def output_reasons(out: Mapping[str, Any]) -> list[str]:
+def output_reasons(out: Row) -> list[str]:
     """Why an output got its verdict: the selected standard's message, then msprobe's Layer-1 message when
     Layer 1 did not pass and says something else (e.g. which original check a fallback verdict applied)."""
-    verdict_message = str(out.get("verdict_message") or "").strip()
-    message = str(out.get("message") or "").strip()
+    verdict_message = out.verdict_message.strip()
+    message = out.message.strip()
     texts = [verdict_message] if verdict_message else []
     if message and message != verdict_message:
         if not verdict_message:
             texts.append(message)
-        elif out.get("status") in ("error", "Warning"):
-            texts.append(f"original standard (Layer 1) {out['status']}: {message}")
+        elif out.status in ("error", "Warning"):
+            texts.append(f"original standard (Layer 1) {out.status}: {message}")
     return texts
 
 
-def reason(record: Mapping[str, Any], every: bool = True) -> str:
+def reason(record: Record, every: bool = True) -> str:
     """One line saying why an item got its status: its worst output's reasons (`every=False`: the first, the
     selected standard's), else its message."""
-    direction = str(record.get("direction", ""))
-    for out in sorted(record.get("outputs") or (), key=severity):
-        texts = output_reasons(out) if (out.get("verdict") or out.get("status")) not in ("pass", None) else []
+    direction = record.direction
+    for out in sorted(record.outputs, key=severity):
+        texts = output_reasons(out) if (out.verdict or out.status) not in ("pass", None) else []
         if texts:
             texts = texts if every else texts[:1]
-            return f"{short_name(str(out.get('name', '')), direction)}: " + "; ".join(" ".join(t.split()) for t in texts)
-    return " ".join(str(record.get("message") or "").split()) or str(record.get("status", ""))
+            return f"{short_name(out.name, direction)}: " + "; ".join(" ".join(t.split()) for t in texts)
+    return " ".join(record.message.split()) or record.status
 
 
-def label(record: Mapping[str, Any]) -> str:
+def label(record: Record) -> str:
     """The item as pytest names it (dump and entry), for records that have no node id the API name."""
-    return str(record.get("nodeid") or f"{record.get('api')}.{record.get('direction')}")
+    return str(record.nodeid or f"{record.api}.{record.direction}")
 
 
-def worst(records: Iterable[Mapping[str, Any]], n: int = WORST_SHOWN) -> list[str]:
+def worst(records: Iterable[Record], n: int = WORST_SHOWN) -> list[str]:
     """Failed items, lowest cosine first, then largest error; those without metrics (crash, exception) last.
     Each is named by its node id, so the dump it came from is known."""
-    def rank(rec: Mapping[str, Any]) -> tuple[int, float, float]:
+    def rank(rec: Record) -> tuple[int, float, float]:
         m = key_metrics(rec)
         return (0 if m else 1, m.get("min_cosine", 1.0), -m.get("max_abs_err", 0.0))
 
     lines = []
-    for rec in sorted((r for r in records if r.get("status") == "error"), key=rank)[:n]:
+    for rec in sorted((r for r in records if r.status == "error"), key=rank)[:n]:
         m = key_metrics(rec)
         numbers = "  ".join(f"{k}={v:.6g}" for k, v in m.items() if k != "max_cosine")
         lines.append(f"{label(rec)}  {numbers or shorten(reason(rec), 120)}".rstrip())
     return lines
 
 
-def warned_lines(records: Iterable[Mapping[str, Any]], every: bool = False, n: int = WORST_SHOWN) -> list[str]:
+def warned_lines(records: Iterable[Record], every: bool = False, n: int = WORST_SHOWN) -> list[str]:
     """Items passed with msprobe's Warning and why, as pytest's short summary writes its lines
     (every one with -rA / -rp, else the first n)."""
-    warned = [r for r in records if r.get("status") == "Warning"]
+    warned = [r for r in records if r.status == "Warning"]
     if not warned:
         return []
     more = "" if every or len(warned) <= n else f"; the first {n}, -rA lists all"
@@ -128,9 +130,9 @@ def warned_lines(records: Iterable[Mapping[str, Any]], every: bool = False, n: i
     return lines + [f"WARNED {label(r)} - {reason(r)}" for r in (warned if every else warned[:n])]
 
 
-def nothing_checked(records: Sequence[Mapping[str, Any]]) -> str | None:
+def nothing_checked(records: Sequence[Record]) -> str | None:
     """The line that fails a run whose every API item was skipped: a gate that checked nothing is not green."""
-    if not records or any(r.get("status") != "SKIP" for r in records):
+    if not records or any(r.status != "SKIP" for r in records):
         return None
     which = f"all {len(records)} API items were" if len(records) > 1 else "the only API item was"
     return (f"msprobe: {which} skipped, so nothing was checked (e.g. "
@@ -138,10 +140,15 @@ def nothing_checked(records: Sequence[Mapping[str, Any]]) -> str | None:
             "(ini key msprobe_allow_all_skipped) accepts such a run")
 
 
-def skip_reason(record: Mapping[str, Any], entry_name: str) -> str:
+def skip_reason(record: Record, entry_name: str) -> str:
     """A skipped item's reason as pytest's `-rs` line prints it, after the dump's path: named by its entry. A
     message that starts with the call's own name (`Torch.foo: no such API ...`) starts with the entry instead."""
-    message = str(record.get("message") or "skipped").strip()
+    return skip_message(record.message, entry_name)
+
+
+def skip_message(message: str | None, entry_name: str) -> str:
+    """`skip_reason` of a message alone: a skipped `[fuzz]` item's result is no record."""
+    message = str(message or "skipped").strip()
     head, sep, rest = message.partition(": ")
     if sep and entry_name.startswith(head) and entry_name[len(head):len(head) + 1] in ("", ".", "["):
         return f"{entry_name}: {rest}"
@@ -173,32 +180,32 @@ SKIP_GROUPS_SHOWN = 8
 SKIP_NAMES_SHOWN = 3
 
 
-def _skip_group(record: Mapping[str, Any]) -> tuple[str, str]:
+def _skip_group(record: Record) -> tuple[str, str]:
     """(group, advice) of a skipped item: a known group, else its message without the call's own name."""
-    message = " ".join(str(record.get("message") or "skipped").split())
+    message = " ".join(str(record.message or "skipped").split())
     for label_, pattern, advice in SKIP_GROUPS:
         if pattern.search(message):
             return label_, advice
     head, sep, rest = message.partition(": ")
-    api_type = str(record.get("api", "")).split(".", 1)[0]
+    api_type = record.api.split(".", 1)[0]
     if sep and api_type and head.startswith(f"{api_type}."):
         message = rest
     return shorten(message, 100), ""
 
 
-def _api_of(record: Mapping[str, Any]) -> str:
+def _api_of(record: Record) -> str:
     """`Torch.foo` of Torch.foo.0: the API without its call's index."""
-    api = str(record.get("api") or "?")
+    api = str(record.api or "?")
     head, _, index = api.rpartition(".")
     return head if head and index.isdigit() else api
 
 
-def skip_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
+def skip_lines(records: Iterable[Record]) -> list[str]:
     """The skipped items grouped by reason, each group with its count, the first APIs and what to do: a skip
     says nothing about precision, and the run still passes, so the summary says why, not only how many."""
     groups: dict[tuple[str, str], list[str]] = {}
     for rec in records:
-        if rec.get("status") == "SKIP":
+        if rec.status == "SKIP":
             groups.setdefault(_skip_group(rec), []).append(_api_of(rec))
     if not groups:
         return []

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from ..records.record import Record
+
 HEADER = ("# pytest-msprobe baseline: reviewed known failures, run as xfail(strict=True).\n"
           "# Replace each reason with the review outcome (ticket, owner); delete a line when its API is fixed.\n")
 XPASS = "[XPASS(strict)]"  # pytest's prefix of a strict xfail that passed
@@ -192,11 +194,11 @@ def _bad(warning_as_error: bool) -> set[str]:
     return {"error", "Warning"} if warning_as_error else {"error"}
 
 
-def _name(rec: Mapping[str, Any]) -> str:
-    return f"{rec['api']}.{rec['direction']}"
+def _name(rec: Record) -> str:
+    return f"{rec.api}.{rec.direction}"
 
 
-def failures(records: Iterable[Mapping[str, Any]], warning_as_error: bool = False) -> list[dict[str, str]]:
+def failures(records: Iterable[Record], warning_as_error: bool = False) -> list[dict[str, str]]:
     """Baseline entries for the failing items of a run, in record order: one per entry name when it fails
     in every dump that has it, else one per failing dump (`*rank1/dump.json::<entry>`), so the entry's
     passing calls in the other dumps do not become XPASS(strict) failures."""
@@ -204,32 +206,32 @@ def failures(records: Iterable[Mapping[str, Any]], warning_as_error: bool = Fals
     from ..reports.summary import reason, shorten
 
     records, bad = list(records), _bad(warning_as_error)
-    tails = dump_tails([str(rec.get("dump") or "") for rec in records])
-    passing = {_name(rec) for rec in records if rec.get("status") not in bad}
+    tails = dump_tails([rec.dump or "" for rec in records])
+    passing = {_name(rec) for rec in records if rec.status not in bad}
     seen: dict[str, dict[str, str]] = {}
     for rec in records:
-        if rec.get("status") in bad:
+        if rec.status in bad:
             name = _name(rec)
-            tail = tails.get(str(rec.get("dump") or ""))
+            tail = tails.get(rec.dump or "")
             pattern = f"*{tail}::{name}" if name in passing and tail else name
             seen.setdefault(pattern, {"api": pattern, "reason": f"TODO review: {shorten(reason(rec), 400)}"})
     return list(seen.values())
 
 
-def written_line(entries: Sequence[Mapping[str, str]], records: Iterable[Mapping[str, Any]], output: str,
+def written_line(entries: Sequence[Mapping[str, str]], records: Iterable[Record], output: str,
                  warning_as_error: bool = False) -> str:
     """What writing the baseline says: N failing items as M entries, and why M is smaller (a call failing in
     several dumps is one entry, which matches it in each)."""
     bad = _bad(warning_as_error)
-    failing = [rec for rec in records if rec.get("status") in bad]
+    failing = [rec for rec in records if rec.status in bad]
     if not failing:
         return f"no failing items: wrote an empty baseline to {output}"
     patterns = [e["api"] for e in entries]
     per_entry: dict[int | None, int] = {}
     for rec in failing:
-        i = first_match(patterns, str(rec.get("nodeid") or _name(rec)))
+        i = first_match(patterns, rec.nodeid or _name(rec))
         per_entry[i] = per_entry.get(i, 0) + 1
-    dumps = len({str(rec.get("dump") or "") for rec in failing})
+    dumps = len({rec.dump or "" for rec in failing})
     line = f"{_count(len(failing), 'failing item')}{f' from {dumps} dumps' if dumps > 1 else ''} as " \
            f"{_count(len(entries), 'entry', 'entries')} written to {output}"
     shared = sum(1 for i, n in per_entry.items() if i is not None and n > 1)

@@ -34,7 +34,8 @@ from typing import Any
 import pytest
 
 from ..dump.reader import load_dump, parse_entry_name
-from ..reports.summary import skip_reason
+from ..records.record import Record
+from ..reports.summary import skip_message
 from . import journal
 from .fuzz_inputs import (  # noqa: F401  (re-exported: the fuzz API of tests and tools)
     MAX_SPECIALS,
@@ -148,7 +149,7 @@ class FuzzItem(pytest.Item):
                       order=self.order, dump=self.nodeid.rpartition("::")[0])  # what --msprobe-resume finds
         self.stash[FUZZ_RESULT_KEY] = result
         if result["status"] == "SKIP":  # -rs: at the dump, naming the item
-            raise pytest.skip.Exception(skip_reason(result, self.name), _use_item_location=True)
+            raise pytest.skip.Exception(skip_message(result["message"], self.name), _use_item_location=True)
         if result["status"] == "error":
             raise FuzzFailed(result)
 
@@ -202,11 +203,11 @@ class FuzzItem(pytest.Item):
         def prop(example: dict[str, Any]) -> None:
             result["examples"] += 1
             record, captured, example_dump = run(example)
-            if record["status"] == "SKIP":
+            if record.status == "SKIP":
                 skipped[0] += 1
             if failed(record, warning_as_error):
                 last.update(example=example, record=record, captured=captured, dump=example_dump)
-                raise FuzzFound(record.get("message") or record["status"])
+                raise FuzzFound(record.message or record.status)
 
         started = time.perf_counter()
         try:
@@ -229,11 +230,11 @@ class FuzzItem(pytest.Item):
         space_list = [space for _, _, space in spaces]
         last.update(isolate(space_list, last, run, lambda rec: failed(rec, settings.warning_as_error)))
         record = last["record"]
-        record.update(nodeid=self.nodeid, dump=self.nodeid.split("::", 1)[0], standard=settings.standard,
-                      rerun=result["rerun"], fuzz=True)
+        record.nodeid, record.dump, record.standard = self.nodeid, self.nodeid.split("::", 1)[0], settings.standard
+        record.rerun, record.fuzz = result["rerun"], True
         shrunk = describe(space_list, last["example"])
         result.update(status="error", shrunk=shrunk, shrunk_text=shrunk.replace("\n", "; ")[:300],
-                      message=record.get("message") or "", record=record)
+                      message=record.message, record=record)
         captured = dict(last["captured"], dump=last["dump"], entry_name=self.target)
         self.config.stash[TRIAGE_KEY].after_failure(self, record, captured, fuzz=True)
 
@@ -253,10 +254,10 @@ def _spaces(entry: dict[str, Any], api: str, specs: dict[str, Any]) -> list[tupl
 
 
 def _example_runner(dump: Any, target: str, entry: dict[str, Any], spaces: list[Any], options: Any,
-                    specs: dict[str, Any]) -> Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any], Any]]:
+                    specs: dict[str, Any]) -> Callable[[dict[str, Any]], tuple[Record, dict[str, Any], Any]]:
     """One example checked as the call itself: its drawn tensors saved into a temporary dump beside the ones not
     fuzzed, and the entry checked there; (record, captured, example dump)."""
-    def run(example: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    def run(example: dict[str, Any]) -> tuple[Record, dict[str, Any], Any]:
         from ..check import check_entry
         from ..runs import capture
         from ..triage.errordata import temporary_dump

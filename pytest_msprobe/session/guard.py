@@ -37,6 +37,7 @@ import pytest
 from ..dump.reader import load_dump, parse_entry_name
 from ..helper import stop
 from ..inputs.seeds import item_seed
+from ..records.record import Record
 from . import ini_keys
 from .items import ApiItem
 from .stash import SETTINGS_KEY
@@ -50,7 +51,7 @@ class ItemTimeout(BaseException):
 
 
 def failure_record(nodeid: str, message: str, run_seed: int, order: int | None = None,
-                   rootpath: Path | None = None) -> dict[str, Any] | None:
+                   rootpath: Path | None = None) -> Record | None:
     """An error record for an item that produced none (crash, timeout, exception outside the check)."""
     path, _, name = nodeid.rpartition("::")
     try:
@@ -62,13 +63,14 @@ def failure_record(nodeid: str, message: str, run_seed: int, order: int | None =
             order = load_dump(Path(rootpath or ".") / path).entry_names().index(name)
         except Exception:
             order = 0
-    return {"api": parsed.full_name, "direction": parsed.direction, "status": "error", "message": message,
-            "seed": item_seed(run_seed, parsed.full_name), "device": "", "impl": "", "notes": [], "outputs": [],
-            "timings": {}, "nodeid": nodeid, "dump": path, "order": order}
+    record = Record(parsed.full_name, parsed.direction, item_seed(run_seed, parsed.full_name), status="error",
+                    message=message)
+    record.nodeid, record.dump, record.order = nodeid, path, order
+    return record
 
 
 def record_for_exception(item: ApiItem, call: pytest.CallInfo[None],
-                         report: pytest.TestReport) -> dict[str, Any] | None:
+                         report: pytest.TestReport) -> Record | None:
     """The record of an item whose call raised before the check made one (a timeout, a device error)."""
     excinfo = call.excinfo
     if excinfo is None or excinfo.errisinstance((pytest.skip.Exception, pytest.xfail.Exception)):
@@ -81,7 +83,7 @@ def record_for_exception(item: ApiItem, call: pytest.CallInfo[None],
         frames = [f for f in traceback.extract_tb(excinfo.tb)
                   if f.filename != __file__ and not any(p in f.filename for p in ("/pluggy/", "/_pytest/"))]
         where = "".join(traceback.format_list(frames[-STACK_SHOWN:]))
-        record["traceback"] = where
+        record.traceback = where
         if timeout:  # where it hung, not pytest's frames
             report.longrepr = f"{message}; it was here:\n{where}"
     return record
@@ -147,7 +149,7 @@ class CrashHooks:
         record = failure_record(crashitem, message, self.run_seed, rootpath=self.rootpath)
         if record is None:  # not a dump item: xdist's own report stands
             return
-        record["crashed"] = True
+        record.crashed = True
         report.msprobe = record  # type: ignore[attr-defined]
         report.longrepr = message
         report.location = (crashitem.rpartition("::")[0], 0, f"msprobe: {api}")  # the failure heading

@@ -13,13 +13,14 @@ from typing import Any, Callable
 import pytest
 
 from ..dump.reader import Dump, DumpError, EntryName, load_dump
+from ..records.record import Record
 from ..reports.summary import junit_properties, skip_reason
 from . import ini_keys
 from .stash import SETTINGS_KEY
 
-RECORD_KEY = pytest.StashKey[dict[str, Any]]()
+RECORD_KEY = pytest.StashKey[Record]()
 # (dump path, group key) -> the group's check record, per process
-REUSE_KEY = pytest.StashKey[dict[tuple[Path, str], dict[str, Any]]]()
+REUSE_KEY = pytest.StashKey[dict[tuple[Path, str], Record]]()
 KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                 "int64", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "int4")
 
@@ -30,8 +31,8 @@ FUZZ_SUFFIX = "[fuzz]"  # an API item's --msprobe-fuzz item is named <entry>[fuz
 class ApiCheckFailed(Exception):
     """Raised by an item whose verdict is error (or Warning with --msprobe-warning-as-error)."""
 
-    def __init__(self, record: dict[str, Any]) -> None:
-        super().__init__(record.get("message", ""))
+    def __init__(self, record: Record) -> None:
+        super().__init__(record.message)
         self.record = record
 
 
@@ -110,16 +111,16 @@ def heading(config: pytest.Config, dump: str, name: str, kind: str = "msprobe") 
     return f"{kind}: {label} {name}" if label else f"{kind}: {name}"
 
 
-def failure_text(record: dict[str, Any], rerun: str = "") -> str:
+def failure_text(record: Record, rerun: str = "") -> str:
     """What a failed item prints: the failure table, after the traceback of an exception it raised (the table's
     one-line digest stays first: pytest's short summary shows a failure's first line). Also the text of a
     failure taken from the journal (--msprobe-resume)."""
     from ..reports.failure import format_failure
 
-    text = format_failure(record, record.get("rerun") or rerun)
-    if record.get("traceback"):
+    text = format_failure(record, record.rerun or rerun)
+    if record.traceback:
         digest, _, table = text.partition("\n")
-        text = f"{digest}\n{record['traceback'].rstrip()}\n\n{table}"
+        text = f"{digest}\n{record.traceback.rstrip()}\n\n{table}"
     return text
 
 
@@ -178,8 +179,8 @@ def fuzz_failure_text(result: dict[str, Any]) -> str:
              f"searching and shrinking, seed {result['seed']}); shrunk to:"]
     lines += ["  " + line for line in result["shrunk"].splitlines()]
     lines += ["", format_failure(record, result["rerun"])]
-    if record.get("repro"):
-        lines.append(f"repro: python {record['repro']}")
+    if record.repro:
+        lines.append(f"repro: python {record.repro}")
     return "\n".join(lines)
 
 
@@ -193,7 +194,7 @@ class ApiItem(pytest.Item):
         self.next_item: pytest.Item | None = None  # the item this process runs next, if known
         self.dump: Dump | None = None  # the dump as this item's check read it (the journal's key reads it too)
 
-    def _check(self, entry_name: str) -> dict[str, Any]:
+    def _check(self, entry_name: str) -> Record:
         from ..check import check_entry  # torch is imported here, never at collection
         from ..check.prepare import prefetch_later
         from ..runs.memory import keep_freed_memory, release_freed_memory
@@ -210,7 +211,7 @@ class ApiItem(pytest.Item):
             prefetch_later(lambda: self._prefetch_next(options, specs, dump))
             return check_entry(dump, entry_name, options, specs)
         except ValueError as exc:  # unparseable entry name
-            return {"api": entry_name, "direction": "", "status": "SKIP", "message": str(exc), "outputs": []}
+            return Record(entry_name, "", 0, status="SKIP", message=str(exc))
         finally:
             prefetch_later(None)  # skipped before its runs: the next item builds its own inputs
             release_freed_memory()  # the check's tensors are gone: their memory goes back to the OS
@@ -226,7 +227,7 @@ class ApiItem(pytest.Item):
             except DumpError:  # the next item reports it
                 pass
 
-    def _record(self) -> tuple[dict[str, Any], str]:
+    def _record(self) -> tuple[Record, str]:
         """(this item's record, the entry whose check produced it): its own check, or with
         --msprobe-filter-api the group's one check, made once per process (dedup.py)."""
         if self.reuse is None:
@@ -237,7 +238,7 @@ class ApiItem(pytest.Item):
         if record is None:
             record = done[(self.path, key)] = self._check(representative)
         if representative == self.name:
-            return dict(record), self.name
+            return record.copy(), self.name
         from ..dump.dedup import reused_record
 
         return reused_record(record, representative, self.name), representative
@@ -245,11 +246,11 @@ class ApiItem(pytest.Item):
     def runtest(self) -> None:
         settings = self.config.stash[SETTINGS_KEY]
         record, checked = self._record()
-        record.update(nodeid=self.nodeid, dump=self.path.as_posix() if not self._relpath() else self._relpath(),
-                      order=self.order, standard=settings.standard, rerun=self.rerun_command(checked))
+        record.nodeid, record.dump = self.nodeid, self.path.as_posix() if not self._relpath() else self._relpath()
+        record.order, record.standard, record.rerun = self.order, settings.standard, self.rerun_command(checked)
         self.stash[RECORD_KEY] = record
         self.user_properties += junit_properties(record)  # JUnit <property> elements, also under xdist
-        status = record["status"]
+        status = record.status
         if status == "SKIP":  # -rs: at the dump (not this line), the reason naming the entry
             raise pytest.skip.Exception(skip_reason(record, self.name), _use_item_location=True)
         if status == "error" or (status == "Warning" and settings.warning_as_error):

@@ -39,6 +39,8 @@ import pytest
 
 from ..dump.reader import Dump, load_dump, parse_entry_name
 from ..inputs.seeds import GENERATOR
+from ..records import wire
+from ..records.record import Record
 from ..settings import Settings
 from .items import ApiItem
 from .stash import SETTINGS_KEY
@@ -113,7 +115,7 @@ class Journal:
                     self.earlier_files += line.get("msprobe_written", [])
                 elif not line.get("item_id"):
                     continue  # a journal of an older version: its items run again
-                elif line.get("crashed") or not line.get("entry_key"):
+                elif line.get("crashed") or not line.get("entry_key") or not _readable(line):
                     self.finished.pop(line["item_id"], None)
                 else:
                     self.finished[line["item_id"]] = line
@@ -132,12 +134,19 @@ class Journal:
         self._file.write(json.dumps(self.header) + "\n")
         return self._file
 
-    def resumed_records(self, fuzz: bool = False) -> list[dict[str, Any]]:
-        """The journaled records of the items left out (API items, or with `fuzz` the journal lines of
-        [fuzz] items), with this session's node id and dump path."""
-        records = [{**self.finished[iid], "nodeid": nodeid, "dump": nodeid.rpartition("::")[0]}
-                   for iid, nodeid in self.resumed.items() if iid in self.finished]
-        return sorted((r for r in records if ("fuzz" in r) == fuzz), key=_order)  # dump order, as they ran
+    def resumed_records(self) -> list[Record]:
+        """The journaled records of the API items left out, with this session's node id and dump path, in dump
+        order (as they ran)."""
+        return sorted((Record.from_dict(line) for line in self._resumed_lines() if not _is_fuzz(line)), key=_order)
+
+    def resumed_fuzz(self) -> list[dict[str, Any]]:
+        """The journal lines of the [fuzz] items left out ({"fuzz": result, ...}), as `resumed_records`."""
+        return sorted((dict(line, fuzz=wire.typed_fuzz(line["fuzz"])) for line in self._resumed_lines()
+                       if _is_fuzz(line)), key=_order)
+
+    def _resumed_lines(self) -> list[dict[str, Any]]:
+        return [{**self.finished[iid], "nodeid": nodeid, "dump": nodeid.rpartition("::")[0]}
+                for iid, nodeid in self.resumed.items() if iid in self.finished]
 
     def keys(self) -> dict[str, dict[str, str]]:
         """{dump file: {entry name: entry_key}} of the finished items."""
@@ -147,9 +156,11 @@ class Journal:
             keys.setdefault(path, {})[name] = rec["entry_key"]
         return keys
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Record | dict[str, Any]) -> None:
+        """One finished item: its record, or a [fuzz] item's line."""
         file = self._file or self._open()
-        file.write(json.dumps(record, ensure_ascii=False, allow_nan=True, default=_plain) + "\n")
+        line = record.to_dict() if isinstance(record, Record) else record
+        file.write(json.dumps(line, ensure_ascii=False, allow_nan=True, default=_plain) + "\n")
         file.flush()
         now = time.monotonic()
         if now - self._synced >= FSYNC_EVERY_S and (self._sync is None or self._sync.done()):
@@ -238,25 +249,25 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
     from . import baseline
     from .items import heading, note_dumps
 
-    records = sorted(journal.resumed_records() + journal.resumed_records(fuzz=True), key=_order)
+    records: list[Record | dict[str, Any]] = sorted([*journal.resumed_records(), *journal.resumed_fuzz()], key=_order)
     journal.reported = True
-    note_dumps(config, dict.fromkeys(record["dump"] for record in records))  # under xdist this process collected none
+    note_dumps(config, dict.fromkeys(_nodeid(r).rpartition("::")[0] for r in records))  # under xdist: none collected
     session.testscollected += len(records) - journal.counted  # incomplete.py counted those it knew of
     hook, warning_as_error = config.hook, config.stash[SETTINGS_KEY].warning_as_error
     for record in records:
-        nodeid, fuzz = record["nodeid"], record.get("fuzz")
-        name = nodeid.rpartition("::")[2]
-        location = (record["dump"], 0, heading(config, record["dump"], name, "msprobe fuzz" if fuzz else "msprobe"))
-        outcome, longrepr, wasxfail = _fuzz_outcome(fuzz, name) if fuzz else \
-            _outcome(record, warning_as_error, baseline.strict_xfail(config, nodeid))
+        nodeid, fuzz = _nodeid(record), None if isinstance(record, Record) else record["fuzz"]
+        name, dump = nodeid.rpartition("::")[2], nodeid.rpartition("::")[0]
+        location = (dump, 0, heading(config, dump, name, "msprobe fuzz" if fuzz else "msprobe"))
+        outcome, longrepr, wasxfail = _outcome(record, warning_as_error, baseline.strict_xfail(config, nodeid)) \
+            if isinstance(record, Record) else _fuzz_outcome(record["fuzz"], name)
         hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
         for when in ("setup", "call", "teardown"):
             report = pytest.TestReport(nodeid, location, {"msprobe": 1, **({"fuzz": 1} if fuzz else {})},
                                        outcome if when == "call" else "passed", longrepr if when == "call" else None,
-                                       when, user_properties=junit_properties(record) if when == "call" and not fuzz
-                                       else ())
-            if when == "call" and fuzz:
-                report.msprobe_fuzz = {**fuzz, "nodeid": nodeid}  # type: ignore[attr-defined]  # triage_hooks
+                                       when, user_properties=junit_properties(record)
+                                       if when == "call" and isinstance(record, Record) else ())
+            if when == "call" and not isinstance(record, Record):
+                report.msprobe_fuzz = {**record["fuzz"], "nodeid": nodeid}  # type: ignore[attr-defined]  # triage
                 report.msprobe_resumed = True  # type: ignore[attr-defined]
             elif when == "call":
                 report.msprobe = record  # type: ignore[attr-defined]
@@ -271,17 +282,17 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
 Outcome = Literal["passed", "failed", "skipped"]
 
 
-def _outcome(record: dict[str, Any], warning_as_error: bool,
+def _outcome(record: Record, warning_as_error: bool,
              xfail: tuple[str, str] | None) -> tuple[Outcome, Any, str | None]:
     """(outcome, longrepr, wasxfail) of a journaled record, as ApiItem.runtest and a strict baseline xfail
     ((reason, text once it passes)) give."""
     from ..reports.summary import skip_reason
     from .items import failure_text
 
-    status = record.get("status")
+    status = record.status
     if status == "SKIP":
-        name = str(record["nodeid"]).rpartition("::")[2]
-        return "skipped", (record["dump"], 1, f"Skipped: {skip_reason(record, name)}"), None
+        name = str(record.nodeid).rpartition("::")[2]
+        return "skipped", (record.dump, 1, f"Skipped: {skip_reason(record, name)}"), None
     failed = status == "error" or (status == "Warning" and warning_as_error)
     if xfail is not None:
         return ("skipped", failure_text(record), xfail[0]) if failed else ("failed", xfail[1], None)
@@ -290,19 +301,41 @@ def _outcome(record: dict[str, Any], warning_as_error: bool,
 
 def _fuzz_outcome(result: dict[str, Any], name: str) -> tuple[Outcome, Any, None]:
     """(outcome, longrepr, None) of a journaled [fuzz] item, as FuzzItem.runtest gives."""
-    from ..reports.summary import skip_reason
+    from ..reports.summary import skip_message
     from .items import fuzz_failure_text
 
     if result.get("status") == "SKIP":
-        return "skipped", (result.get("dump", ""), 1, f"Skipped: {skip_reason(result, name)}"), None
+        return "skipped", (result.get("dump", ""), 1, f"Skipped: {skip_message(result.get('message'), name)}"), None
     if result.get("status") != "error":
         return "passed", None, None
     return "failed", fuzz_failure_text(result), None
 
 
-def _order(record: dict[str, Any]) -> tuple[str, int, bool, bool]:
-    return (record.get("dump", ""), record.get("order", 0), record.get("direction", "forward") != "forward",
-            "fuzz" in record)
+def _order(record: Record | dict[str, Any]) -> tuple[str, int, bool, bool]:
+    """Dump order: a dump's items as they ran, an entry's forward first, a [fuzz] item after its API's."""
+    if isinstance(record, Record):
+        return record.dump or "", record.order or 0, record.direction != "forward", False
+    return record.get("dump", ""), record.get("order", 0), record.get("direction", "forward") != "forward", True
+
+
+def _nodeid(record: Record | dict[str, Any]) -> str:
+    return str(record.nodeid if isinstance(record, Record) else record["nodeid"])
+
+
+def _is_fuzz(line: dict[str, Any]) -> bool:
+    """A [fuzz] item's journal line: its result under "fuzz", not a record (whose `fuzz` is a flag)."""
+    return isinstance(line.get("fuzz"), dict)
+
+
+def _readable(line: dict[str, Any]) -> bool:
+    """Whether a journaled record is one this version reads (an older version's item runs again)."""
+    if _is_fuzz(line):
+        return True
+    try:
+        Record.from_dict(line)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def _plain(value: Any) -> Any:
@@ -316,12 +349,12 @@ def _fuzz_target(item: pytest.Item) -> str | None:
     return target if isinstance(target, str) and item.name.endswith("[fuzz]") else None
 
 
-def final_records(*batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def final_records(*batches: list[Record]) -> list[Record]:
     """One record per node id (a later batch wins), in dump order: what the final files hold."""
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, Record] = {}
     for batch in batches:
         for record in batch:
-            latest[record.get("nodeid") or f"{record.get('api')}.{record.get('direction')}"] = record
+            latest[record.nodeid or f"{record.api}.{record.direction}"] = record
     return sorted(latest.values(), key=_order)
 
 

@@ -35,6 +35,7 @@ import pytest
 
 from ..online.checking import RankCounts, WorkersFailed
 from ..online.connection import listed
+from ..records.record import Record
 from . import ini_keys
 from .items import ApiItem
 from .stash import SETTINGS_KEY
@@ -81,13 +82,13 @@ class OnlineItem(ApiItem):
     `preset` is the SKIP record of a call skipped before it was written out (nothing to compare); `answer`
     what a worker process made of it (CheckerPool.results)."""
 
-    preset: dict[str, Any] | None = None
+    preset: Record | None = None
     answer: tuple[str, Any] | None = None
     counts: RankCounts | None = None
 
-    def _check(self, entry_name: str) -> dict[str, Any]:
+    def _check(self, entry_name: str) -> Record:
         if self.preset is not None:
-            return dict(self.preset)
+            return self.preset.copy()
         from ..online.checking import check_call, online_specs
         from ..runs import capture
 
@@ -99,14 +100,14 @@ class OnlineItem(ApiItem):
 
                 record = failure_record(self.nodeid, value, settings.check_options.run_seed, order=self.order)
                 assert record is not None  # an online item's name is a parsed entry name
-                record["crashed"] = True
+                record.crashed = True
                 return record
             if kind == "raised":
                 raise RuntimeError(f"the check raised in an online worker process:\n{value}")
-            failed = value.get("status") == "error" or (value.get("status") == "Warning" and
-                                                         settings.warning_as_error)
+            answered: Record = value
+            failed = answered.status == "error" or (answered.status == "Warning" and settings.warning_as_error)
             if not (failed and capture.active()):
-                return dict(value)
+                return answered.copy()
             # failing, and the triage tools want its tensors: they are captured where the check runs
         options = settings.check_options
         return check_call(self.path, entry_name, options, online_specs(options.specs_file))
@@ -329,9 +330,9 @@ class OnlineSession:
             session.testscollected += 1
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=None)
             self.pending.popleft()
-            record = item.stash.get(_record_key(), None) or {}
+            record = item.stash.get(_record_key(), None)
             assert item.counts is not None
-            if record.get("status") == "SKIP" or (not record and item.nodeid not in self.failed):
+            if (record.status == "SKIP") if record is not None else item.nodeid not in self.failed:
                 item.counts.skipped[_reason(record, item.name)] += 1
             else:
                 item.counts.checked += 1
@@ -377,9 +378,8 @@ class OnlineSession:
             from ..inputs.seeds import item_seed
 
             call = name.rsplit(".", 1)[0]
-            item.preset = {"api": call, "direction": "forward", "status": "SKIP", "message": preset, "outputs": [],
-                           "notes": [], "timings": {}, "device": "recorded", "impl": "", "mode": "replay",
-                           "seed": item_seed(self.config.stash[SETTINGS_KEY].check_options.run_seed, call)}
+            seed = item_seed(self.config.stash[SETTINGS_KEY].check_options.run_seed, call)
+            item.preset = Record(call, "forward", seed, message=preset, device="recorded", mode="replay")
         self.order += 1
         return item
 
@@ -492,9 +492,9 @@ def _record_key() -> Any:
     return RECORD_KEY
 
 
-def _reason(record: dict[str, Any], name: str) -> str:
+def _reason(record: Record | None, name: str) -> str:
     """A skip reason without the call's own name and index, so equal reasons group."""
-    message = str(record.get("message") or "skipped")
+    message = str(record.message if record is not None and record.message else "skipped")
     call = name.rsplit(".", 1)[0]
     api = call.rsplit(".", 1)[0]
     return message.replace(call, api).splitlines()[0][:160]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ..records.record import Record
 from ..reports.summary import file_lines, skip_lines, worst
 
 
@@ -32,7 +33,7 @@ def header_lines(config: pytest.Config) -> list[str]:
     return lines
 
 
-def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written: Mapping[str, Any],
+def terminal_lines(config: pytest.Config, records: list[Record], written: Mapping[str, Any],
                    resumed: int, known: int, fuzz_counts: Mapping[str, int] | None = None) -> list[str]:
     """Counts by status, where results came from, devices, the worst failures, the files."""
     from ..reports.results import reference_only, summary_counts
@@ -42,7 +43,7 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
     from .stash import SETTINGS_KEY
 
     ref_only = reference_only(records)
-    counts = summary_counts(r for r in records if not r.get("reference_only"))
+    counts = summary_counts(r for r in records if not r.reference_only)
     standard = config.stash[SETTINGS_KEY].standard
     lines = [f"items ({standard} verdicts): " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))]
     if fuzz_counts:  # <entry>[fuzz] items (--msprobe-fuzz) have no row in msprobe's files
@@ -57,7 +58,7 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
         notes.append(f"{resumed} taken from the journal (--msprobe-resume)")
     if known:
         notes.append(f"{known} known failure(s) xfailed by the baseline")
-    reused = sum(1 for r in records if r.get("reused_from"))
+    reused = sum(1 for r in records if r.reused_from)
     if reused:
         notes.append(f"{reused} reused the result of an identical call (msprobe_filter_api)")
     crash = config.stash.get(CRASH_KEY, None)
@@ -68,7 +69,7 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
     lines += skip_lines(records)
     info = config.stash.get(DEVICES_KEY, None)
     if info is not None:
-        ran_on = sorted({str(r.get("device")) for r in records if r.get("device")})
+        ran_on = sorted({r.device for r in records if r.device})
         where = info.hooks.summary() if info.hooks is not None else str(info.slot)
         lines.append(f"devices: {where}; items ran on {', '.join(ran_on) or '-'}")
     bad = worst(records)
@@ -83,7 +84,7 @@ def terminal_lines(config: pytest.Config, records: list[dict[str, Any]], written
     return lines
 
 
-def layer1_lines(records: list[dict[str, Any]]) -> list[str]:
+def layer1_lines(records: list[Record]) -> list[str]:
     """The Status counts of the details CSVs, labelled apart from the items' verdicts above: the CSVs hold
     run_ut's own (Layer-1, original standard) verdict of each output, which the selected standard may overrule."""
     from ..reports.results import STATUSES, details_statuses

@@ -21,10 +21,12 @@ from typing import Any
 
 import pytest
 
+from ..records import wire
+from ..records.record import Record
 from .stash import SETTINGS_KEY
 
 TRIAGE_KEY = pytest.StashKey["Triage"]()
-FUZZ_REPORT_ATTR = "msprobe_fuzz"
+FUZZ_REPORT_ATTR = wire.FUZZ_ATTR
 
 
 def addoption(group: Any) -> None:
@@ -64,8 +66,8 @@ def configure(config: pytest.Config) -> None:
     config.pluginmanager.register(triage, "msprobe-triage")
 
 
-def failed(record: dict[str, Any], warning_as_error: bool) -> bool:
-    status = record.get("status")
+def failed(record: Record, warning_as_error: bool) -> bool:
+    status = record.status
     return status == "error" or (status == "Warning" and warning_as_error)
 
 
@@ -76,7 +78,7 @@ class Triage:
         self.save_dir, self.repro_dir, self.html_file, self.fuzz = save_dir, repro_dir, html_file, fuzz
         self.flat = True  # one source dump: DIR/dump.json; several: DIR/<dump folder>/dump.json
         self.fuzz_results: list[dict[str, Any]] = []
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []
         self.written: dict[str, Any] = {}
         self.pytest_html = config.pluginmanager.hasplugin("html") and bool(getattr(config.option, "htmlpath", None))
 
@@ -108,7 +110,7 @@ class Triage:
                 if record is not None:
                     self.after_failure(item, record, captured)
 
-    def after_failure(self, item: Any, record: dict[str, Any], captured: dict[str, Any],
+    def after_failure(self, item: Any, record: Record, captured: dict[str, Any],
                       fuzz: bool = False) -> None:
         """Write a failing item's own files and put what the controller needs on its record."""
         settings = item.config.stash[SETTINGS_KEY]
@@ -132,10 +134,10 @@ class Triage:
             try:
                 step()
             except Exception as exc:  # a tool must never turn a result into a crash
-                record.setdefault("notes", []).append(f"{option} could not write this item: "
+                record.notes.append(f"{option} could not write this item: "
                                                       f"{type(exc).__name__}: {exc}")
 
-    def _save(self, item: Any, record: dict[str, Any], captured: dict[str, Any], folder: Path) -> None:
+    def _save(self, item: Any, record: Record, captured: dict[str, Any], folder: Path) -> None:
         from ..dump.reader import load_dump
         from ..triage.errordata import save_item
 
@@ -143,9 +145,9 @@ class Triage:
         saved = save_item(dump, captured.get("entry_name", item.name), captured, folder, record)
         if saved is not None:
             saved["dir"] = Path(os.path.relpath(folder, self.save_dir)).as_posix()
-            record["error_data"] = saved
+            record.error_data = saved
 
-    def _repro(self, item: Any, record: dict[str, Any], captured: dict[str, Any], folder: Path) -> None:
+    def _repro(self, item: Any, record: Record, captured: dict[str, Any], folder: Path) -> None:
         from ..dump.reader import load_dump
         from ..triage.repro import RedItem, write_script
 
@@ -161,19 +163,19 @@ class Triage:
             red = RedItem(dump, captured.get("entry_name", item.name), item.nodeid, captured, record)
             script = write_script(folder, red, settings.check_options)
         if script is not None:
-            record["repro"] = str(script)
+            record.repro = str(script)
 
     @staticmethod
-    def _summary(record: dict[str, Any], captured: dict[str, Any], options: Any) -> None:
+    def _summary(record: Record, captured: dict[str, Any], options: Any) -> None:
         from ..dump.reader import parse_entry_name
         from ..specs.loader import load_specs
         from ..triage.error_summary import gross_limit, summarize
 
         if "compared_device" in captured:
             specs = load_specs(user_file=options.specs_file)
-            api = parse_entry_name(f"{record['api']}.{record['direction']}").api_name
-            record["error_summary"] = summarize(captured["compared_bench"], captured["compared_device"],
-                                                [o.get("name") for o in record.get("outputs") or ()],
+            api = parse_entry_name(f"{record.api}.{record.direction}").api_name
+            record.error_summary = summarize(captured["compared_bench"], captured["compared_device"],
+                                             [o.name for o in record.outputs],
                                                 lambda dtype: gross_limit(specs, api, dtype))
 
     @pytest.hookimpl(wrapper=True)
@@ -188,12 +190,12 @@ class Triage:
 
         record = fuzz.get("record") if fuzz else item.stash.get(RECORD_KEY, None)
         if record and report.failed:
-            for key, title in (("repro", "msprobe repro"), ("error_data", "msprobe error data")):
-                if record.get(key):
-                    text = f"python {shlex.quote(record[key])}" if key == "repro" else \
-                        f"saved in {self.save_dir / record[key]['dir']} (replay: {self.replay_command()})"
-                    report.sections.append((title, text))
-            if self.pytest_html and record.get("error_summary"):
+            if record.repro:
+                report.sections.append(("msprobe repro", f"python {shlex.quote(record.repro)}"))
+            if record.error_data:
+                report.sections.append(("msprobe error data", f"saved in {self.save_dir / record.error_data['dir']} "
+                                                              f"(replay: {self.replay_command()})"))
+            if self.pytest_html and record.error_summary:
                 self._html_extra(report, record)
         return report
 
@@ -207,7 +209,7 @@ class Triage:
         return rerun_command(self.config, str(self.save_dir), saved_data=True)
 
     @staticmethod
-    def _html_extra(report: pytest.TestReport, record: dict[str, Any]) -> None:
+    def _html_extra(report: pytest.TestReport, record: Record) -> None:
         try:
             from pytest_html import extras
         except ImportError:
@@ -221,6 +223,8 @@ class Triage:
     @pytest.hookimpl(wrapper=True)
     def pytest_report_to_serializable(self, config: pytest.Config, report: Any) -> Generator[None, Any, Any]:
         data = yield
+        if data is not None:
+            wire.plain_records(data)  # its record in the JSON form (the plugin's wrapper may come after this one)
         if data is not None and isinstance(data.get(FUZZ_REPORT_ATTR), dict):  # crosses execnet as one string
             data[FUZZ_REPORT_ATTR] = json.dumps(data[FUZZ_REPORT_ATTR], default=_plain)
         return data
@@ -230,6 +234,7 @@ class Triage:
         report = yield
         if isinstance(getattr(report, FUZZ_REPORT_ATTR, None), str):
             setattr(report, FUZZ_REPORT_ATTR, json.loads(getattr(report, FUZZ_REPORT_ATTR)))
+        wire.typed_records(report)
         return report
 
     # ------------------------------------------------------------------ controller
@@ -251,8 +256,8 @@ class Triage:
         if self.save_dir:
             from ..triage.errordata import write_dumps
 
-            saved = [r for r in records if r.get("error_data")]
-            saved += [f["record"] for f in self.fuzz_results if (f.get("record") or {}).get("error_data")]
+            saved = [r for r in records if r.error_data]
+            saved += [f["record"] for f in self.fuzz_results if f.get("record") and f["record"].error_data]
             if saved:
                 self.written["error_data"] = write_dumps(self.save_dir, saved)
         if self.html_file:
@@ -267,8 +272,8 @@ class Triage:
         if self.written.get("error_data"):
             dumps = self.written["error_data"]
             lines.append(f"error data: {len(dumps)} dump(s) in {self.save_dir} (replay: {self.replay_command()})")
-        repros = [r["repro"] for r in self.records if r.get("repro")]
-        repros += [f["record"]["repro"] for f in self.fuzz_results if (f.get("record") or {}).get("repro")]
+        repros = [r.repro for r in self.records if r.repro]
+        repros += [f["record"].repro for f in self.fuzz_results if f.get("record") and f["record"].repro]
         if repros:
             lines.append(f"repro scripts: {len(repros)}, e.g. python {shlex.quote(repros[0])}")
         if self.fuzz_results:

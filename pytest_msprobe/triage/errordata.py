@@ -35,6 +35,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..records.record import Record
+
 INDEX_NAME = "error_data_index.json"
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
 
@@ -161,7 +163,7 @@ def _encode(values: Any, enc: Any, path: str, on_tensor: Any) -> Any:
 
 
 def save_item(dump: Any, entry_name: str, captured: Mapping[str, Any], folder: Path,
-              record: Mapping[str, Any]) -> dict[str, Any] | None:
+              record: Record) -> dict[str, Any] | None:
     """Write one failing item's tensors; return what its record carries for the controller."""
     from ..dump.reader import parse_entry_name
 
@@ -309,11 +311,11 @@ def temporary_dump(entries: Mapping[str, Any], tensors: Mapping[str, Any] | None
 # ----------------------------------------------------------------------------- the shared files (controller)
 
 
-def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
+def write_dumps(base: Path, records: Iterable[Record]) -> list[Path]:
     """Write dump.json (+ stack.json, construct.json, the index) of every folder the records saved into."""
     folders: dict[str, dict[str, Any]] = {}
     for rec in records:
-        saved = rec.get("error_data")
+        saved = rec.error_data
         if not saved:
             continue
         folder = folders.setdefault(saved["dir"], {"data": {}, "source": {}, "index": {}, "drop": [],
@@ -329,9 +331,9 @@ def write_dumps(base: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
                 folder["source"][entry_name] = saved["forward_from"]
             else:
                 folder["drop"].extend(_data_names(entry))
-        folder["index"][rec.get("nodeid", f"{rec['api']}.{rec['direction']}")] = {
-            "status": rec.get("status"), "message": str(rec.get("message") or "")[:500],
-            "standard": rec.get("standard"), "seed": rec.get("seed"), "mode": saved.get("mode", "rerun"),
+        folder["index"][rec.nodeid or f"{rec.api}.{rec.direction}"] = {
+            "status": rec.status, "message": rec.message[:500],
+            "standard": rec.standard, "seed": rec.seed, "mode": saved.get("mode", "rerun"),
             **saved["index"]}
     written = []
     for rel, folder in sorted(folders.items()):

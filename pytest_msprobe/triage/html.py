@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+from ..records.record import Record
 from ..reports.summary import shorten
 from ..verdict.verdicts import in_english
 from .html_summary import devices_used, dump_names, judged_by, summary_table
@@ -150,10 +151,9 @@ def output_plots(s: Mapping[str, Any], strict_max: float | None = None) -> str:
             f'</table></div>')
 
 
-def plots_html(record: Mapping[str, Any]) -> str:
-    strict = {o.get("name"): (o.get("reference") or {}).get("max_err") for o in record.get("outputs") or ()
-              if record.get("standard") == "strict"}
-    return "".join(output_plots(s, strict.get(s.get("name"))) for s in record.get("error_summary") or ())
+def plots_html(record: Record) -> str:
+    strict = {o.name: (o.reference or {}).get("max_err") for o in record.outputs if record.standard == "strict"}
+    return "".join(output_plots(s, strict.get(s["name"])) for s in record.error_summary or ())
 
 
 # ----------------------------------------------------------------------------- the page (controller)
@@ -240,24 +240,24 @@ def _num(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _row_values(rec: Mapping[str, Any], kind: Callable[[str], str] = lambda api: "") -> dict[str, Any]:
-    outputs = rec.get("outputs") or ()
-    metrics = [o.get("metrics") or {} for o in outputs]
+def _row_values(rec: Record, kind: Callable[[str], str] = lambda api: "") -> dict[str, Any]:
+    outputs = rec.outputs
+    metrics = [o.metrics for o in outputs]
     cos = [m["cosine"] for m in metrics if isinstance(m.get("cosine"), (int, float))]
     abs_err = [m["max_abs_err"] for m in metrics if isinstance(m.get("max_abs_err"), (int, float))]
     rel = [m["max_rel_err"] for m in metrics if isinstance(m.get("max_rel_err"), (int, float))]
-    units: list[Any] = [(o.get("reference") or {}).get("max_err") for o in outputs if rec.get("standard") == "strict"]
+    units: list[Any] = [(o.reference or {}).get("max_err") for o in outputs if rec.standard == "strict"]
     units = [u for u in units if isinstance(u, (int, float))]
-    dtypes = dict.fromkeys(str(o["device_dtype"]).removeprefix("torch.") for o in outputs if o.get("device_dtype"))
-    message = str(rec.get("message") or "") or "; ".join(
-        in_english(str(o.get("verdict_message") or o.get("message") or "")) for o in outputs
-        if (o.get("verdict") or o.get("status")) not in ("pass", None)) or ""
-    return {"item": f"{rec.get('api')}.{rec.get('direction')}", "status": rec.get("status", ""),
-            "dtype": ",".join(dtypes), "standard": rec.get("standard") or "",
-            "algorithm": judged_by(rec, kind(str(rec.get("api") or ""))),
+    dtypes = dict.fromkeys(str(o.device_dtype).removeprefix("torch.") for o in outputs if o.device_dtype)
+    message = rec.message or "; ".join(
+        in_english(str(o.verdict_message or o.message or "")) for o in outputs
+        if (o.verdict or o.status) not in ("pass", None)) or ""
+    return {"item": f"{rec.api}.{rec.direction}", "status": rec.status,
+            "dtype": ",".join(dtypes), "standard": rec.standard or "",
+            "algorithm": judged_by(rec, kind(str(rec.api or ""))),
             "cosine": min(cos) if cos else None, "max_abs_err": max(abs_err) if abs_err else None,
             "max_rel_err": max(rel) if rel else None, "strict_max_err": max(units) if units else None,
-            "device": rec.get("device") or "",
+            "device": rec.device or "",
             "message": message.strip()}
 
 
@@ -273,16 +273,17 @@ def _message_cell(message: str) -> str:
             f'</span></summary>{html.escape(text)}</details></td>')
 
 
-def _entries(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]
-             ) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
-    """The table's rows in order: (record, None) per item, then (its record, fuzz result) per fuzz item."""
-    return [(rec, None) for rec in records] + [(f.get("record") or {}, f) for f in fuzz]
+def _entries(records: Sequence[Record], fuzz: Sequence[Mapping[str, Any]]
+             ) -> list[tuple[Record, Mapping[str, Any] | None]]:
+    """The table's rows in order: (record, None) per item, then (its record, fuzz result) per fuzz item; a fuzz
+    item that found no failure has no record: an empty one stands in (its row's cells are the fuzz result's)."""
+    return [(rec, None) for rec in records] + [(f.get("record") or Record("", "", 0), f) for f in fuzz]
 
 
-def _dump_of(rec: Mapping[str, Any], fz: Mapping[str, Any] | None) -> str:
+def _dump_of(rec: Record, fz: Mapping[str, Any] | None) -> str:
     """The dump file of a row: the record's, else the one its node id names."""
-    nodeid = str(rec.get("nodeid") or (fz or {}).get("nodeid") or "")
-    return str(rec.get("dump") or (fz or {}).get("dump") or nodeid.partition("::")[0])
+    nodeid = str(rec.nodeid or (fz or {}).get("nodeid") or "")
+    return str(rec.dump or (fz or {}).get("dump") or nodeid.partition("::")[0])
 
 
 def _columns(dumps: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -303,7 +304,7 @@ def _cell(col: str, v: Any, title: str = "", link: str | None = None) -> str:
     return f'<td data-col="{col}" class="{css}"{attr}>{text_html}</td>'
 
 
-def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]],
+def _table_rows(records: Sequence[Record], fuzz: Sequence[Mapping[str, Any]],
                 kind: Callable[[str], str] = lambda api: "") -> tuple[tuple[tuple[str, str], ...], list[str]]:
     """The table's columns and rows."""
     rows = []
@@ -317,37 +318,35 @@ def _table_rows(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str
             values.update(item=f"{fz.get('api')} [fuzz]", status=fz.get("status", ""),
                           message=str(fz.get("shrunk") or "").strip()
                           or f"{fz.get('examples', 0)} examples passed (seed {fz.get('seed')})")
-        anchor = f"f{order}" if (values["status"] == "error" and (rec.get("error_summary") or fz)) else None
+        anchor = f"f{order}" if (values["status"] == "error" and (rec.error_summary or fz)) else None
         cells = "".join(_cell(col, values.get(col), title=dumps[order] if col == "dump" else "",
                               link=anchor if col == "item" else None) for col, _ in columns)
         rows.append(f'<tr data-order="{order}" data-status="{html.escape(values["status"])}" '
-                    f'title="{html.escape(str(rec.get("nodeid", "")))}">{cells}</tr>')
+                    f'title="{html.escape(rec.nodeid or "")}">{cells}</tr>')
     return columns, rows
 
 
-def _failure_sections(records: Sequence[Mapping[str, Any]], fuzz: Sequence[Mapping[str, Any]]) -> list[str]:
+def _failure_sections(records: Sequence[Record], fuzz: Sequence[Mapping[str, Any]]) -> list[str]:
     sections = []
     for order, (rec, fz) in enumerate(_entries(records, fuzz)):
-        status = fz.get("status") if fz is not None else rec.get("status")
-        if status != "error" or not (rec.get("error_summary") or fz):
+        status = fz.get("status") if fz is not None else rec.status
+        if status != "error" or not (rec.error_summary or fz):
             continue
-        title = f"{rec.get('api')}.{rec.get('direction')}" + (" [fuzz]" if fz is not None else "")
+        title = f"{rec.api}.{rec.direction}" + (" [fuzz]" if fz is not None else "")
         lines = [f'<section class="failure" id="f{order}"><h3>{html.escape(title)} '
-                 f'<small>{html.escape(str(rec.get("nodeid", "")))}</small></h3>']
+                 f'<small>{html.escape(rec.nodeid or "")}</small></h3>']
         if fz is not None:
             lines.append(f"<p>hypothesis seed {fz.get('seed')}, {fz.get('examples')} examples; shrunk example:</p>"
                          f"<pre>{html.escape(str(fz.get('shrunk') or ''))}</pre>")
-        message = str(rec.get("message") or "")
-        verdicts = [f"{o.get('name')}: {in_english(str(o.get('verdict_message') or o.get('message')))}"
-                    for o in rec.get("outputs") or ()
-                    if (o.get("verdict") or o.get("status")) == "error"]
+        message = rec.message
+        verdicts = [f"{o.name}: {in_english(str(o.verdict_message or o.message))}"
+                    for o in rec.outputs if (o.verdict or o.status) == "error"]
         if message or verdicts:
             lines.append(f"<pre>{html.escape(chr(10).join(([message] if message else []) + verdicts))}</pre>")
-        for key, label in (("repro", "repro script"), ("rerun", "rerun")):
-            value = fz.get("rerun") if (fz is not None and key == "rerun") else rec.get(key)
+        rerun = fz.get("rerun") if fz is not None else rec.rerun
+        for label, prefix, value in (("repro script", "python ", rec.repro), ("rerun", "", rerun)):
             if value:
-                command = ("python " if key == "repro" else "") + str(value)
-                lines.append(f"<p>{label}: <code>{html.escape(command)}</code></p>")
+                lines.append(f"<p>{label}: <code>{html.escape(prefix + str(value))}</code></p>")
         lines.append(plots_html(rec) or "<p>(no float output to plot)</p>")
         lines.append("</section>")
         sections.append("".join(lines))
@@ -369,13 +368,14 @@ def _op_kinds(specs_file: str | None) -> Callable[[str], str]:
     return kind
 
 
-def write_html(path: Path, records: Iterable[Mapping[str, Any]], fuzz: Iterable[Mapping[str, Any]],
-               settings: Any) -> Path:
-    records = sorted(records, key=lambda r: (str(r.get("dump", "")), r.get("order", 0), str(r.get("direction"))))
+def write_html(path: Path, records: Iterable[Record], fuzz: Iterable[Mapping[str, Any]], settings: Any) -> Path:
+    """The page of the items' records and the fuzz results (plain dicts; a failing one holds its example's
+    `Record` under `record`), written to a temporary name and renamed (no half-written page)."""
+    records = sorted(records, key=lambda r: (str(r.dump or ""), r.order or 0, r.direction))
     fuzz = sorted(fuzz, key=lambda f: str(f.get("nodeid")))
     counts: dict[str, int] = {}
     for rec in records:
-        counts[str(rec.get("status"))] = counts.get(str(rec.get("status")), 0) + 1
+        counts[rec.status] = counts.get(rec.status, 0) + 1
     for f in fuzz:
         counts[f"fuzz {f.get('status')}"] = counts.get(f"fuzz {f.get('status')}", 0) + 1
     opts = settings.check_options
@@ -390,7 +390,7 @@ def write_html(path: Path, records: Iterable[Mapping[str, Any]], fuzz: Iterable[
 <body>
 <h1>pytest-msprobe report</h1>
 <p>{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))} · standard <b>{html.escape(str(settings.standard))}</b> ·
-seed {opts.run_seed} · device {html.escape(devices_used(records, str(opts.device)))} · {html.escape(head)}{one_dump}</p>
+seed {opts.run_seed} · device {html.escape(devices_used(records, opts.device))} · {html.escape(head)}{one_dump}</p>
 {summary_table(records)}
 <h2>Items</h2>
 <div class="controls">filter <input id="q" type="search" placeholder="text in any column">

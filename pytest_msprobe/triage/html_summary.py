@@ -4,18 +4,18 @@ table of items."""
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 from urllib.parse import quote
 
+from ..records.record import Record
 from ..reports.results import dump_folders
 
 STATUSES = ("error", "Warning", "pass", "SKIP")
 
 
-def devices_used(records: Sequence[Mapping[str, Any]], configured: str) -> str:
+def devices_used(records: Sequence[Record], configured: str) -> str:
     """The devices the items ran on (what --msprobe-device auto chose), or the configured one when none ran."""
-    ran = sorted({str(r["device"]) for r in records if r.get("device")})
+    ran = sorted({r.device for r in records if r.device})
     if not ran:
         return configured
     return ", ".join(ran) + (f" (--msprobe-device {configured})" if configured not in ran else "")
@@ -28,33 +28,33 @@ def dump_names(dumps: Sequence[str]) -> dict[str, str]:
             for dump, folder in dump_folders(dumps).items()}
 
 
-def judged_by(rec: Mapping[str, Any], kind: str) -> str:
+def judged_by(rec: Record, kind: str) -> str:
     """The item's `algorithm` cell. Under strict, the float outputs strict judged (they carry its reference
     figures) read `strict <kind of op>` (api_specs/error_model.yaml): msprobe's algorithm names (ulp_compare,
     absolute_threshold), which its own standards use, did not judge them. Other outputs keep theirs."""
     names = []
-    for out in rec.get("outputs") or ():
-        if rec.get("standard") == "strict" and out.get("reference"):
+    for out in rec.outputs:
+        if rec.standard == "strict" and out.reference:
             names.append(f"strict {kind}")
-        elif out.get("algorithm"):
-            names.append(str(out["algorithm"]))
-    return ",".join(dict.fromkeys(names)) or ("overflow" if rec.get("overflow") else "")
+        elif out.algorithm:
+            names.append(str(out.algorithm))
+    return ",".join(dict.fromkeys(names)) or ("overflow" if rec.overflow else "")
 
 
-def api_of(rec: Mapping[str, Any]) -> str:
+def api_of(rec: Record) -> str:
     """`Functional.linear` of `Functional.linear.3`: the API, whichever call."""
-    api = str(rec.get("api") or "?")
+    api = str(rec.api or "?")
     head, _, tail = api.rpartition(".")
     return head if head and tail.isdigit() else api
 
 
-def summary_table(records: Sequence[Mapping[str, Any]]) -> str:
+def summary_table(records: Sequence[Record]) -> str:
     """Items per API and status, failing APIs first (a 268-row all-pass report reads as a dozen lines); each API
     name filters the table below to its items."""
     counts: dict[str, dict[str, int]] = {}
     for rec in records:
         row = counts.setdefault(api_of(rec), {})
-        status = str(rec.get("status") or "")
+        status = str(rec.status or "")
         row[status] = row.get(status, 0) + 1
     if not counts:
         return ""

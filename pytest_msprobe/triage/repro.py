@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..records.record import Record
+
 EMBED_LIMIT = 256 * 1024  # bytes of tensor data embedded in the script; the rest goes to <script>.pt
 # what the script compares per output: everything the item's verdict rests on
 COMPARED = ("status", "verdict", "algorithm", "device_dtype", "bench_dtype", "shape", "metrics", "worst",
@@ -59,7 +61,7 @@ class RedItem:
     entry_name: str
     nodeid: str
     captured: Mapping[str, Any]
-    record: Mapping[str, Any]
+    record: Record
 
 
 def build_spec(item: RedItem, options: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -73,8 +75,8 @@ def build_spec(item: RedItem, options: Any) -> tuple[dict[str, Any], dict[str, A
     entries, tensors = saved
     spec = {
         "item": nodeid, "entry": entry_name, "entries": entries, "options": dataclasses.asdict(options),
-        "expected": {"status": record.get("status"), "seed": record.get("seed"), "device": record.get("device"),
-                     "outputs": [{k: out.get(k) for k in ("name", *COMPARED)} for out in record.get("outputs") or ()]},
+        "expected": {"status": record.status, "seed": record.seed, "device": record.device,
+                     "outputs": [{k: getattr(out, k) for k in ("name", *COMPARED)} for out in record.outputs]},
     }
     return spec, tensors
 
@@ -168,7 +170,7 @@ def load_tensors(blob: str, file_name: str | None, here: str) -> dict[str, Any]:
     return tensors
 
 
-def rerun(spec: Mapping[str, Any], tensors: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
+def rerun(spec: Mapping[str, Any], tensors: Mapping[str, Any], device: str | None = None) -> Record:
     """The item's record, from check_entry on its saved inputs with its options (`device` replaces its device)."""
     import torch
 
@@ -184,23 +186,23 @@ def rerun(spec: Mapping[str, Any], tensors: Mapping[str, Any], device: str | Non
     specs = load_specs(user_file=options.specs_file)
     with temporary_dump(spec["entries"], tensors, prefix="msprobe_repro_") as dump:
         record = check_entry(dump, spec["entry"], options, specs)
-    record["standard"] = options.standard
+    record.standard = options.standard
     return record
 
 
-def differences(record: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
-    """What differs from the numbers the item reported (empty: the same)."""
+def differences(record: Record, expected: Mapping[str, Any]) -> list[str]:
+    """What differs from the numbers the item reported (`expected`: the script's plain JSON; empty: the same)."""
     found = []
-    if record.get("status") != expected.get("status"):
-        found.append(f"status {record.get('status')}, item {expected.get('status')}")
-    mine = {o["name"]: o for o in record.get("outputs") or ()}
+    if record.status != expected.get("status"):
+        found.append(f"status {record.status}, item {expected.get('status')}")
+    mine = {o.name: o for o in record.outputs}
     theirs = {o["name"]: o for o in expected.get("outputs") or ()}
     if list(mine) != list(theirs):
         found.append(f"outputs {list(mine)}, item {list(theirs)}")
     for name in mine.keys() & theirs.keys():
         for key in COMPARED:
             found += [f"{name} {path}: {a!r}, item {b!r}"
-                      for path, a, b in _unequal(mine[name].get(key), theirs[name].get(key), key)]
+                      for path, a, b in _unequal(getattr(mine[name], key), theirs[name].get(key), key)]
     return found
 
 
@@ -238,13 +240,13 @@ def main(spec: Mapping[str, Any], blob: str, tensors_file: str | None, here: str
     opts = parser.parse_args(argv)
     record = rerun(spec, load_tensors(blob, tensors_file, here), opts.device)
     found = differences(record, spec["expected"])
-    record.update(same_as_item=not found, differences=found)
-    if opts.json:
-        print(json.dumps(_json_safe(record), allow_nan=False, default=str))
+    if opts.json:  # the comparison beside the record's own keys: no part of a record
+        shown = {**record.to_dict(), "same_as_item": not found, "differences": found}
+        print(json.dumps(_json_safe(shown), allow_nan=False, default=str))
     else:
         # this run again, from where it was started
         again = ["python", sys.argv[0], *(["--device", opts.device] if opts.device else [])]
         print(format_failure(record, shlex.join(again)))
-        print(f"verdict: {record['status']} (the item reported {spec['expected']['status']})")
+        print(f"verdict: {record.status} (the item reported {spec['expected']['status']})")
         print("same numbers as the item: " + ("yes" if not found else "NO\n  " + "\n  ".join(found)))
-    return 1 if record["status"] == "error" else 0
+    return 1 if record.status == "error" else 0

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..dump.reader import Dump, DumpError, load_dump, parse_entry_name, resolve_tensor_path
+from ..records.record import Record
 from ..settings import CheckOptions
 from .repro import EMBED_LIMIT
 
@@ -201,11 +202,13 @@ def run_embedded(script: str, *embedded: Any, argv: list[str] | None = None) -> 
             specs_file = str(Path(tmp) / "specs.yaml")
             Path(specs_file).write_text(spec_text, encoding="utf-8")
         opts = CheckOptions(**{**options, "specs_file": specs_file, "device": args.device or options["device"]})
-        records = _runs(dump, entry, opts, args.iter_times)
-    return _report(records, entry, opts, args.json)
+        records, wall_s = _runs(dump, entry, opts, args.iter_times)
+    return _report(records, wall_s, entry, opts, args.json)
 
 
-def _runs(dump: Dump, entry: str, opts: CheckOptions, n: int) -> list[dict[str, Any]]:
+def _runs(dump: Dump, entry: str, opts: CheckOptions, n: int) -> tuple[list[Record], list[float]]:
+    """The records of `n` checks of the call, and each check's wall time (the script's, not the record's: only
+    `--json` shows it, beside its record)."""
     import torch
 
     from ..check import check_entry
@@ -213,13 +216,12 @@ def _runs(dump: Dump, entry: str, opts: CheckOptions, n: int) -> list[dict[str, 
 
     torch.set_num_threads(opts.threads)  # CPU reductions depend on it; the item used the same number
     specs = load_specs(user_file=opts.specs_file)
-    records = []
+    records, wall_s = [], []
     for _ in range(n):
         started = time.perf_counter()
-        record = check_entry(dump, entry, opts, specs)
-        record["wall_s"] = time.perf_counter() - started
-        records.append(record)
-    return records
+        records.append(check_entry(dump, entry, opts, specs))
+        wall_s.append(time.perf_counter() - started)
+    return records, wall_s
 
 
 def _fmt(value: Any) -> str:
@@ -228,33 +230,34 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _same(a: Record, b: Record) -> bool:
     keep = ("name", "status", "verdict", "metrics", "worst")
-    return a["status"] == b["status"] and [{k: o.get(k) for k in keep} for o in a["outputs"]] == \
-        [{k: o.get(k) for k in keep} for o in b["outputs"]]
+    return a.status == b.status and [{k: getattr(o, k) for k in keep} for o in a.outputs] == \
+        [{k: getattr(o, k) for k in keep} for o in b.outputs]
 
 
-def _report(records: list[dict[str, Any]], entry: str, opts: CheckOptions, as_json: bool) -> int:
+def _report(records: list[Record], wall_s: list[float], entry: str, opts: CheckOptions, as_json: bool) -> int:
     agree = all(_same(records[0], r) for r in records[1:])
-    device_s = sorted(r["timings"].get("device_s", 0.0) for r in records)
-    status = "error" if any(r["status"] == "error" for r in records) else records[-1]["status"]
+    device_s = sorted(r.timings.get("device_s", 0.0) for r in records)
+    status = "error" if any(r.status == "error" for r in records) else records[-1].status
     if as_json:
-        print(json.dumps({"entry": entry, "status": status, "runs_agree": agree, "records": records},
+        runs = [{**r.to_dict(), "wall_s": s} for r, s in zip(records, wall_s)]
+        print(json.dumps({"entry": entry, "status": status, "runs_agree": agree, "records": runs},
                          allow_nan=True, default=str))
         return 1 if status == "error" else 0
     first = records[0]
-    print(f"{entry}  standard={opts.standard}  device={first.get('device') or opts.device}  seed={first['seed']}  "
-          f"impl={first.get('impl')}")
-    for out in first["outputs"]:
-        metrics = out.get("metrics") or {}
+    print(f"{entry}  standard={opts.standard}  device={first.device or opts.device}  seed={first.seed}  "
+          f"impl={first.impl}")
+    for out in first.outputs:
+        metrics = out.metrics
         numbers = "  ".join(f"{k}={_fmt(metrics[k])}" for k in ("cosine", "max_abs_err", "max_rel_err",
                                                                 "dual_thousandth", "binary_error_rate")
                             if metrics.get(k) is not None)
-        print(f"  {out['name']}  {out.get('device_dtype')} -> {out.get('verdict') or out.get('status')}  {numbers}")
-        if out.get("verdict_message"):
-            print(f"    {out['verdict_message']}")
-    if first.get("message"):
-        print(f"  message: {first['message']}")
+        print(f"  {out.name}  {out.device_dtype} -> {out.verdict or out.status}  {numbers}")
+        if out.verdict_message:
+            print(f"    {out.verdict_message}")
+    if first.message:
+        print(f"  message: {first.message}")
     timing = f"; device time per run: min {_fmt(device_s[0])} s, median {_fmt(device_s[len(device_s) // 2])} s" \
         if any(device_s) else ""
     print(f"runs: {len(records)}, " + ("all agree" if agree else "RESULTS DIFFER between runs") + timing)

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..records.record import Record, Row
+
 MS_FRAMEWORKS = ("mindspore", "mindtorch")
 DETAILS_HEADER: tuple[str, ...] = ("API Name", "Bench Dtype", "Tested Dtype", "Shape", "Cosine", "MaxAbsErr",
                                    "MaxRelativeErr", "Status", "Message")
@@ -24,9 +26,9 @@ BLANK = " "
 CSV_ENCODING = "utf-8-sig"
 
 
-def is_mindspore(record: Mapping[str, Any]) -> bool:
+def is_mindspore(record: Record) -> bool:
     """A record of a MindSpore (or mindtorch) dump: written in the MindSpore checker's layout."""
-    return record.get("framework") in MS_FRAMEWORKS
+    return record.framework in MS_FRAMEWORKS
 
 
 def ms_metrics(bench: Any, device: Any, epsilon: float = 1e-8) -> dict[str, float | None]:
@@ -84,47 +86,45 @@ def _shape(shape: Any) -> str:
     return BLANK if shape is None else str(tuple(int(s) for s in shape))
 
 
-def _status(out: Mapping[str, Any]) -> str:
-    return str(out.get("verdict") or out.get("status") or BLANK)
+def _status(out: Row) -> str:
+    return str(out.verdict or out.status or BLANK)
 
 
-def details_rows(records: Iterable[Mapping[str, Any]], precision: int = 14) -> list[list[str]]:
+def details_rows(records: Iterable[Record], precision: int = 14) -> list[list[str]]:
     """One row per compared output: the verdict of the selected standard, msprobe's MindSpore metrics."""
     rows: list[list[str]] = []
     for rec in records:
-        outputs = rec.get("outputs") or ()
-        if not outputs:
-            rows.append([f"{rec['api']}.{rec['direction']}.output.0", BLANK, BLANK, BLANK, BLANK, BLANK, BLANK,
-                         str(rec.get("status") or BLANK), str(rec.get("message") or "")])
+        if not rec.outputs:
+            rows.append([f"{rec.api}.{rec.direction}.output.0", BLANK, BLANK, BLANK, BLANK, BLANK, BLANK,
+                         str(rec.status or BLANK), rec.message or ""])
             continue
-        for out in outputs:
-            metrics = out.get("ms_metrics") or {}
-            message = out.get("verdict_message") or out.get("message") or ""
-            rows.append([str(out["name"]), ms_dtype(out.get("bench_dtype")), ms_dtype(out.get("device_dtype")),
-                         _shape(out.get("shape")), _cell(metrics.get("cosine"), precision),
+        for out in rec.outputs:
+            metrics = out.ms_metrics or {}
+            message = out.verdict_message or out.message or ""
+            rows.append([out.name, ms_dtype(out.bench_dtype), ms_dtype(out.device_dtype),
+                         _shape(out.shape), _cell(metrics.get("cosine"), precision),
                          _cell(metrics.get("max_abs_err"), precision), _cell(metrics.get("max_rel_err"), precision),
                          _status(out), str(message)])
     return rows
 
 
-def result_rows(records: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+def result_rows(records: Iterable[Record]) -> list[list[str]]:
     """One row per API (forward and backward items folded), 4th cell only when a direction is SKIP."""
-    by_api: dict[str, dict[str, Mapping[str, Any]]] = {}
+    by_api: dict[str, dict[str, Record]] = {}
     for rec in records:
-        by_api.setdefault(str(rec["api"]), {}).setdefault(str(rec["direction"]), rec)
+        by_api.setdefault(rec.api, {}).setdefault(rec.direction, rec)
     rows = []
     for api, directions in by_api.items():
-        cells = [str(directions[d].get("status") or BLANK) if d in directions else BLANK
-                 for d in ("forward", "backward")]
+        cells = [str(directions[d].status or BLANK) if d in directions else BLANK for d in ("forward", "backward")]
         row = [api, *cells]
         skipped = next((directions[d] for d, c in zip(("forward", "backward"), cells) if c == "SKIP"), None)
         if skipped is not None:
-            row.append(str(skipped.get("message") or ""))
+            row.append(skipped.message or "")
         rows.append(row)
     return rows
 
 
-def write_files(records: Sequence[Mapping[str, Any]], out_dir: Path, ts: str, *, suffix: str = "",
+def write_files(records: Sequence[Record], out_dir: Path, ts: str, *, suffix: str = "",
                 precision: int = 14) -> dict[str, Path]:
     """accuracy_checking_result/details_<ts><suffix>.csv in the MindSpore checker's layout."""
     paths = {"result": Path(out_dir) / f"accuracy_checking_result_{ts}{suffix}.csv",
