@@ -22,7 +22,7 @@ import pytest
 from pytest_msprobe import __main__ as cli
 from pytest_msprobe.records.record import Record
 from pytest_msprobe.reports.results import read_jsonl
-from pytest_msprobe.session import baseline, devices, shard
+from pytest_msprobe.session import baseline, devices, inflight, shard
 from tests.helpers import EXAMPLES, copy_dump, device_side_conftest, make_dump, tensor
 
 pytest.importorskip("xdist")
@@ -205,6 +205,49 @@ def test_crash_fails_one_item_and_keeps_every_other_result(pytester: pytest.Pyte
     assert ran(result) == 18 and journaled(pytester.path / "msprobe_results") == before + 1  # gelu ran again
     result.stdout.fnmatch_lines(["*17 taken from the journal (--msprobe-resume)*"])
     assert len(records(pytester.path / "msprobe_results")) == 18
+
+
+# Kills its worker as the kernel's out-of-memory killer does (SIGKILL: nothing reaches the controller), inside
+# the device's gelu of a check whose estimate is a large part of its budget.
+KILLED_IN_GELU = device_side_conftest("""
+    import os, signal
+    import torch.nn.functional as F
+
+    def gelu(orig, x, *a, **k):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    IMPLS = {F.gelu: gelu}
+""")
+
+
+def test_a_worker_killed_in_a_large_check_fails_that_item_naming_its_estimate(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(KILLED_IN_GELU)
+    big = {"input_args": [tensor(shape=[512, 1024])], "input_kwargs": {}, "output": [tensor(shape=[512, 1024])]}
+    relu = {"input_args": [tensor(shape=[4, 8])], "input_kwargs": {}, "output": [tensor(shape=[4, 8])]}
+    dump = make_dump(pytester, {"Functional.relu.0.forward": relu, "Functional.gelu.0.forward": big,
+                                "Functional.relu.1.forward": relu})
+    result = pytester.runpytest_subprocess(str(dump), *XDIST, "--msprobe-max-memory", "64MiB")
+    result.assert_outcomes(failed=1, passed=2)  # the run goes on past the dead worker
+    result.stdout.fnmatch_lines(["*worker crashed while running Functional.gelu.0.forward (worker gw? died); its "
+                                 "check was estimated to need * MiB beside the device side, within a memory budget "
+                                 "of 64 MiB (--msprobe-max-memory)*"])
+    (gelu,) = [r for r in records(pytester.path / "msprobe_results") if r["api"] == "Functional.gelu.0"]
+    assert gelu["status"] == "error" and gelu["crashed"] and "estimated to need" in gelu["message"]
+    assert not list((pytester.path / "msprobe_results" / inflight.DIR_NAME).glob("*"))  # read and removed
+
+
+def test_only_a_large_estimate_is_left_and_an_item_done_removes_it(tmp_path: Path) -> None:
+    estimates = inflight.Estimates(tmp_path, "gw3", "d/dump.json::Functional.gelu.0.forward")
+    estimates(1 << 20, 64 << 20)  # 1/64 of its budget: it cannot take the host's memory
+    assert not (tmp_path / inflight.DIR_NAME).exists()
+    estimates(16 << 20, 64 << 20)
+    assert inflight.crash_note(tmp_path, "gw3", "d/dump.json::Functional.relu.0.forward") == ""  # another item
+    estimates(16 << 20, 64 << 20)
+    note = inflight.crash_note(tmp_path, "gw3", "d/dump.json::Functional.gelu.0.forward")
+    assert "estimated to need 16 MiB beside the device side, within a memory budget of 64 MiB" in note
+    estimates(16 << 20, 64 << 20)
+    estimates.close()
+    assert not list((tmp_path / inflight.DIR_NAME).glob("*"))
 
 
 def test_timeout_fails_a_hung_item_with_and_without_xdist(pytester: pytest.Pytester,

@@ -25,13 +25,14 @@ from ..metrics import fused, storage
 from ..metrics import vectorised as M
 from ..metrics.streamed import Streamed as StreamedMetrics
 from ..records.record import Row
-from ..runs import chunks, tiles
+from ..runs import chunks, memory, tiles
 from ..runs.execution import (
     NotCheckable,
     first_output_dtype,
     first_output_shape,
     tensors_of,
 )
+from ..runs.memory import gib
 from ..runs.terms import terms_fn
 from ..runs.third_run import forward_sums
 from ..settings import CheckOptions
@@ -93,14 +94,6 @@ class Plan:
     label: str | None
     sums_rules: str | None
     bias: torch.Tensor | None = None  # a contraction's bias in the bench's dtype: the product is the bench minus it
-
-
-def gib(n: float) -> str:
-    """A size in bytes as people read it: 1.50 GiB, 384.0 KiB."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.3g} {unit}" if unit != "GiB" else f"{n / (1 << shift):.2f} {unit}"
-    return f"{int(n)} bytes"
 
 
 def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
@@ -364,6 +357,7 @@ def pieces_for(item: Any) -> Plan | None:
     # a backward item holds each side's graph and gradients too: 4x its forward's (a linear's, measured: 3.2x)
     need = memory_need(runs, numel, wide.itemsize) * (4 if item.want_grad else 1)
     limit = budget(options)
+    memory.estimated(need, limit)  # a worker killed while this item runs is named with it (session/inflight.py)
     if need <= limit:
         return None
     why = f"{api}: its check needs about {gib(need)} beside the device side, over the memory budget of " \
@@ -394,4 +388,4 @@ def _wide(t: torch.Tensor) -> torch.dtype:
     return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
 
 
-__all__ = ["Plan", "budget", "check", "own_dtype", "gib", "memory_need", "piece_plan", "pieces_for", "plan_runs"]
+__all__ = ["Plan", "budget", "check", "own_dtype", "memory_need", "piece_plan", "pieces_for", "plan_runs"]

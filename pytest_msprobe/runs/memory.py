@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import torch
@@ -116,5 +116,28 @@ def cpu_empty_like(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 @functools.cache
+def gib(n: float) -> str:
+    """A size in bytes as people read it: 1.50 GiB, 384.0 KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}" if unit != "GiB" else f"{n / (1 << shift):.2f} {unit}"
+    return f"{int(n)} bytes"
+
+
+_HEARING: list[Callable[[int, int], None]] = []  # who hears an item's estimate: at most one, the item's process
+
+
+def hear_estimates(listener: Callable[[int, int], None] | None) -> None:
+    """`listener(need, budget)` hears each check's memory estimate (bytes beside the device side, and the
+    item's budget) before its runs start; None: no one."""
+    _HEARING[:] = [] if listener is None else [listener]
+
+
+def estimated(need: int, budget: int) -> None:
+    """A check's memory estimate, told to the listener (the session leaves it where a crash report finds it)."""
+    for listener in _HEARING:
+        listener(need, budget)
+
+
 def _page_size() -> int:
     return os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -39,6 +39,7 @@ from ..helper import stop
 from ..inputs.seeds import item_seed
 from ..records.record import Record
 from . import ini_keys
+from .inflight import crash_note
 from .items import ApiItem
 from .stash import SETTINGS_KEY
 
@@ -125,8 +126,8 @@ class Timeout:
 class CrashHooks:
     """Controller side under xdist: a crashed item becomes a failed item with an error record."""
 
-    def __init__(self, run_seed: int, timeout: float | None, rootpath: Path) -> None:
-        self.run_seed, self.timeout, self.rootpath = run_seed, timeout, rootpath
+    def __init__(self, run_seed: int, timeout: float | None, rootpath: Path, out_dir: Path) -> None:
+        self.run_seed, self.timeout, self.rootpath, self.out_dir = run_seed, timeout, rootpath, out_dir
         self.started: dict[str, float] = {}
         self.crashed = 0
 
@@ -145,7 +146,8 @@ class CrashHooks:
             message = (f"timed out after {self.timeout:g} s (msprobe_timeout): the watchdog stopped worker "
                        f"{worker_id} while running {api}")
         else:
-            message = f"worker crashed while running {api} (worker {worker_id} died)"
+            message = f"worker crashed while running {api} (worker {worker_id} died)" + \
+                crash_note(self.out_dir, str(worker_id), crashitem)  # what a check too large left there
         record = failure_record(crashitem, message, self.run_seed, rootpath=self.rootpath)
         if record is None:  # not a dump item: xdist's own report stands
             return
@@ -210,5 +212,5 @@ def configure(config: pytest.Config, run_seed: int) -> None:
     if timeout is not None and (hasattr(config, "workerinput") or not distributed):
         config.pluginmanager.register(Timeout(timeout), "msprobe-timeout")
     if distributed and not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist"):
-        config.stash[CRASH_KEY] = CrashHooks(run_seed, timeout, config.rootpath)
+        config.stash[CRASH_KEY] = CrashHooks(run_seed, timeout, config.rootpath, config.stash[SETTINGS_KEY].out_dir)
         config.pluginmanager.register(config.stash[CRASH_KEY], "msprobe-crash")

@@ -197,10 +197,14 @@ class ApiItem(pytest.Item):
     def _check(self, entry_name: str) -> Record:
         from ..check import check_entry  # torch is imported here, never at collection
         from ..check.prepare import prefetch_later
-        from ..runs.memory import keep_freed_memory, release_freed_memory
+        from ..runs.memory import hear_estimates, keep_freed_memory, release_freed_memory
         from ..specs.loader import load_specs
+        from .inflight import Estimates, worker
 
-        options = self.config.stash[SETTINGS_KEY].check_options
+        settings = self.config.stash[SETTINGS_KEY]
+        options, me = settings.check_options, worker()
+        estimates = Estimates(settings.out_dir, me, self.nodeid) if me is not None else None
+        hear_estimates(estimates)  # a large check's estimate, for the crash report if this worker dies in it
         keep_freed_memory()
         try:
             # Once per item, before the helper thread gets the next item's inputs: each load_dump stats the
@@ -214,6 +218,9 @@ class ApiItem(pytest.Item):
             return Record(entry_name, "", 0, status="SKIP", message=str(exc))
         finally:
             prefetch_later(None)  # skipped before its runs: the next item builds its own inputs
+            hear_estimates(None)
+            if estimates is not None:
+                estimates.close()
             release_freed_memory()  # the check's tensors are gone: their memory goes back to the OS
 
     def _prefetch_next(self, options: Any, specs: dict[str, Any], dump: Dump) -> None:
