@@ -7,6 +7,7 @@ the crash report of that item quotes it (guard.CrashHooks). Torch-free: the cont
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -37,6 +38,8 @@ class Estimates:
     def close(self) -> None:
         if self.written:
             self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another worker's estimate is still there
+                self.path.parent.rmdir()
 
 
 def worker() -> str | None:
