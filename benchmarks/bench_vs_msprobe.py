@@ -36,8 +36,7 @@ import pytest
 from evals.probes.phases import PHASES, add_phases, on_thread
 
 ROOT = Path(__file__).resolve().parents[1]
-DUMPS = (Path("/work/dumps/llama_realistic_bf16_statistics/step0/rank0/dump.json"),
-         ROOT.parent / "shared" / "dumps" / "msprobe26_pt_statistics_llama_bf16" / "dump.json")
+DUMPS = (ROOT.parent / "shared" / "dumps" / "msprobe26_pt_statistics_llama_bf16" / "dump.json",)  # with none given
 MSPROBE_CPU = ROOT.parent / "shared" / "tools" / "msprobe_cpu.py"
 API_PHASES = ("device", "bench", "reference")
 
@@ -130,7 +129,8 @@ def main() -> None:
     parser.add_argument("dump", nargs="?", type=Path, default=next((d for d in DUMPS if d.is_file()), None))
     parser.add_argument("--standards", nargs="+", default=["strict", "msprobe"])
     parser.add_argument("--workers", type=int, nargs="+", default=[0])
-    parser.add_argument("--msprobe-python", default="/work/venv-msprobe/bin/python")
+    parser.add_argument("--msprobe-python", default=os.environ.get("MSPROBE_PYTHON"),
+                        help="the python of a venv with mindstudio-probe (default: $MSPROBE_PYTHON)")
     parser.add_argument("--no-msprobe", action="store_true", help="only pytest-msprobe")
     parser.add_argument("--repeat", type=int, default=1, help="pytest-msprobe runs per setting; the fastest is shown")
     parser.add_argument("--pytest-arg", dest="pytest_args", action="append", default=[],
@@ -138,6 +138,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.dump is None or not args.dump.is_file():
         raise SystemExit("no dump: give a dump.json")
+    if not args.no_msprobe and not args.msprobe_python:
+        raise SystemExit("no msprobe: give --msprobe-python VENV/bin/python (or set MSPROBE_PYTHON), or --no-msprobe")
     print(f"dump {args.dump} ({args.dump.stat().st_size / 1e6:.1f} MB); cpus {os.cpu_count()}")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -321,7 +321,7 @@ def summarise(out: Path, name: str, seconds: float, rc: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("/work/dumps"), help="where the dump folders go")
+    ap.add_argument("--out", type=Path, help="where the dump folders go (needed but with --list)")
     ap.add_argument("--only", default="*", help="glob on dump names, e.g. '*_tiny_*' or 'llama_*_bf16_*'")
     ap.add_argument("--list", action="store_true", help="print the dump names and exit")
     ap.add_argument("--small", action="store_true",
@@ -339,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list or not chosen:
         print("\n".join(chosen) if chosen else f"no dump name matches {args.only!r}")
         return 0 if chosen else 2
+    if args.out is None:
+        ap.error("--out DUMPS: where the dump folders go")
     args.out.mkdir(parents=True, exist_ok=True)
     manifest_path = args.out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}

@@ -159,7 +159,7 @@ def child(dtype_name: str, out: Path, n_samples: int, n_method: int, only: str) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("/work/dumps"))
+    ap.add_argument("--out", type=Path, required=True, help="where the opinfo_<dtype> dump folders go")
     ap.add_argument("--dtypes", default="fp32,bf16,fp16")
     ap.add_argument("--samples", type=int, default=3, help="samples per OpInfo and dtype (function variant)")
     ap.add_argument("--method-samples", type=int, default=2,
