@@ -15,7 +15,7 @@ from pytest_msprobe.records.record import Record
 from pytest_msprobe.session import devices
 from pytest_msprobe.settings import CheckOptions
 from pytest_msprobe.specs.loader import load_specs
-from tests.helpers import EXAMPLES, api_records, copy_dump, tensor
+from tests.helpers import EXAMPLES, api_records, copy_dump, make_dump, tensor
 
 SPECS = load_specs()
 TWO = CheckOptions(device="cpu", standard="strict", work_threads=2)
@@ -198,3 +198,23 @@ def test_the_next_items_build_starts_when_this_items_sides_are_made(pytester: py
     prepare.prefetch_later(None)  # what an item that skipped before its runs leaves behind
     prepare.start_prefetch()
     assert "stale" not in events
+
+
+def test_an_item_checked_in_pieces_hands_no_build_over(pytester: pytest.Pytester, monkeypatch) -> None:
+    """The next item's inputs, built beside an item checked in pieces, would hold memory the pieces' budget
+    does not count: the pieces make no bench side, where the hand-over happens, so that item builds its own."""
+    big = [1024, 1024]
+    entry = {"input_args": [tensor("torch.bfloat16", big, mx=3.0, mn=-3.0)], "input_kwargs": {},
+             "output": [tensor("torch.bfloat16", big)]}
+    small = {"input_args": [tensor("torch.float32", [64, 8])], "input_kwargs": {}, "output": [tensor("torch.float32", [64, 8])]}
+    dump = make_dump(pytester, {"Functional.silu.0.forward": entry, "Functional.gelu.1.forward": small,
+                                "Functional.gelu.2.forward": small})
+    handed: list[str] = []
+    plain = prepare.prefetch
+    monkeypatch.setattr(prepare, "prefetch", lambda d, name, *a: handed.append(name) or plain(d, name, *a))
+    monkeypatch.setattr(devices, "work_threads", lambda threads, *where: 2)  # the next item's prefetch, on any machine
+    result = pytester.runpytest_inprocess(str(dump), "--msprobe-device", "cpu", "-p", "no:randomly",
+                                          "--msprobe-max-memory", "4MiB", "--msprobe-out", "out")
+    records = api_records(pytester, "out")
+    assert result.ret == 0 and records["Functional.silu.0.forward"]["pieces"]
+    assert handed == ["Functional.gelu.2.forward"]  # gelu.1 handed gelu.2 over; silu.0, in pieces, nothing

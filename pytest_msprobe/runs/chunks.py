@@ -187,18 +187,21 @@ class RunSpec:
 
 def piece_bytes(spec: RunSpec, rows: int, columns: int) -> int:
     """Bytes one piece of `rows` rows and `columns` columns holds while it runs: its inputs' cast copies (and their
-    absolute values, for the magnitude run) and its output."""
+    absolute values, for the magnitude run), its output and, for a contraction, the buffer a GEMM library packs
+    its largest operand into (measured: the fp32 linear's pieces exceeded their budget by about that much)."""
     args, kwargs = spec.chunking.pieces(0, min(rows, spec.chunking.rows), 0, min(columns, spec.chunking.width))
-    total = [0]
+    sizes: list[int] = []
 
     def count(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             wide = spec.dtype_for(v) if v.is_floating_point() else v.dtype
-            total[0] += v.numel() * (wide.itemsize + (v.dtype.itemsize if spec.absolute else 0))
+            sizes.append(v.numel() * wide.itemsize)
+            sizes.append(v.numel() * v.dtype.itemsize if spec.absolute else 0)
         return v
 
     map_structure(count, [args, kwargs])
-    return total[0] + rows * columns * output_itemsize(spec)
+    packed = max(sizes[::2], default=0) if spec.chunking.api in CONTRACTIONS else 0
+    return sum(sizes) + packed + rows * columns * output_itemsize(spec)
 
 
 def output_dtype(spec: RunSpec) -> torch.dtype:
