@@ -63,8 +63,14 @@ ROWS, WIDTH = 2048, 4096  # 16 MiB outputs in bf16
 
 
 def _dump(pytester: pytest.Pytester) -> Path:
+    """One call of each kind, each twice: the first may compile the passes for its kind (a fresh checkout has no
+    numba cache), the second is measured."""
+    return make_dump(pytester, {name.replace(".0.", f".{k}."): entry for k in (0, 1) for name, entry in _calls().items()})
+
+
+def _calls() -> dict[str, dict]:
     big = [ROWS, WIDTH]
-    return make_dump(pytester, {
+    return {
         "Functional.linear.0.forward": {"input_args": [tensor(BF16, [1, ROWS, 1024]), tensor(BF16, [WIDTH, 1024],
                                                                                             0.1, -0.1)],
                                         "input_kwargs": {}, "output": [tensor(BF16, [1, ROWS, WIDTH])]},
@@ -78,7 +84,7 @@ def _dump(pytester: pytest.Pytester) -> Path:
         "Tensor.add_.0.forward": {"input_args": [tensor(BF16, big), tensor(BF16, big)],
                                   "input_kwargs": {"alpha": {"type": "float", "value": 0.01}},
                                   "output": [tensor(BF16, big)]},
-    })
+    }
 
 
 def _run(pytester: pytest.Pytester, budget: str) -> tuple[dict[str, dict[str, int]], dict[str, dict]]:
@@ -97,7 +103,8 @@ def _run(pytester: pytest.Pytester, budget: str) -> tuple[dict[str, dict[str, in
 @pytest.mark.parametrize("mib", [16, 32])
 def test_the_runs_in_pieces_stay_within_the_budget(pytester: pytest.Pytester, mib: int) -> None:
     peaks, recs = _run(pytester, f"{mib}MiB")
-    assert len(peaks) == 5
+    assert len(peaks) == 10
+    peaks = {name: peak for name, peak in peaks.items() if ".1." in name}  # the second of each kind
     measured = {name: (peak["pieces"] / 2**20, recs[name]["pieces"]) for name, peak in peaks.items()}
     for name, peak in peaks.items():
         assert recs[name]["pieces"], name  # every kind was cut
