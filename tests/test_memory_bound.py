@@ -87,12 +87,13 @@ def _calls() -> dict[str, dict]:
     }
 
 
-def _run(pytester: pytest.Pytester, budget: str) -> tuple[dict[str, dict[str, int]], dict[str, dict]]:
+def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+         budget: str) -> tuple[dict[str, dict[str, int]], dict[str, dict]]:
     pytester.makeconftest(MEASURE)
     dump = _dump(pytester)
     for knob in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
-        pytester._monkeypatch.setenv(knob, "131072")
-    pytester._monkeypatch.setenv("MALLOC_ARENA_MAX", "1")
+        monkeypatch.setenv(knob, "131072")
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "1")
     result = pytester.runpytest_subprocess(str(dump), "--msprobe-standard", "strict", "--msprobe-max-memory",
                                            budget, "-p", "no:randomly", "-p", "no:cacheprovider")
     assert result.ret == 0, str(result.stdout)[-2000:]
@@ -101,8 +102,9 @@ def _run(pytester: pytest.Pytester, budget: str) -> tuple[dict[str, dict[str, in
 
 
 @pytest.mark.parametrize("mib", [16, 32])
-def test_the_runs_in_pieces_stay_within_the_budget(pytester: pytest.Pytester, mib: int) -> None:
-    peaks, recs = _run(pytester, f"{mib}MiB")
+def test_the_runs_in_pieces_stay_within_the_budget(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                   mib: int) -> None:
+    peaks, recs = _run(pytester, monkeypatch, f"{mib}MiB")
     assert len(peaks) == 10
     peaks = {name: peak for name, peak in peaks.items() if ".1." in name}  # the second of each kind
     measured = {name: (peak["pieces"] / 2**20, recs[name]["pieces"]) for name, peak in peaks.items()}

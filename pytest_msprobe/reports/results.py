@@ -392,7 +392,7 @@ def read_records(path: str | Path) -> list[Record]:
             if not isinstance(value, dict):
                 raise ValueError(f"a JSON {type(value).__name__}, not an object")
             records.append(Record.from_dict(value))
-        except (ValueError, TypeError) as exc:  # TypeError: an output row without one of its keys
+        except (ValueError, TypeError) as exc:  # TypeError: a value of another type (outputs not a list of objects)
             raise ValueError(f"{path}:{lineno}: not a record: {exc}") from None
     return records
 

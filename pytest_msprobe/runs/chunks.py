@@ -190,18 +190,19 @@ def piece_bytes(spec: RunSpec, rows: int, columns: int) -> int:
     absolute values, for the magnitude run), its output and, for a contraction, the buffer a GEMM library packs
     its largest operand into (measured: the fp32 linear's pieces exceeded their budget by about that much)."""
     args, kwargs = spec.chunking.pieces(0, min(rows, spec.chunking.rows), 0, min(columns, spec.chunking.width))
-    sizes: list[int] = []
+    casts: list[int] = []  # each tensor's cast copy
+    absolutes = [0]  # and, for the magnitude run, its absolute values
 
     def count(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             wide = spec.dtype_for(v) if v.is_floating_point() else v.dtype
-            sizes.append(v.numel() * wide.itemsize)
-            sizes.append(v.numel() * v.dtype.itemsize if spec.absolute else 0)
+            casts.append(v.numel() * wide.itemsize)
+            absolutes[0] += v.numel() * v.dtype.itemsize if spec.absolute else 0
         return v
 
     map_structure(count, [args, kwargs])
-    packed = max(sizes[::2], default=0) if spec.chunking.api in CONTRACTIONS else 0
-    return sum(sizes) + packed + rows * columns * output_itemsize(spec)
+    packed = max(casts, default=0) if spec.chunking.api in CONTRACTIONS else 0
+    return sum(casts) + absolutes[0] + packed + rows * columns * output_itemsize(spec)
 
 
 def output_dtype(spec: RunSpec) -> torch.dtype:

@@ -18,28 +18,34 @@ DIR_NAME = ".msprobe_inflight"
 LARGE = 8  # an estimate of at least 1/LARGE of the budget is written: only those can take the host's memory
 
 
+def _path(out_dir: Path, worker: str) -> Path:
+    return out_dir / DIR_NAME / f"{worker}.json"
+
+
 class Estimates:
-    """A worker's listener for one item's estimates (runs.memory.hear_estimates): the largest, written once."""
+    """A worker's listener for one item's estimates (runs.memory.hear_estimates): a large one is written (its file
+    path made only then: every item of a run makes one of these)."""
 
     def __init__(self, out_dir: Path, worker: str, nodeid: str) -> None:
-        self.path, self.nodeid = out_dir / DIR_NAME / f"{worker}.json", nodeid
-        self.written = False
+        self.out_dir, self.worker, self.nodeid = out_dir, worker, nodeid
+        self.written: Path | None = None
 
     def __call__(self, need: int, budget: int) -> None:
         if need * LARGE < budget:
             return
+        path = _path(self.out_dir, self.worker)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({"nodeid": self.nodeid, "need": need, "budget": budget}))
-            self.written = True
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"nodeid": self.nodeid, "need": need, "budget": budget}))
+            self.written = path
         except OSError:
             pass  # a read-only results folder: the crash report names no estimate
 
     def close(self) -> None:
-        if self.written:
-            self.path.unlink(missing_ok=True)
+        if self.written is not None:
+            self.written.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # another worker's estimate is still there
-                self.path.parent.rmdir()
+                self.written.parent.rmdir()
 
 
 def worker() -> str | None:
@@ -49,7 +55,7 @@ def worker() -> str | None:
 
 def crash_note(out_dir: Path, worker: str, nodeid: str) -> str:
     """What the dead worker left of the item it was running: its estimate and budget, or "" (none written)."""
-    path = out_dir / DIR_NAME / f"{worker}.json"
+    path = _path(out_dir, worker)
     try:
         left = json.loads(path.read_text())
         path.unlink()

@@ -103,7 +103,7 @@ class Journal:
 
     def __init__(self, path: Path, resume: bool) -> None:
         self.path, self.resume = path, resume
-        self.finished: dict[str, dict[str, Any]] = {}  # item_id -> record
+        self.finished: dict[str, Record | dict[str, Any]] = {}  # item_id -> its record, or a [fuzz] item's line
         self.run_seed: int | None = None
         self.earlier_files: list[str] = []  # result files earlier runs of this journal wrote
         if resume and path.exists():
@@ -115,10 +115,10 @@ class Journal:
                     self.earlier_files += line.get("msprobe_written", [])
                 elif not line.get("item_id"):
                     continue  # a journal of an older version: its items run again
-                elif line.get("crashed") or not line.get("entry_key") or not _readable(line):
+                elif line.get("crashed") or not line.get("entry_key") or (finished := _finished(line)) is None:
                     self.finished.pop(line["item_id"], None)
                 else:
-                    self.finished[line["item_id"]] = line
+                    self.finished[line["item_id"]] = finished
         self._file: IO[str] | None = None
         self._synced = 0.0
         self._sync: Future[None] | None = None  # the fsync running in _syncer's thread
@@ -137,23 +137,29 @@ class Journal:
     def resumed_records(self) -> list[Record]:
         """The journaled records of the API items left out, with this session's node id and dump path, in dump
         order (as they ran)."""
-        return sorted((Record.from_dict(line) for line in self._resumed_lines() if not _is_fuzz(line)), key=_order)
+        records = []
+        for record, nodeid in self._resumed(Record):
+            record.nodeid, record.dump = nodeid, nodeid.rpartition("::")[0]
+            records.append(record)
+        return sorted(records, key=_order)
 
     def resumed_fuzz(self) -> list[dict[str, Any]]:
         """The journal lines of the [fuzz] items left out ({"fuzz": result, ...}), as `resumed_records`."""
-        return sorted((dict(line, fuzz=wire.typed_fuzz(line["fuzz"])) for line in self._resumed_lines()
-                       if _is_fuzz(line)), key=_order)
+        return sorted((dict(line, nodeid=nodeid, dump=nodeid.rpartition("::")[0], fuzz=wire.typed_fuzz(line["fuzz"]))
+                       for line, nodeid in self._resumed(dict)), key=_order)
 
-    def _resumed_lines(self) -> list[dict[str, Any]]:
-        return [{**self.finished[iid], "nodeid": nodeid, "dump": nodeid.rpartition("::")[0]}
-                for iid, nodeid in self.resumed.items() if iid in self.finished]
+    def _resumed(self, kind: type[Any]) -> list[tuple[Any, str]]:
+        """(finished record or line, this session's node id) of the items left out whose finished entry is a
+        `kind`."""
+        return [(self.finished[iid], nodeid) for iid, nodeid in self.resumed.items()
+                if isinstance(self.finished.get(iid), kind)]
 
     def keys(self) -> dict[str, dict[str, str]]:
         """{dump file: {entry name: entry_key}} of the finished items."""
         keys: dict[str, dict[str, str]] = {}
         for iid, rec in self.finished.items():
             path, _, name = iid.rpartition("::")
-            keys.setdefault(path, {})[name] = rec["entry_key"]
+            keys.setdefault(path, {})[name] = str(rec.entry_key if isinstance(rec, Record) else rec["entry_key"])
         return keys
 
     def write(self, record: Record | dict[str, Any]) -> None:
@@ -327,15 +333,15 @@ def _is_fuzz(line: dict[str, Any]) -> bool:
     return isinstance(line.get("fuzz"), dict)
 
 
-def _readable(line: dict[str, Any]) -> bool:
-    """Whether a journaled record is one this version reads (an older version's item runs again)."""
+def _finished(line: dict[str, Any]) -> Record | dict[str, Any] | None:
+    """A journal line as resuming keeps it: a [fuzz] item's line as it is, a record read once; None for a record
+    this version cannot read (an older version's: its item runs again)."""
     if _is_fuzz(line):
-        return True
+        return line
     try:
-        Record.from_dict(line)
-    except (ValueError, TypeError):
-        return False
-    return True
+        return Record.from_dict(line)
+    except (ValueError, TypeError):  # TypeError: a value of another type (outputs that are not a list of objects)
+        return None
 
 
 def _plain(value: Any) -> Any:
