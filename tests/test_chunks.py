@@ -22,7 +22,7 @@ from pytest_msprobe.verdict.strict import streamed as S
 
 def _whole_and_pieces(api: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dtype: torch.dtype,
                       rows: int, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
-    fn = tiles.by_columns(api, fn)  # as every bench-side run computes it (execution.resolve)
+    fn = tiles.by_tiles(api, fn)  # as every bench-side run computes it (execution.resolve)
     out = fn(*args, **kwargs)
     chunking = C.plan(api, list(args), dict(kwargs), tuple(out.shape))
     assert chunking is not None, api
@@ -37,9 +37,9 @@ def _whole_and_pieces(api: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str
 
 
 CASES = [
-    ("linear", F.linear, lambda g: (torch.randn(1, 300, 512, generator=g), torch.randn(2500, 512, generator=g) / 20,
+    ("linear", F.linear, lambda g: (torch.randn(1, 600, 512, generator=g), torch.randn(2500, 512, generator=g) / 20,
                                     torch.randn(2500, generator=g)), {}),
-    ("matmul", torch.matmul, lambda g: (torch.randn(3, 100, 96, generator=g), torch.randn(96, 2200, generator=g)), {}),
+    ("matmul", torch.matmul, lambda g: (torch.randn(3, 200, 96, generator=g), torch.randn(96, 2200, generator=g)), {}),
     ("softmax", F.softmax, lambda g: (torch.randn(4, 70, 257, generator=g) * 4, -1), {}),
     ("log_softmax", F.log_softmax, lambda g: (torch.randn(300, 129, generator=g), -1), {}),
     ("rms_norm", F.rms_norm, lambda g: (torch.randn(2, 150, 257, generator=g), (257,), torch.randn(257, generator=g)),
@@ -67,48 +67,49 @@ def test_pieces_are_the_whole_run_bitwise(api: str, fn: Any, make: Any, kwargs: 
         assert torch.equal(whole, pieces), (api, rows, columns)
 
 
-def columns_dependent_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """A correct linear whose sums, like some GEMM libraries', take an order set by how many columns the call has:
-    the inner dimension in blocks of 8 to 64 products, added block after block."""
-    step = 8 << (w.shape[0] % 4)
+def shape_dependent_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """A correct linear whose sums, like some GEMM libraries', take an order set by the shape of the call (MKL's
+    fp64 GEMM on an Intel Xeon by its rows and columns together, on an AMD EPYC by its columns): the inner
+    dimension in blocks of 8 to 64 products, added block after block."""
+    step = 8 << ((w.shape[0] + x.reshape(-1, x.shape[-1]).shape[0]) % 4)
     out = x[..., :step] @ w[:, :step].T
     for k in range(step, x.shape[-1], step):
         out = out + x[..., k:k + step] @ w[:, k:k + step].T
     return out if b is None else out + b
 
 
-def test_pieces_are_the_whole_run_where_the_library_sums_by_the_number_of_columns() -> None:
+def test_pieces_are_the_whole_run_where_the_library_sums_by_the_shape_of_the_call() -> None:
     g = torch.Generator().manual_seed(5)
-    x, w = torch.randn(256, 512, generator=g), torch.randn(2 * tiles.COLUMNS + 3, 512, generator=g)
-    chunking = C.plan("linear", [x, w], {}, (256, w.shape[0]))
+    x, w = torch.randn(3 * tiles.ROWS + 101, 512, generator=g), torch.randn(2 * tiles.COLUMNS + 3, 512, generator=g)
+    chunking = C.plan("linear", [x, w], {}, (x.shape[0], w.shape[0]))
     assert chunking is not None
-    for fn, equal in ((tiles.by_columns("linear", columns_dependent_linear), True), (columns_dependent_linear, False)):
+    for fn, equal in ((tiles.by_tiles("linear", shape_dependent_linear), True), (shape_dependent_linear, False)):
         spec = C.RunSpec("bench", fn, chunking, lambda t: t.dtype)
-        pieces = torch.cat([p["bench"] for _, p in C.pieces_of([spec], 64, tiles.COLUMNS)])
-        assert torch.equal(fn(x, w).reshape(-1), pieces) is equal  # untiled, the pieces' sums are other sums
+        for rows, columns in ((64, tiles.COLUMNS), (2 * tiles.ROWS, 10**9)):
+            pieces = torch.cat([p["bench"] for _, p in C.pieces_of([spec], rows, columns)])
+            assert torch.equal(fn(x, w).reshape(-1), pieces) is equal  # untiled, the pieces' sums are other sums
 
 
-def test_a_contraction_runs_in_blocks_of_columns_only_where_it_is_wide_and_takes_no_gradient() -> None:
+def test_a_contraction_runs_in_tiles_only_where_it_is_large_and_takes_no_gradient() -> None:
     calls: list[tuple[int, ...]] = []
 
     def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        calls.append(tuple(w.shape))
+        calls.append((x.shape[0], w.shape[0]))
         return F.linear(x, w, b)
 
-    blocked = tiles.by_columns("linear", linear)
-    x, w, b = torch.randn(4, 8), torch.randn(tiles.COLUMNS + 5, 8), torch.randn(tiles.COLUMNS + 5)
-    c = tiles.COLUMNS
-    assert torch.equal(blocked(x, w, bias=b), torch.cat([F.linear(x, w[:c], b[:c]), F.linear(x, w[c:], b[c:])], -1))
-    assert calls == [(tiles.COLUMNS, 8), (5, 8)]
+    blocked = tiles.by_tiles("linear", linear)
+    r, c = tiles.ROWS, tiles.COLUMNS
+    x, w, b = torch.randn(r + 3, 8), torch.randn(c + 5, 8), torch.randn(c + 5)
+    assert torch.equal(blocked(x, w, bias=b), F.linear(x, w, b))
+    assert calls == [(r, c), (3, c), (r, 5), (3, 5)]  # tiles of the output: rows within columns
     calls.clear()
-    blocked(x, w[:tiles.COLUMNS])
+    blocked(x[:r], w[:c])
     blocked(x, w.requires_grad_())
-    assert calls == [(tiles.COLUMNS, 8), (tiles.COLUMNS + 5, 8)]  # one block wide; a gradient taken: whole
-    assert tiles.by_columns("softmax", F.softmax) is F.softmax
+    assert calls == [(r, c), (r + 3, c + 5)]  # one tile; a gradient taken: whole
+    assert blocked(x.reshape(1, r + 3, 8), w.detach()).shape == (1, r + 3, c + 5)  # leading dimensions kept
+    assert tiles.by_tiles("softmax", F.softmax) is F.softmax
     assert [tiles.aligned(n) for n in (1, tiles.COLUMNS, tiles.COLUMNS + 1)] == [tiles.COLUMNS, tiles.COLUMNS,
                                                                                   2 * tiles.COLUMNS]
-
-
 def test_blocks_are_multiples_of_the_row_multiple_and_no_tail_is_short() -> None:
     m = C.ROW_MULTIPLE
     assert C.blocks(4 * m + 3, 2 * m) == [(0, 2 * m), (2 * m, 4 * m + 3)]  # the 3-row tail joins the last block

@@ -101,7 +101,7 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     return peaks, {f"{r['api']}.{r['direction']}": r for r in records(pytester)}
 
 
-@pytest.mark.parametrize("mib", [16, 32])
+@pytest.mark.parametrize("mib", [32, 64])
 def test_the_runs_in_pieces_stay_within_the_budget(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                                                    mib: int) -> None:
     peaks, recs = _run(pytester, monkeypatch, f"{mib}MiB")

@@ -99,20 +99,22 @@ class Plan:
 def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     """(rows, columns) per piece: the most rows whose pieces, all runs' outputs and the checks' copies fit in
     `limit` bytes beside the passes' own plans (StreamedMetrics.plan_bytes); a contraction's columns cut too where
-    even ROW_MULTIPLE rows of the whole width do not fit, in whole blocks of the bench's columns."""
+    even the fewest rows of a block (its chunking's `multiple`) of the whole width do not fit, in whole tiles of the
+    bench's (tiles.py)."""
     first = runs[0].chunking
     plans = StreamedMetrics.plan_bytes(first.rows * first.width, chunks.output_itemsize(runs[0]))
     given, limit = limit, limit - plans
 
     def cost(rows: int, columns: int) -> int:
+        rows = min(rows, first.rows)
         outputs = sum(chunks.output_itemsize(s) for s in runs) * rows * first.width
         return 2 * outputs + max(chunks.piece_bytes(s, rows, columns) for s in runs)
 
     columns = first.width
-    if first.columns and cost(chunks.ROW_MULTIPLE, columns) > limit:  # whole blocks of the bench's (tiles.py)
-        while columns > tiles.COLUMNS and cost(chunks.ROW_MULTIPLE, columns) > limit:
+    if first.columns and cost(first.multiple, columns) > limit:
+        while columns > tiles.COLUMNS and cost(first.multiple, columns) > limit:
             columns = max(tiles.COLUMNS, columns // 2 // tiles.COLUMNS * tiles.COLUMNS)
-    rows = chunks.ROW_MULTIPLE
+    rows = first.multiple
     while rows * 2 <= first.rows and cost(rows * 2, columns) <= limit:
         rows *= 2
     if cost(rows, columns) > limit:

@@ -5,12 +5,11 @@ Where each row of an API's output depends only on the same row of its inputs (a 
 pointwise op's elements, a softmax's or norm's leading dimensions), the runs that the check computes beside the
 device output need not exist whole: the host's passes (check/chunked.py) read each piece once, in the output's
 flat order, and keep only their statistics. Each piece is computed by the very kernel the whole run would use, on
-the same values: rows come in multiples of ROW_MULTIPLE (a short tail joins the block before it), so torch's CPU
-GEMM tiles a block's rows as it tiles the whole's (a block of 1 to 3 rows takes its GEMV path, whose sums differ,
-and an fp64 GEMM's rows are tiled by 4) and a vectorised pointwise loop's tail falls where the whole's does. A
-contraction's columns are cut only at the blocks its bench-side runs are computed in, whole or not (tiles.py), so
-a library whose sums depend on the columns beside them gives the pieces the whole run's values: the pieces are
-bitwise the whole run's (tests/test_chunks.py).
+the same values: rows come in multiples of ROW_MULTIPLE (a short tail joins the block before it), so a vectorised
+pointwise loop's tail falls where the whole's does. A contraction's rows and columns are cut only at the edges of
+the tiles its bench-side runs are computed in, whole or not (tiles.py), so a GEMM library whose sums depend on the
+shape of the call gives the pieces the whole run's values: the pieces are bitwise the whole run's
+(tests/test_chunks.py).
 
 Nothing here runs at plugin load: the module is imported by the check when an item does not fit its budget.
 """
@@ -24,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from .execution import Side, Target, make_side, map_structure, run_side
-from .tiles import CONTRACTIONS, aligned, argument
+from .tiles import CONTRACTIONS, ROWS, aligned, argument
 
 ROW_MULTIPLE = 64  # rows per block are a multiple of this, and no block is shorter (but a whole output)
 POINTWISE = frozenset({
@@ -42,13 +41,15 @@ COVERED = POINTWISE | ROWWISE | CONTRACTIONS
 @dataclass(frozen=True)
 class Chunking:
     """How one call's output splits: `rows` rows of `width` elements (the output's flat order), and `pieces(r0, r1,
-    c0, c1)` the call's arguments for rows r0..r1 and columns c0..c1 (columns split only where `columns` is true)."""
+    c0, c1)` the call's arguments for rows r0..r1 and columns c0..c1 (columns split only where `columns` is true);
+    a block's rows are a multiple of `multiple`."""
 
     api: str
     rows: int
     width: int
     columns: bool
     pieces: Callable[[int, int, int, int], tuple[list[Any], dict[str, Any]]]
+    multiple: int = ROW_MULTIPLE
 
 
 def _put(args: list[Any], kwargs: dict[str, Any], position: int, name: str, value: Any) -> None:
@@ -103,7 +104,7 @@ def _contraction(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Ten
             _put(a, k, 1, "other" if "other" in kwargs else "mat2", other[:, c0:c1])
         return a, k
 
-    return Chunking(api, rows, width, True, pieces)
+    return Chunking(api, rows, width, True, pieces, ROWS)  # blocks start on the bench's tiles
 
 
 def _rowwise(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Tensor, out_shape: tuple[int, ...],
@@ -159,12 +160,12 @@ def _pointwise(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tup
     return Chunking(api, rows, width, False, pieces)
 
 
-def blocks(total: int, per_block: int) -> list[tuple[int, int]]:
-    """[0, total) in blocks of `per_block` (rounded down to a multiple of ROW_MULTIPLE, at least one multiple), a
-    tail shorter than ROW_MULTIPLE joined to the block before it."""
-    size = max(ROW_MULTIPLE, per_block // ROW_MULTIPLE * ROW_MULTIPLE)
+def blocks(total: int, per_block: int, multiple: int = ROW_MULTIPLE) -> list[tuple[int, int]]:
+    """[0, total) in blocks of `per_block` (rounded down to a multiple of `multiple`, at least one multiple), a
+    tail shorter than `multiple` joined to the block before it."""
+    size = max(multiple, per_block // multiple * multiple)
     edges = list(range(0, total, size)) + [total]
-    if len(edges) > 2 and edges[-1] - edges[-2] < ROW_MULTIPLE:
+    if len(edges) > 2 and edges[-1] - edges[-2] < multiple:
         del edges[-2]
     return list(zip(edges[:-1], edges[1:]))
 
@@ -257,5 +258,5 @@ def run_rows(spec: RunSpec, r0: int, r1: int, columns: int) -> torch.Tensor:
 def pieces_of(specs: list[RunSpec], rows: int, columns: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
     """Each block of `rows` rows: its first element's flat index and every run's output there (flat, on the host)."""
     first = specs[0].chunking
-    for r0, r1 in blocks(first.rows, rows):
+    for r0, r1 in blocks(first.rows, rows, first.multiple):
         yield r0 * first.width, {s.name: run_rows(s, r0, r1, columns).reshape(-1) for s in specs}

@@ -93,9 +93,9 @@ def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
             call: dict[str, Any] | None = None) -> Resolved:
     """The device and bench callables of a recorded API. `call`, the recorded forward entry, tells a
     `Torch.<name>` of torch.linalg from an older torch namesake (torch_names.py). A contraction's bench is
-    computed a block of columns at a time (tiles.py), whole or in pieces alike."""
+    computed in tiles of its output (tiles.py), whole or in pieces alike."""
     resolved = _resolve(api_type, api_name, device, specs, call)
-    bench = tiles.by_columns(api_name, resolved.bench_fn)
+    bench = tiles.by_tiles(api_name, resolved.bench_fn)
     return resolved if bench is resolved.bench_fn else replace(resolved, bench_fn=bench)
 
 
