@@ -380,7 +380,15 @@ class _ConvTorchBackward(torch.autograd.Function):
     times slower, and a backward item compares gradients only) and torch's own 16-bit backward kernel,
     which rounds its partial sums, on sampled rows: the input's gradient for some samples, the weight's
     and bias's for some output channels (all of them where groups > 1). `sampled` gets the rows, by
-    argument position."""
+    argument position.
+
+    For a 2-d convolution without groups or dilation the kernel is torch's native one (`_slow_conv2d_backward`,
+    what torch runs without oneDNN), never oneDNN's: oneDNN picks its 16-bit convolution by the host's ISA, and
+    with AVX512-BF16 or AMX it accumulates a whole gradient in fp32 and rounds once. That made the reference of a
+    sound 16-bit kernel a perfect one on such hosts, and the same tree flagged an im2col convolution's gradients
+    there and not on an AVX2 host (tests/test_host_paths.py). Grouped, dilated, 1-d and 3-d convolutions keep
+    torch's dispatch, and with it the host's kernel. The global switch (torch.backends.mkldnn) is not used: the
+    device's run may be in another thread meanwhile."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, conv: _Conv) -> torch.Tensor:
@@ -401,7 +409,12 @@ class _ConvTorchBackward(torch.autograd.Function):
         samples = sample_rows(x.shape[0], ctx.fraction)
         channels = sample_rows(w.shape[0], ctx.fraction if groups == 1 else 1.0)
 
+        native = x.dim() == 4 and groups == 1 and all(d == 1 for d in dilation)  # torch's own kernel covers it
+
         def run(rows_x: torch.Tensor, rows_w: torch.Tensor, mask: list[bool]) -> Any:
+            if native:  # the same kernel on every host (see the docstring)
+                return torch.ops.aten._slow_conv2d_backward.output_mask(
+                    grad[rows_x][:, rows_w], x[rows_x], w[rows_w], list(w.shape[2:]), stride, padding, mask)
             return torch.ops.aten.convolution_backward(
                 grad[rows_x][:, rows_w], x[rows_x], w[rows_w], [rows_w.numel()] if has_bias else None, stride,
                 padding, dilation, False, [0] * len(stride), groups, mask)
