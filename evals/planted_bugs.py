@@ -91,7 +91,21 @@ def run(dump: Path, arm: Any, standard: str, dtype: str, keyword: str | None, ch
             records[f"{rec['api']}.{rec['direction']}"] = rec
     finally:
         backends.device_call = plain
+    pool_failures(records, standard, specs)
     return records
+
+
+def pool_failures(records: dict[str, dict[str, Any]], standard: str, specs: Any) -> None:
+    """Mark the calls of every pool that fails (verdict/pooled.py: an API's calls that each passed alone, judged
+    together as the session does on its controller) with the pool's message under "pooled"."""
+    from pytest_msprobe.records.record import Record
+    from pytest_msprobe.verdict import pooled
+
+    typed = [Record.from_dict({**rec, "standard": standard}) for rec in records.values()]
+    for verdict in pooled.failed(typed, specs):
+        for call in verdict.pool.calls:
+            key = f"{call}.{verdict.pool.direction}"
+            records[key]["pooled"] = f"{verdict.pool.name}: {verdict.message}"
 
 
 def fuzz(dump: Path, arm: Any, dtype: str, examples: int, workers: int,

@@ -33,6 +33,7 @@ from .session import (
     msprobe_config,
     npu_options,
     online_setup,
+    pooled,
     result_files,
     shard,
     terminal,
@@ -396,6 +397,7 @@ class ResultCollector:
             return result
         if self.journal.resumed:
             journal.report_resumed(self.config, session, self.journal)
+        self.records += pooled.report(self.config, session, self.records)  # after every call, resumed ones too
         allowed = ini_keys.value(self.config, "msprobe_allow_all_skipped")
         self.nothing_checked = None if allowed else summary.nothing_checked(self.records)
         if self.nothing_checked:

@@ -41,7 +41,7 @@ def record_message(rec: dict[str, Any]) -> str:
     """The record's message and those of its failing outputs, in one line."""
     return "; ".join(filter(None, [rec.get("message", "")] + [
         f"{o['name']}: {o.get('verdict_message') or o.get('message')}" for o in rec.get("outputs", [])
-        if (o.get("verdict") or o.get("status")) in ("error", "Warning")]))
+        if (o.get("verdict") or o.get("status")) in ("error", "Warning")] + [rec.get("pooled", "")]))
 
 
 def fingerprint(rec: dict[str, Any]) -> list[Any]:
@@ -50,8 +50,9 @@ def fingerprint(rec: dict[str, Any]) -> list[Any]:
 
 
 def flagged(rec: dict[str, Any], key: str) -> bool:
-    """Whether the verdict under `key` (status, layer1_status) flags the item."""
-    return rec.get(key) in ("error", "Warning")
+    """Whether the verdict under `key` (status, layer1_status) flags the item; under status, a failing pool of
+    its API's calls (verdict/pooled.py) flags each of them too."""
+    return rec.get(key) in ("error", "Warning") or (key == "status" and bool(rec.get("pooled")))
 
 
 def api_keyword(arm: Any) -> str | None:

@@ -1,0 +1,34 @@
+"""Pooled items on the controller: after every call was checked (or resumed), the calls of one API that each
+passed alone are judged together (verdict/pooled.py), and each pool that fails is reported as one failed item
+through the hooks a run uses (terminal, short summary, JUnit, --lf cache, exit status)."""
+from __future__ import annotations
+
+import pytest
+
+from ..records.record import Record
+from .stash import SETTINGS_KEY
+
+
+def report(config: pytest.Config, session: pytest.Session, records: list[Record]) -> list[Record]:
+    """Report the failing pools of `records`; their records, for the result files."""
+    if not any(r.standard == "strict" for r in records):
+        return []
+    from ..specs.loader import load_specs
+    from ..verdict import pooled
+
+    specs = load_specs(user_file=config.stash[SETTINGS_KEY].check_options.specs_file)
+    out = []
+    for verdict in pooled.failed(records, specs):
+        record = pooled.record_of(verdict)
+        nodeid = str(record.nodeid)
+        location = (nodeid.rpartition("::")[0], 0, f"msprobe: {verdict.pool.name}")
+        config.hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
+        for when in ("setup", "call", "teardown"):
+            failed = when == "call"
+            config.hook.pytest_runtest_logreport(report=pytest.TestReport(
+                nodeid, location, {"msprobe": 1}, "failed" if failed else "passed",
+                verdict.message if failed else None, when))
+        config.hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+        out.append(record)
+    session.testscollected += len(out)
+    return out
