@@ -101,8 +101,8 @@ def pool_failures(records: dict[str, dict[str, Any]], standard: str, specs: Any)
     from pytest_msprobe.records.record import Record
     from pytest_msprobe.verdict import pooled
 
-    typed = [Record.from_dict({**rec, "standard": standard}) for rec in records.values()]
-    for verdict in pooled.failed(typed, specs):
+    typed = [Record.from_dict(rec) for rec in records.values()]
+    for verdict in pooled.failed(typed, specs, standard):
         for call in verdict.pool.calls:
             key = f"{call}.{verdict.pool.direction}"
             records[key]["pooled"] = f"{verdict.pool.name}: {verdict.message}"

@@ -90,3 +90,15 @@ def test_the_pooled_bias_test_holds_small_calls_against_the_torch_run() -> None:
     assert pooled.failed(as_torch, specs) == []
     noisy = [_record(i, (0, 0, 0), small=((-1) ** i * 0.3, 0.0)) for i in range(10)]
     assert pooled.failed(noisy, specs) == []
+
+
+def test_an_in_process_block_pools_its_calls_by_the_runs_standard() -> None:
+    from pytest_msprobe.inprocess.outputs import pooled_records
+    from pytest_msprobe.settings import CheckOptions, Settings
+
+    calls = [_record(i, (4, 4, 0)) for i in range(20)]
+    for record in calls:
+        record.standard = None  # an in-process block's records do not name it
+    found = pooled_records(calls, Settings(check_options=CheckOptions(), standard="strict"))
+    assert [r.api for r in found] == ["Tensor.mul_[pooled bfloat16 output 0]"] and found[0].status == "error"
+    assert pooled_records(calls, Settings(check_options=CheckOptions(), standard="msprobe")) == []

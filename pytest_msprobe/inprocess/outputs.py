@@ -72,6 +72,7 @@ def write(out: Path, records: list[Record], kept: dict[int, Path], sampling: Sam
     out.mkdir(parents=True, exist_ok=True)
     dumps = merge_kept(out, kept)
     shutil.rmtree(out / "calls", ignore_errors=True)
+    records = [*records, *pooled_records(records, settings)]
     paths = write_results(records, out)
     if records:
         from ..triage.html import write_html
@@ -84,6 +85,15 @@ def write(out: Path, records: list[Record], kept: dict[int, Path], sampling: Sam
             (f" -o msprobe_recorded_on={told}" if told not in ("auto", "cpu") else "") + \
             (f" --msprobe-standard {settings.standard}" if settings.standard != "strict" else "")
     return summarise(records, sampling, out, paths, replay)
+
+
+def pooled_records(records: list[Record], settings: Settings) -> list[Record]:
+    """The block's calls of one API that each passed alone and fail together (verdict/pooled.py), as records."""
+    from ..specs.loader import load_specs
+    from ..verdict import pooled
+
+    specs = load_specs(user_file=settings.check_options.specs_file)
+    return [pooled.record_of(v) for v in pooled.failed(records, specs, settings.standard)]
 
 
 def merge_kept(out: Path, kept: dict[int, Path]) -> list[Path]:

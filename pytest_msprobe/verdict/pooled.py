@@ -59,11 +59,12 @@ class PooledVerdict:
     stats: dict[str, float]
 
 
-def pools(records: Iterable[Record]) -> list[Pool]:
-    """The strict records' passed float rows, by API, direction, output and dtype (pools of two calls or more)."""
+def pools(records: Iterable[Record], standard: str | None = None) -> list[Pool]:
+    """The strict records' passed float rows, by API, direction, output and dtype (pools of two calls or more);
+    `standard`: the run's, for records that do not name theirs (an in-process block's)."""
     by_key: dict[tuple[str, str, int, str], Pool] = {}
     for record in records:
-        if record.standard != "strict" or record.status == "SKIP" or is_pooled(record):
+        if (record.standard or standard) != "strict" or record.status == "SKIP" or is_pooled(record):
             continue
         api = record.api.rpartition(".")[0] or record.api
         for position, row in enumerate(record.outputs):
@@ -121,15 +122,15 @@ def judge(pool: Pool, rules: Mapping[str, Any]) -> PooledVerdict:
                                         + "; ".join(problems), stats)
 
 
-def failed(records: Iterable[Record], specs: Mapping[str, Any]) -> list[PooledVerdict]:
-    """The pools that fail, by the strict rules of `specs` for each pool's API and dtype."""
+def failed(records: Iterable[Record], specs: Mapping[str, Any], standard: str | None = None) -> list[PooledVerdict]:
+    """The pools that fail, by the strict rules of `specs` for each pool's API and dtype (`standard`: as pools')."""
     from ..specs.loader import error_kind, thresholds_for
     from .judge import element_rules
 
     def rules(pool: Pool) -> Mapping[str, Any]:
         return element_rules(thresholds_for(specs, pool.api)["strict"], pool.dtype, error_kind(pool.api, specs))
 
-    verdicts = [judge(pool, rules(pool)) for pool in pools(records)]
+    verdicts = [judge(pool, rules(pool)) for pool in pools(records, standard)]
     return [v for v in verdicts if v.status == "error"]
 
 
