@@ -17,6 +17,7 @@ naming its calls. Pure: records in, verdicts out (numpy only for the t-test).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,8 @@ def pools(records: Iterable[Record], standard: str | None = None) -> list[Pool]:
     `standard`: the run's, for records that do not name theirs (an in-process block's)."""
     by_key: dict[tuple[str, str, int, str], Pool] = {}
     for record in records:
-        if (record.standard or standard) != "strict" or record.status == "SKIP" or is_pooled(record):
+        if (record.standard or standard) != "strict" or record.status == "SKIP" or is_pooled(record) \
+                or record.reused_from:  # a repeated call's record is its first call's: no evidence of its own
             continue
         api = record.api.rpartition(".")[0] or record.api
         for position, row in enumerate(record.outputs):
@@ -79,7 +81,7 @@ def pools(records: Iterable[Record], standard: str | None = None) -> list[Pool]:
             pool.wrong += int(stats["wrong"])
             pool.wrong_zero += int(stats["wrong_zero"])
             pool.wrong_up += int(stats["wrong_up"])
-            pool.elements += _elements(row.shape)
+            pool.elements += math.prod(row.shape or ())
             if "small_bias_zero" in stats:
                 pool.small.append((float(stats["small_bias_zero"]), float(stats["small_ref_bias_zero"]),
                                    float(stats["small_bias_min_ulp"])))
@@ -148,9 +150,3 @@ def record_of(verdict: PooledVerdict) -> Record:
                   nodeid=f"{pool.dumps[0] if pool.dumps else 'msprobe'}::{pool.name}",
                   dump=pool.dumps[0] if pool.dumps else None)
 
-
-def _elements(shape: list[int] | None) -> int:
-    total = 1
-    for n in shape or ():
-        total *= int(n)
-    return total
