@@ -21,8 +21,8 @@ import torch
 
 CONTRACTIONS = frozenset({"linear", "matmul", "mm"})  # cut along the first operand's rows, the second's columns
 _OPERANDS = frozenset({"input", "self", "weight", "other", "mat2", "bias"})  # keywords of linear, matmul and mm
-# output rows and columns per tile; a [2048, 4096] x [11008, 4096] fp32 linear takes 0.69 s in them, 0.55 s whole
-# (2-core Intel Xeon, AVX-512, AMX, 2026-12-04)
+# output rows and columns per tile; a [2048, 4096] x [11008, 4096] fp32 linear takes 0.69-0.72 s in them, 0.55-0.58 s
+# whole (2-core Intel Xeon, AVX-512, AMX, 2026-12-04)
 ROWS = COLUMNS = 256
 
 
