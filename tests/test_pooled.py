@@ -80,6 +80,10 @@ def test_the_pooled_sign_test_counts_the_lean_of_every_call() -> None:
     assert pooled.failed(few, specs) == []
     failing = [_record(i, (4, 4, 0), verdict="error") for i in range(20)]  # each failed already: nothing pooled
     assert pooled.failed(failing, specs) == []
+    decompositions = [_record(i, (4, 4, 0)) for i in range(20)]
+    for record in decompositions:
+        record.outputs[0].check = "decomposition"  # passed by the factors' validity, whatever its elements say
+    assert pooled.failed(decompositions, specs) == []
     repeated = [_record(i, (4, 4, 0)) for i in range(20)]
     for record in repeated[8:]:
         record.reused_from = "Tensor.mul_.0"  # the same call again (msprobe_filter_api): its first one's record

@@ -70,7 +70,8 @@ def pools(records: Iterable[Record], standard: str | None = None) -> list[Pool]:
             continue
         api = record.api.rpartition(".")[0] or record.api
         for position, row in enumerate(record.outputs):
-            stats = row.reference if row.verdict == "pass" else None
+            # a row judged again by another check (validity, backward error) passed by it, not by its elements
+            stats = row.reference if row.verdict == "pass" and row.check is None else None
             if not stats or "wrong" not in stats:
                 continue
             pool = by_key.setdefault((api, record.direction, position, row.device_dtype),
