@@ -107,6 +107,9 @@ def test_a_contraction_runs_in_tiles_only_where_it_is_large_and_takes_no_gradien
     blocked(x, w.requires_grad_())
     assert calls == [(r, c), (r + 3, c + 5)]  # one tile; a gradient taken: whole
     assert blocked(x.reshape(1, r + 3, 8), w.detach()).shape == (1, r + 3, c + 5)  # leading dimensions kept
+    empty = torch.zeros(r + 3, 0)  # no inner dimension: the bias alone, in tiles as ever
+    assert torch.equal(blocked(empty, w.detach()[:, :0], b), F.linear(empty, w.detach()[:, :0], b))
+    assert blocked(x[:0], w.detach()).shape == (0, c + 5)  # no rows: one call
     assert tiles.by_tiles("softmax", F.softmax) is F.softmax
     assert [tiles.aligned(n) for n in (1, tiles.COLUMNS, tiles.COLUMNS + 1)] == [tiles.COLUMNS, tiles.COLUMNS,
                                                                                   2 * tiles.COLUMNS]

@@ -15,6 +15,7 @@ not checked in pieces).
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 import torch
@@ -78,8 +79,8 @@ def _operands(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]
         return None
     width = w.shape[0] if api == "linear" else w.shape[1]
     lead, inner = tuple(x.shape[:-1]), x.shape[-1]
-    rows = x.numel() // max(inner, 1)
-    if (rows <= ROWS and width <= COLUMNS) or (torch.is_grad_enabled() and any(
+    rows = math.prod(lead)  # of the output, also where the inner dimension is empty
+    if (rows <= ROWS and width <= COLUMNS) or not rows or not width or (torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in (x, w, bias))):
         return None
     flat = x.reshape(rows, inner)  # a view, but of a first operand laid out otherwise: a copy, as a piece's
