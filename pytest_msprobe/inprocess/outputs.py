@@ -93,7 +93,7 @@ def pooled_records(records: list[Record], settings: Settings) -> list[Record]:
     from ..verdict import pooled
 
     specs = load_specs(user_file=settings.check_options.specs_file)
-    return [pooled.record_of(v) for v in pooled.failed(records, specs, settings.standard)]
+    return pooled.failed_records(records, specs, settings.standard)
 
 
 def merge_kept(out: Path, kept: dict[int, Path]) -> list[Path]:

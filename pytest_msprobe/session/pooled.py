@@ -17,18 +17,16 @@ def report(config: pytest.Config, session: pytest.Session, records: list[Record]
     from ..verdict import pooled
 
     specs = load_specs(user_file=config.stash[SETTINGS_KEY].check_options.specs_file)
-    out = []
-    for verdict in pooled.failed(records, specs):
-        record = pooled.record_of(verdict)
+    out = pooled.failed_records(records, specs)
+    for record in out:
         nodeid = str(record.nodeid)
-        location = (nodeid.rpartition("::")[0], 0, f"msprobe: {verdict.pool.name}")
+        location = (nodeid.rpartition("::")[0], 0, f"msprobe: {nodeid.rpartition('::')[2]}")
         config.hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
         for when in ("setup", "call", "teardown"):
             failed = when == "call"
             config.hook.pytest_runtest_logreport(report=pytest.TestReport(
                 nodeid, location, {"msprobe": 1}, "failed" if failed else "passed",
-                verdict.message if failed else None, when))
+                record.message if failed else None, when))
         config.hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
-        out.append(record)
     session.testscollected += len(out)
     return out

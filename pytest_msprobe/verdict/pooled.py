@@ -94,11 +94,11 @@ def judge(pool: Pool, rules: Mapping[str, Any]) -> PooledVerdict:
     test per API and dtype of a run, not one per output), `pool_min_calls`, `bias_ref_factor`."""
     import numpy as np
 
-    from .strict.rules import direction, t_statistic
+    from .strict.rules import direction, sign_z, t_statistic
 
     limit, least = float(rules["pool_t"]), int(rules["pool_min_calls"])
     n = pool.wrong
-    lean = max(abs(2 * k - n) for k in (pool.wrong_zero, pool.wrong_up)) / max(n, 1) ** 0.5
+    lean = sign_z(n, pool.wrong_zero, pool.wrong_up)
     stats = {"calls": float(len(pool.calls)), "wrong": float(n), "wrong_lean_z": float(lean)}
     problems = []
     if lean > limit:
@@ -125,6 +125,11 @@ def judge(pool: Pool, rules: Mapping[str, Any]) -> PooledVerdict:
                                         + "; ".join(problems), stats)
 
 
+def failed_records(records: Iterable[Record], specs: Mapping[str, Any], standard: str | None = None) -> list[Record]:
+    """The records of the pools that fail (`failed`), as the reports list them."""
+    return [record_of(v) for v in failed(records, specs, standard)]
+
+
 def failed(records: Iterable[Record], specs: Mapping[str, Any], standard: str | None = None) -> list[PooledVerdict]:
     """The pools that fail, by the strict rules of `specs` for each pool's API and dtype (`standard`: as pools')."""
     from ..specs.loader import error_kind, thresholds_for
@@ -146,8 +151,8 @@ def record_of(verdict: PooledVerdict) -> Record:
     """The pooled item's record, as the reports list it: its API is the pool's name without the direction."""
     pool = verdict.pool
     api = pool.name.replace(f".{pool.direction}[", "[", 1)
+    dump = pool.dumps[0] if pool.dumps else None
     return Record(api, pool.direction, 0, status=verdict.status, message=verdict.message,
-                  notes=[f"calls: {', '.join(pool.calls)}"], standard="strict",
-                  nodeid=f"{pool.dumps[0] if pool.dumps else 'msprobe'}::{pool.name}",
-                  dump=pool.dumps[0] if pool.dumps else None)
+                  notes=[f"calls: {', '.join(pool.calls)}"], standard="strict", nodeid=f"{dump or 'msprobe'}::{pool.name}",
+                  dump=dump)
 

@@ -109,7 +109,7 @@ def judged(acc: Totals, rules: Mapping[str, Any], stats: dict[str, float], outpu
     # A few wrongly rounded elements may be a sound kernel's other rounding of a scalar operand: at a tie
     # (the exact value within the scalar's fp32 rounding of a midpoint). Many, ones off a tie, or ones that
     # all lean one way (truncation: toward zero; a sign test over them) are not.
-    lean = max(abs(2 * k - acc.wrong) for k in (acc.wrong_zero, acc.wrong_up)) / np.sqrt(max(acc.wrong, 1))
+    lean = sign_z(acc.wrong, acc.wrong_zero, acc.wrong_up)
     stats["wrong_lean_z"], stats["wrong_off_tie"] = float(lean), float(acc.wrong_off_tie)
     # the counts a pooled test over the API's calls adds up (verdict/pooled.py), where one call holds too few
     stats.update(wrong=float(acc.wrong), wrong_zero=float(acc.wrong_zero), wrong_up=float(acc.wrong_up))
@@ -138,6 +138,12 @@ def judged(acc: Totals, rules: Mapping[str, Any], stats: dict[str, float], outpu
     if problems:
         return StrictResult("error", "; ".join(problems), stats)
     return StrictResult("pass", "", stats)
+
+
+def sign_z(wrong: int, toward_zero: int, upward: int) -> float:
+    """The sign test over `wrong` wrongly rounded elements: how far the larger lean (toward zero or not, upward or
+    not) sits from an even split, in standard deviations."""
+    return max(abs(2 * k - wrong) for k in (toward_zero, upward)) / float(np.sqrt(max(wrong, 1)))
 
 
 class Plan(NamedTuple):
