@@ -111,6 +111,18 @@ def heading(config: pytest.Config, dump: str, name: str, kind: str = "msprobe") 
     return f"{kind}: {label} {name}" if label else f"{kind}: {name}"
 
 
+def log_report(hook: Any, call: pytest.TestReport) -> None:
+    """An item that did not run in this session's loop (a resumed result, a pool), reported through the hooks a
+    run uses (terminal, short summary, JUnit, --lf cache, exit status): its start, a passed setup, `call`, a
+    passed teardown and its finish."""
+    nodeid, location = call.nodeid, call.location
+    hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
+    for when in ("setup", "call", "teardown"):
+        hook.pytest_runtest_logreport(report=call if when == "call" else pytest.TestReport(
+            nodeid, location, call.keywords, "passed", None, when))
+    hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+
+
 def failure_text(record: Record, rerun: str = "") -> str:
     """What a failed item prints: the failure table, after the traceback of an exception it raised (the table's
     one-line digest stays first: pytest's short summary shows a failure's first line). Also the text of a

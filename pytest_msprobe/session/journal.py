@@ -253,7 +253,7 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
     the same hooks a run uses (terminal, short summary, JUnit, --lf cache, exit status)."""
     from ..reports.summary import junit_properties
     from . import baseline
-    from .items import heading, note_dumps
+    from .items import heading, log_report, note_dumps
 
     records: list[Record | dict[str, Any]] = sorted([*journal.resumed_records(), *journal.resumed_fuzz()], key=_order)
     journal.reported = True
@@ -266,22 +266,17 @@ def report_resumed(config: pytest.Config, session: pytest.Session, journal: Jour
         location = (dump, 0, heading(config, dump, name, "msprobe fuzz" if fuzz else "msprobe"))
         outcome, longrepr, wasxfail = _outcome(record, warning_as_error, baseline.strict_xfail(config, nodeid)) \
             if isinstance(record, Record) else _fuzz_outcome(record["fuzz"], name)
-        hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
-        for when in ("setup", "call", "teardown"):
-            report = pytest.TestReport(nodeid, location, {"msprobe": 1, **({"fuzz": 1} if fuzz else {})},
-                                       outcome if when == "call" else "passed", longrepr if when == "call" else None,
-                                       when, user_properties=junit_properties(record)
-                                       if when == "call" and isinstance(record, Record) else ())
-            if when == "call" and not isinstance(record, Record):
-                report.msprobe_fuzz = {**record["fuzz"], "nodeid": nodeid}  # type: ignore[attr-defined]  # triage
-                report.msprobe_resumed = True  # type: ignore[attr-defined]
-            elif when == "call":
-                report.msprobe = record  # type: ignore[attr-defined]
-                report.msprobe_resumed = True  # type: ignore[attr-defined]
-                if wasxfail is not None:
-                    report.wasxfail = wasxfail
-            hook.pytest_runtest_logreport(report=report)
-        hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+        report = pytest.TestReport(nodeid, location, {"msprobe": 1, **({"fuzz": 1} if fuzz else {})}, outcome,
+                                   longrepr, "call", user_properties=junit_properties(record)
+                                   if isinstance(record, Record) else ())
+        if not isinstance(record, Record):
+            report.msprobe_fuzz = {**record["fuzz"], "nodeid": nodeid}  # type: ignore[attr-defined]  # triage
+        else:
+            report.msprobe = record  # type: ignore[attr-defined]
+            if wasxfail is not None:
+                report.wasxfail = wasxfail
+        report.msprobe_resumed = True  # type: ignore[attr-defined]
+        log_report(hook, report)
     return len(records)
 
 

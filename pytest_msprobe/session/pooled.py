@@ -15,18 +15,13 @@ def report(config: pytest.Config, session: pytest.Session, records: list[Record]
         return []
     from ..specs.loader import load_specs
     from ..verdict import pooled
+    from .items import log_report
 
     specs = load_specs(user_file=config.stash[SETTINGS_KEY].check_options.specs_file)
     out = pooled.failed_records(records, specs)
     for record in out:
         nodeid = str(record.nodeid)
         location = (nodeid.rpartition("::")[0], 0, f"msprobe: {nodeid.rpartition('::')[2]}")
-        config.hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
-        for when in ("setup", "call", "teardown"):
-            failed = when == "call"
-            config.hook.pytest_runtest_logreport(report=pytest.TestReport(
-                nodeid, location, {"msprobe": 1}, "failed" if failed else "passed",
-                record.message if failed else None, when))
-        config.hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+        log_report(config.hook, pytest.TestReport(nodeid, location, {"msprobe": 1}, "failed", record.message, "call"))
     session.testscollected += len(out)
     return out
