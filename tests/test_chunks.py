@@ -78,6 +78,33 @@ def shape_dependent_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | N
     return out if b is None else out + b
 
 
+@pytest.mark.parametrize("api", ["linear", "matmul"])
+def test_a_contractions_gradients_in_tiles_are_its_gradients_and_each_piece_of_them(api: str) -> None:
+    """The bench's gradients of a contraction (tiles._Tiled) equal torch's own to rounding, and each gradient's
+    pieces (chunks.plan of its two matrices, tiles.gradient_operands) are its values bitwise, with a library whose
+    sums follow the shape of the call."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, tiles.ROWS + 40, 300, dtype=torch.float64, generator=g).requires_grad_()
+    shape = (tiles.COLUMNS + 70, 300) if api == "linear" else (300, tiles.COLUMNS + 70)
+    w = torch.randn(*shape, dtype=torch.float64, generator=g).requires_grad_()
+    fn = F.linear if api == "linear" else torch.matmul
+    out = tiles.by_tiles(api, fn)(x, w)
+    grad = torch.randn(out.shape, dtype=torch.float64, generator=g)
+    out.backward(grad)
+    tiled = [x.grad, w.grad]
+    x.grad = w.grad = None
+    fn(x, w).backward(grad)
+    for mine, torchs in zip(tiled, [x.grad, w.grad]):
+        torch.testing.assert_close(mine, torchs, rtol=1e-12, atol=1e-12)
+    for position, whole in enumerate(tiled):
+        a, b = tiles.gradient_operands(api, position, grad, x.detach(), w.detach())
+        chunking = C.plan("matmul", [a, b], {}, (a.shape[0], b.shape[1]))
+        assert chunking is not None
+        spec = C.RunSpec("bench", tiles.matmul, chunking, lambda t: t.dtype)
+        pieces = torch.cat([p["bench"] for _, p in C.pieces_of([spec], tiles.ROWS, tiles.COLUMNS)])
+        assert torch.equal(pieces, whole.reshape(-1))
+
+
 def test_pieces_are_the_whole_run_where_the_library_sums_by_the_shape_of_the_call() -> None:
     g = torch.Generator().manual_seed(5)
     x, w = torch.randn(3 * tiles.ROWS + 101, 512, generator=g), torch.randn(2 * tiles.COLUMNS + 3, 512, generator=g)
@@ -90,7 +117,7 @@ def test_pieces_are_the_whole_run_where_the_library_sums_by_the_shape_of_the_cal
             assert torch.equal(fn(x, w).reshape(-1), pieces) is equal  # untiled, the pieces' sums are other sums
 
 
-def test_a_contraction_runs_in_tiles_only_where_it_is_large_and_takes_no_gradient() -> None:
+def test_a_contraction_runs_in_tiles_only_where_it_is_large() -> None:
     calls: list[tuple[int, ...]] = []
 
     def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -99,13 +126,14 @@ def test_a_contraction_runs_in_tiles_only_where_it_is_large_and_takes_no_gradien
 
     blocked = tiles.by_tiles("linear", linear)
     r, c = tiles.ROWS, tiles.COLUMNS
-    x, w, b = torch.randn(r + 3, 8), torch.randn(c + 5, 8), torch.randn(c + 5)
+    g = torch.Generator().manual_seed(3)  # small integers: every sum exact, in whatever order a library takes
+    x, w, b = (torch.randint(-8, 9, shape, generator=g).float() for shape in ((r + 3, 8), (c + 5, 8), (c + 5,)))
     assert torch.equal(blocked(x, w, bias=b), F.linear(x, w, b))
     assert calls == [(r, c), (3, c), (r, 5), (3, 5)]  # tiles of the output: rows within columns
     calls.clear()
     blocked(x[:r], w[:c])
     blocked(x, w.requires_grad_())
-    assert calls == [(r, c), (r + 3, c + 5)]  # one tile; a gradient taken: whole
+    assert calls == [(r, c), (r, c), (3, c), (r, 5), (3, 5)]  # one tile; a gradient taken: in tiles too
     assert blocked(x.reshape(1, r + 3, 8), w.detach()).shape == (1, r + 3, c + 5)  # leading dimensions kept
     empty = torch.zeros(r + 3, 0)  # no inner dimension: the bias alone, in tiles as ever
     assert torch.equal(blocked(empty, w.detach()[:, :0], b), F.linear(empty, w.detach()[:, :0], b))

@@ -209,7 +209,9 @@ def choose_bench(case: Case) -> Placement:
             if case.bare != api and in_list(specs, case.bare, group):
                 raise NotCheckable(f"{full} ({twin.label}): {specs[group]['reason']}")
     else:
-        resolved, case.bare = resolve(name.api_type, api, Device("cpu"), specs, case.forward), api
+        # torch's own autograd node: the recorded gradients are its slots; a replayed item is never cut in pieces
+        resolved, case.bare = resolve(name.api_type, api, Device("cpu"), specs, case.forward,
+                                      tiled_gradients=False), api
     case.user = {**api_settings(specs, api), **api_settings(specs, case.bare)}
     if case.user.get("skip"):
         raise NotCheckable(f"{full}: {case.user['skip']} (msprobe_specs)")

@@ -90,12 +90,13 @@ def _getattr_path(root: Any, dotted: str) -> Any:
 
 
 def resolve(api_type: str, api_name: str, device: Device, specs: dict[str, Any],
-            call: dict[str, Any] | None = None) -> Resolved:
+            call: dict[str, Any] | None = None, tiled_gradients: bool = True) -> Resolved:
     """The device and bench callables of a recorded API. `call`, the recorded forward entry, tells a
     `Torch.<name>` of torch.linalg from an older torch namesake (torch_names.py). A contraction's bench is
-    computed in tiles of its output (tiles.py), whole or in pieces alike."""
+    computed in tiles of its output (tiles.py), whole or in pieces alike; its gradients too, unless
+    `tiled_gradients` is false (tiles.by_tiles)."""
     resolved = _resolve(api_type, api_name, device, specs, call)
-    bench = tiles.by_tiles(api_name, resolved.bench_fn)
+    bench = tiles.by_tiles(api_name, resolved.bench_fn, tiled_gradients)
     return resolved if bench is resolved.bench_fn else replace(resolved, bench_fn=bench)
 
 
