@@ -144,6 +144,170 @@ def test_a_wide_contraction_is_cut_along_its_weight_too(pytester: pytest.Pyteste
     _same(whole[key], cut[key])
 
 
+def _backward_entries(dt: str) -> dict[str, Any]:
+    """A linear and a matmul with both gradients, a linear with the weight's alone; wide enough to be cut in rows
+    and in columns."""
+    def t(shape: list[int], mx: float = 1.0, rg: bool = False) -> dict[str, Any]:
+        return tensor(dt, shape, mx=mx, mn=-mx, requires_grad=rg)
+
+    def pair(name: str, args: list[Any], out: list[int], grads: list[Any]) -> dict[str, Any]:
+        return {f"{name}.forward": {"input_args": args, "input_kwargs": {}, "output": [t(out)]},
+                f"{name}.backward": {"input": [t(out)], "output": grads}}
+
+    return {**pair("Functional.linear.0", [t([1, 600, 320], rg=True), t([520, 320], 0.2, True)], [1, 600, 520],
+                   [t([1, 600, 320]), t([520, 320])]),
+            **pair("Torch.matmul.0", [t([2, 300, 320], rg=True), t([320, 400], rg=True)], [2, 300, 400],
+                   [t([2, 300, 320]), t([320, 400])]),
+            **pair("Functional.linear.1", [t([600, 320]), t([520, 320], 0.2, True)], [600, 520],
+                   [None, t([520, 320])])}
+
+
+# a correct matmul whose sums take an order set by the shape of the call (the bench's gradients are matmuls); and
+# the device's linear with the first rows of its weight's gradient 2 % off
+SHAPE_DEPENDENT_MATMUL = device_side_conftest("""
+import torch
+import torch.nn.functional as F
+ORIGINAL = torch.matmul
+def matmul(a, b, **k):
+    if k or a.dim() != 2 or b.dim() != 2 or not a.is_floating_point():
+        return ORIGINAL(a, b, **k)
+    step = 8 << ((a.shape[0] + b.shape[1]) % 4)
+    out = ORIGINAL(a[:, :step], b[:step])
+    for k0 in range(step, a.shape[1], step):
+        out = out + ORIGINAL(a[:, k0:k0 + step], b[k0:k0 + step])
+    return out
+class _Off(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w):
+        return w.view_as(w)
+    @staticmethod
+    def backward(ctx, g):
+        g = g.clone()
+        g[:8] *= 1.02
+        return g
+def linear(orig, x, w, *a, **k):
+    return orig(x, _Off.apply(w), *a, **k)
+IMPLS = {F.linear: linear}
+def pytest_configure(config):
+    torch.matmul = matmul
+def pytest_unconfigure(config):
+    torch.matmul = ORIGINAL
+""")
+
+
+@pytest.mark.parametrize("dt", ["torch.bfloat16", "torch.float32"])
+@pytest.mark.parametrize("library", ["host", "shape-dependent"])
+def test_backward_items_of_contractions_are_cut_with_the_whole_checks_records(pytester: pytest.Pytester, dt: str,
+                                                                              library: str) -> None:
+    """A linear's and a matmul's input and weight gradients in pieces of rows and columns: records equal to the
+    whole check's, with a GEMM library of the host's or one whose order follows the shape of the call."""
+    if library != "host":
+        pytester.makeconftest(SHAPE_DEPENDENT_MATMUL)
+    entries = _backward_entries(dt)
+    dump = make_dump(pytester, entries)
+    common = ["-p", "no:cacheprovider", "-o", "msprobe_helper_thread=off"]
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "64GiB", "--msprobe-out", "whole")
+    budget = "6MiB" if dt == "torch.bfloat16" else "8MiB"  # an fp32 gradient's bench is in fp64
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", budget, "--msprobe-out", "cut")
+    whole, cut = api_records(pytester, "whole"), api_records(pytester, "cut")
+    backward = [k for k in entries if k.endswith(".backward")]
+    assert set(backward) <= whole.keys() == cut.keys()
+    for key in backward:
+        assert "pieces" not in whole[key] and cut[key]["pieces"]["blocks"] > 1, (key, cut[key]["message"])
+        assert [o["name"].rsplit(".", 1)[1] for o in cut[key]["outputs"]] == (["1"] if ".1." in key else ["0", "1"])
+        _same(whole[key], cut[key])
+    if library != "host":  # the device's weight gradient fails, whole and in pieces; its input gradient passes
+        rows = {o["name"].rsplit(".", 1)[1]: o["verdict"] for o in cut["Functional.linear.0.backward"]["outputs"]}
+        assert rows == {"0": "pass", "1": "error"}, rows
+
+
+# the device's silu with its input's gradient 2 % off where x > 3
+SILU_GRADIENT_OFF = device_side_conftest("""
+import torch
+import torch.nn.functional as F
+class _Off(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.view_as(x)
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return torch.where(x > 3, g * 1.02, g)
+def silu(orig, x, *a, **k):
+    return orig(_Off.apply(x), *a, **k)
+IMPLS = {F.silu: silu}
+""")
+
+
+@pytest.mark.parametrize("dt", ["torch.bfloat16", "torch.float32"])
+def test_row_local_gradients_are_cut_with_the_whole_checks_records(pytester: pytest.Pytester, dt: str) -> None:
+    """The backward of pointwise ops, a softmax and a norm whose weight takes no gradient, a block of rows at a
+    time: records equal to the whole check's, the planted gradient error found in pieces too; a norm whose weight
+    takes a gradient (a sum over rows) is not cut."""
+    pytester.makeconftest(SILU_GRADIENT_OFF)
+
+    def t(shape: list[int], mx: float = 1.0, rg: bool = False) -> dict[str, Any]:
+        return tensor(dt, shape, mx=mx, mn=-mx, requires_grad=rg)
+
+    def pair(name: str, args: list[Any], out: list[int], grads: list[Any]) -> dict[str, Any]:
+        return {f"{name}.forward": {"input_args": args, "input_kwargs": {}, "output": [t(out)]},
+                f"{name}.backward": {"input": [t(out)], "output": grads}}
+
+    rows = [512, 192]
+    entries = {**pair("Functional.silu.0", [t(rows, 6.0, True)], rows, [t(rows)]),
+               **pair("Functional.softmax.0", [t([4, 128, 192], 8.0, True), _int(-1)], [4, 128, 192],
+                      [t([4, 128, 192])]),
+               **pair("Torch.mul.0", [t(rows, rg=True), t(rows, rg=True)], rows, [t(rows), t(rows)]),
+               **pair("Functional.rms_norm.0", [t(rows, rg=True), [_int(192)], t([192])], rows, [t(rows), None]),
+               **pair("Functional.layer_norm.0", [t(rows, rg=True), [_int(192)], t([192], rg=True)], rows,
+                      [t(rows), t([192])])}
+    dump = make_dump(pytester, entries)
+    common = ["-p", "no:cacheprovider", "-o", "msprobe_helper_thread=off"]
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "64GiB", "--msprobe-out", "whole")
+    budget = "1MiB" if dt == "torch.bfloat16" else "2MiB"
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", budget, "--msprobe-out", "cut")
+    whole, cut = api_records(pytester, "whole"), api_records(pytester, "cut")
+    for key in (k for k in entries if k.endswith(".backward") and "layer_norm" not in k):
+        assert cut[key]["pieces"]["blocks"] > 1, (key, cut[key]["message"])
+        _same(whole[key], cut[key])
+    assert cut["Functional.silu.0.backward"]["status"] == "error"
+    assert whole["Functional.softmax.0.backward"]["status"] == "pass"
+    norm = cut["Functional.layer_norm.0.backward"]
+    assert norm["status"] == "SKIP" and "its gradients are not cut in pieces" in norm["message"]
+
+
+def test_by_default_an_item_is_cut_to_its_dumps_largest_call_and_one_that_cannot_be_runs_whole(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default budget (no --msprobe-max-memory) keeps a process within HEADROOM times its dump's largest call
+    (here the linear's own 10 MiB; the process's resident memory read as none, and the floor lowered to 4 MiB so
+    that calls this small are cut): the linear is cut, with the whole check's record, and a cumsum, which cannot
+    be cut, runs whole since the host has room for it."""
+    from pytest_msprobe.check import chunked
+    from pytest_msprobe.runs import memory
+
+    monkeypatch.setattr(chunked, "FLOOR", 4 << 20)
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 0)
+    t = "torch.bfloat16"
+    dump = make_dump(pytester, {
+        "Functional.linear.0.forward": {"input_args": [tensor(t, [1, 2048, 1024]), tensor(t, [1024, 1024], 0.1, -0.1)],
+                                        "input_kwargs": {}, "output": [tensor(t, [1, 2048, 1024])]},
+        "Torch.cumsum.0.forward": {"input_args": [tensor("torch.float32", [1024, 1024]), _int(0)], "input_kwargs": {},
+                                   "output": [tensor("torch.float32", [1024, 1024])]}})
+    common = ["-p", "no:cacheprovider", "-o", "msprobe_helper_thread=off"]
+    pytester.runpytest(str(dump), *common, "--msprobe-max-memory", "64GiB", "--msprobe-out", "whole")
+    result = pytester.runpytest(str(dump), *common, "--msprobe-out", "default")
+    assert result.ret == 0
+    whole, default = api_records(pytester, "whole"), api_records(pytester, "default")
+    linear, cumsum = default["Functional.linear.0.forward"], default["Torch.cumsum.0.forward"]
+    own = (2048 * 1024 * 2 + 1024 * 1024) * 2
+    assert linear["pieces"]["budget"] == int(chunked.HEADROOM * own) - 2048 * 1024 * 2 < linear["pieces"]["need"]
+    _same(whole["Functional.linear.0.forward"], linear)
+    assert "pieces" not in cumsum and cumsum["status"] == "pass"
+    assert any(n.startswith("checked whole, within the ") and "rows are not independent" in n
+               for n in cumsum["notes"]), cumsum["notes"]
+
+
 def test_in_pieces_under_xdist_as_in_one_process(pytester: pytest.Pytester) -> None:
     dump = make_dump(pytester, _entries("torch.bfloat16"))
     pytester.runpytest(str(dump), "-p", "no:cacheprovider", "--msprobe-max-memory", "768KiB", "--msprobe-out", "one")
@@ -170,8 +334,8 @@ def test_what_cannot_be_cut_and_does_not_fit_is_skipped_with_the_reason(pytester
     assert cumsum["status"] == backward["status"] == "SKIP"
     assert "over the memory budget of 64 KiB (--msprobe-max-memory)" in cumsum["message"]
     assert "rows are not independent" in cumsum["message"]
-    assert "a backward item is not checked in pieces" in backward["message"]
-    assert "even one piece" in records["Functional.silu.0.forward"]["message"]  # 64 rows do not fit either
+    for silu in (backward, records["Functional.silu.0.forward"]):  # cut by rows, but 64 rows do not fit either
+        assert "even one piece" in silu["message"]
     result.assert_outcomes(skipped=3)
 
 

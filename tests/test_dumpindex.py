@@ -110,3 +110,18 @@ def test_columns_computed_later_equal_those_of_the_scan() -> None:
     assert later.work == inline.work and later.dtypes == inline.dtypes
     assert any(w > 0 for w in inline.work) and "torch.bfloat16" in ",".join(inline.dtypes)
     assert not later.fill(dumpindex.COLUMNS, lambda k: b"")  # nothing missing: nothing read
+
+
+def test_the_largest_call_counts_its_forward_and_backward_tensors(write_dump) -> None:
+    """The default memory budget's measure: a call's recorded inputs, outputs and gradients, by their dtypes
+    (MindSpore's spelling too), the largest call of the dump; a scalar and a null count nothing."""
+    path = write_dump({
+        "Functional.linear.0.forward": {"input_args": [tensor("torch.bfloat16", [8, 16]), tensor("torch.bfloat16", [4, 16])],
+                                        "input_kwargs": {"bias": None}, "output": [tensor("torch.bfloat16", [8, 4])]},
+        "Functional.linear.0.backward": {"input": [tensor("torch.bfloat16", [8, 4])],
+                                         "output": [tensor("torch.bfloat16", [8, 16]), None]},
+        "Tensor.mul.0.forward": {"input_args": [tensor("Float32", [90]), {"type": "float", "value": 2.0}],
+                                 "input_kwargs": {}, "output": [tensor("Float32", [90])]},  # 720 bytes
+    })
+    assert dumpindex.tensor_bytes({"a": [tensor("torch.float64", [3, 5])], "b": None}) == 120
+    assert fresh(path).largest_call() == 2 * (8 * 16 + 4 * 16 + 8 * 4 + 8 * 4 + 8 * 16)  # 768 bytes, with its backward

@@ -275,7 +275,7 @@ RECORD_KEYS: dict[str, str] = {
     "backend": "the device backend with its torch device (`mydev (privateuseone:0)`)",
     "contract": "the accuracy contract the strict standard held the device to (`torch`, `cuda`, `npu`: `--msprobe-contract`)",
     "bench_device": "where the bench, the third run and the magnitude run computed, and in what: `cpu (fp32)`, `cuda:0 (fp32, TF32 off)`, `cpu (fp64)` (an fp32 output's bench with `--msprobe-bench-device npu`)",
-    "pieces": "an item checked a block of output rows at a time (`--msprobe-max-memory`): `rows` and `columns` per piece, `blocks`, the `budget` and the whole check's estimated `need` in bytes",
+    "pieces": "an item checked a block of output rows at a time (`--msprobe-max-memory`): `rows` and `columns` per piece, `blocks` (for a backward item, its gradients' fewest rows and columns and all their blocks), the `budget` and the whole check's estimated `need` in bytes",
     "impl": "the implementation that ran on the device (`torch.nn.functional.softmax`, `<module>:<function> (substituted)`)",
     "kernel": "with `--msprobe-kernels`: the substituted kernel",
     "reference_only": "an NPU op checked without an NPU: the device side ran the bench function (counted apart)",

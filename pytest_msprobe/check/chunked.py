@@ -1,13 +1,13 @@
-"""A forward item whose check would not fit in memory, checked a block of output rows at a time.
+"""Which items are checked a block of output rows at a time, and how: the memory stage of a re-run item.
 
 The whole check holds, beside the device output, the bench's cast inputs and output, the third run's and the
 magnitude run's: for an lm_head in bf16 ([2048, 4096] x [128256, 4096]) some 6 GiB beside 1.5 GiB of the call's own
-tensors. `memory_need` estimates that; where it exceeds the item's budget (--msprobe-max-memory, else what the host
-has free, less a margin, shared by the workers) and the API's rows are independent (runs/chunks.py), `check` runs
-the bench, the third run and the magnitude run a block of rows at a time and feeds each block to msprobe's metric
-pass and the strict pass (metrics/streamed.py, verdict/strict/streamed.py), which keep only their statistics: the
-row, its statistics and its verdict are the whole check's, bit for bit (tests/test_chunked.py). A contraction's or
-reduction's strict scale floor needs the bench's sum of squares first, so there the bench runs twice.
+tensors. `memory_need` estimates that; where it exceeds the item's budget (--msprobe-max-memory, else by default
+about HEADROOM times the dump's largest call, within what the host has free) and the API's rows are independent
+(runs/chunks.py), each output gets a `Plan`: its runs (the bench, the third run, the magnitude run) and the rows and
+columns of a piece. piece_check.py checks it so, its row and verdict the whole check's, bit for bit
+(tests/test_chunked.py). A backward item is its gradients (`plan_gradients`): a contraction's, each a product of
+two matrices checked so, and a pointwise op's, softmax's or norm's, each the backward of a block of rows.
 
 What cannot be checked in pieces and does not fit is skipped with the reason, before anything large is made.
 """
@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from ..metrics import fused, storage
-from ..metrics import vectorised as M
+from ..dump.index import tensor_bytes
 from ..metrics.streamed import Streamed as StreamedMetrics
-from ..records.record import Row
 from ..runs import chunks, memory, tiles
 from ..runs.execution import (
     NotCheckable,
@@ -36,14 +32,14 @@ from ..runs.memory import gib
 from ..runs.terms import terms_fn
 from ..runs.third_run import forward_sums
 from ..settings import CheckOptions
-from ..specs.loader import error_kind, in_list, thresholds_for
-from ..verdict import judge, standards
-from ..verdict.strict import streamed as S
-from .compare import Comparison, dress, stored
+from ..specs.loader import error_kind, in_list
+from .piece_check import Plan
 from .prepare import terms_scale
 
 MARGIN = 0.15  # of the host's free memory, left to everything else
 MIN_MARGIN = 1 << 30  # bytes left at least
+HEADROOM = 1.4  # by default a process holds at most about this many times its dump's largest call's own tensors
+FLOOR = 1 << 30  # bytes beside the device side a check may take whole by default, whatever the largest call
 
 
 def budget(options: CheckOptions) -> int:
@@ -82,21 +78,7 @@ def memory_need(runs: list[tuple[Any, Any, Callable[[torch.Tensor], torch.dtype]
     return total
 
 
-@dataclass
-class Plan:
-    """How a call is checked in pieces: its runs, rows and columns per piece, the third run's role and label, the
-    section of the strict thresholds a magnitude run of a sum scales (None without one)."""
-
-    specs: list[chunks.RunSpec]
-    rows: int
-    columns: int
-    role: str
-    label: str | None
-    sums_rules: str | None
-    bias: torch.Tensor | None = None  # a contraction's bias in the bench's dtype: the product is the bench minus it
-
-
-def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
+def piece_plan(runs: list[chunks.RunSpec], limit: int, whose: str = "--msprobe-max-memory") -> tuple[int, int]:
     """(rows, columns) per piece: the most rows whose pieces, all runs' outputs and the checks' copies fit in
     `limit` bytes beside the passes' own plans (StreamedMetrics.plan_bytes); a contraction's columns cut too where
     even the fewest rows of a block (its chunking's `multiple`) of the whole width do not fit, in whole tiles of the
@@ -120,170 +102,15 @@ def piece_plan(runs: list[chunks.RunSpec], limit: int) -> tuple[int, int]:
     if cost(rows, columns) > limit:
         raise NotCheckable(f"{first.api}: even one piece of {rows} rows x {columns} columns needs "
                            f"{gib(cost(rows, columns))} and the checks' plans {gib(plans)}, over the memory budget "
-                           f"of {gib(given)} (--msprobe-max-memory)")
+                           f"of {gib(given)} ({whose})")
     return rows, columns
 
 
-@dataclass
-class _Output:
-    """The one float output checked in pieces, as every pass reads it: its comparison (`job.pieces` is its Plan),
-    the device's values flat as stored, the bench's dtype, its row, the metric plan and the strict arrays."""
-
-    job: Comparison
-    plan: Plan
-    d: np.ndarray
-    bench_np: np.dtype[Any]
-    row: standards.OutputComparison
-    metric: standards.Plan
-    arrays: judge.StrictArrays
-
-
-def check(job: Comparison) -> None:
-    """The row of an item's one float output checked in pieces (kinds.InPieces), into its record's outputs: the
-    runs a block of rows at a time, each block fed to msprobe's metric pass and to the strict pass."""
-    out = _output(job)
-    metrics, strict_pass = _passes(out)
-    _feed_pieces(out, metrics, strict_pass)
-    _finish(out, metrics, strict_pass)
-
-
-def _output(job: Comparison) -> _Output:
-    """The device's output as the passes read it, its blank row and metric plan, and its strict arrays (the
-    bench's stand-in has the output's shape and no values: the passes read the bench piece by piece)."""
-    plan, device_out = job.pieces, job.device[0].detach()
-    d = stored(device_out)[1].reshape(-1)
-    device_dtype, shape = str(device_out.dtype), [int(x) for x in device_out.shape]
-    bench_dtype = chunks.output_dtype(plan.specs[0])
-    bench_np = np.dtype(str(bench_dtype).split(".")[1])
-    work = np.dtype(np.float32 if device_dtype == standards.BF16 else bench_np)
-    dev_dtype = np.dtype(np.float32) if storage.is_bits(d) else d.dtype
-    row = standards.blank_row(f"{job.prefix}.0", standards.ERROR, "", str(bench_dtype), device_dtype, shape)
-    standard = _metric_standard(job.options)
-    th, algo, limits = standards.metric_plan(row, device_dtype, work, job.api, job.specs, standard)
-    stand_b = np.broadcast_to(np.zeros((), bench_np), d.shape)
-    compute = th["ulp"][device_dtype]["compute_dtype"] if limits.ulp else None
-    if device_dtype not in standards.threshold_sections(job.specs)[1]["layer2_dtypes"] or \
-            not fused.supported(stand_b, d, dev_dtype, compute, work):
-        raise NotCheckable(f"{job.api}: a {device_dtype} output is not checked in pieces (msprobe's metrics read it "
-                           "whole); it does not fit the memory budget")
-    narrow = job.autocast if job.autocast is not None and in_list(job.specs, job.api, "error_model",
-                                                                  "autocast_lower_precision") else None
-    arrays = judge.StrictArrays(stand_b, d, d if _has_torch_run(plan) else None,
-                                d if plan.role == "magnitude" or plan.sums_rules else None,
-                                error_kind(job.api, job.specs), int(shape[-1]) if shape else 1, None,
-                                str(narrow) if narrow is not None and narrow.itemsize < device_out.dtype.itemsize
-                                else None)
-    dress(arrays, job, plan.sums_rules, device_dtype)
-    metric = standards.Plan(device_dtype, dev_dtype, work, th, algo, limits, standard)
-    return _Output(job, plan, d, bench_np, row, metric, arrays)
-
-
-def _has_torch_run(plan: Plan) -> bool:
-    return plan.role == "torch" and any(s.name == "t" for s in plan.specs)
-
-
-def _passes(out: _Output) -> tuple[StreamedMetrics, S.Streamed | None]:
-    """msprobe's metric pass and, under strict, the strict pass; a contraction's or reduction's strict scale floor
-    from the bench's sum of squares, which a first run of the bench pieces gives."""
-    job, plan, arrays, metric = out.job, out.plan, out.arrays, out.metric
-    metrics = StreamedMetrics(out.d, metric.dev_dtype, metric.limits, metric.work)
-    if job.options.standard != "strict":
-        return metrics, None
-    dtype, rules = judge.strict_rules(arrays, metric.dtype, thresholds_for(job.specs, job.api))
-    floor = 0.0
-    if arrays.kind in ("reduction", "contraction"):  # the bench's sum of squares, in einsum's order
-        squares = S.Squares()
-        for _, piece in chunks.pieces_of([plan.specs[0]], plan.rows, plan.columns):
-            squares.feed(piece["b"].numpy())
-        floor = S.floor(squares.finish(), out.d.size, out.bench_np.itemsize, rules, arrays.kind)
-    return metrics, S.Streamed(out.d, dtype, rules, S.Cut(arrays.kind, arrays.row), floor, _has_torch_run(plan))
-
-
-def _feed_pieces(out: _Output, metrics: StreamedMetrics, strict_pass: S.Streamed | None) -> None:
-    """Each piece of the runs, on the host, fed to both passes; what both have taken is dropped."""
-    plan, pending = out.plan, _Pending()
-    for start, piece in chunks.pieces_of(plan.specs, plan.rows, plan.columns):
-        if plan.bias is not None:  # the product before the bias (third_run.bench_product), piece by piece
-            piece["prod"] = (piece["b"].view(-1, plan.bias.numel()) - plan.bias).reshape(-1)
-        host = {_KEY[name]: _host(name, t) for name, t in piece.items()}
-        del piece
-        pending.add(start, host)
-        pending.feed(lambda lo, arrays: metrics.feed(lo, arrays["b"]), metrics.done, start, ("b",), _JOIN)
-        if strict_pass is not None:
-            pending.feed(strict_pass.feed, strict_pass.done, start, tuple(host), strict_pass.block)
-        pending.drop(min(metrics.done(), strict_pass.done() if strict_pass is not None else metrics.done()))
-
-
-def _finish(out: _Output, metrics: StreamedMetrics, strict_pass: S.Streamed | None) -> None:
-    """The row from both passes' statistics, judged by the standard, into the record; NotCheckable where an
-    output's values need the whole arrays (non-finite, beyond 1e100)."""
-    job, d, metric = out.job, out.d, out.metric
-    stats, bench_worst = metrics.finish()
-    zero = metric.th["layer1"]["cosine"]["zero_eps"]  # at or below it on either side the cosine reads no array
-    n_max = max(stats.device_max, -stats.device_min)
-    if stats.n_nonfinite or (min(n_max, stats.bench_absmax) > zero and not M.dots_unscaled(n_max, stats.bench_absmax)):
-        raise NotCheckable(f"{job.api}: the output holds inf/NaN or values beyond 1e100, which msprobe's metrics "
-                           "read whole; it does not fit the memory budget")
-    result = strict_pass.finish() if strict_pass is not None else None
-    if strict_pass is not None and result is None:
-        raise NotCheckable(f"{job.api}: the strict totals are not finite (inf/NaN elements), which the strict "
-                           "checks read whole; the output does not fit the memory budget")
-    w = stats.worst
-    worst = standards.worst_values(np.array([bench_worst], out.bench_np), d[w:w + 1], metric.work)
-    standards.from_stats(out.row, stats, out.arrays.bench, d, worst, metric)
-    judge.decide(out.row, job.options.standard, api_name=job.api, specs=job.specs,
-                 evidence=judge.Evidence(None, out.arrays, job.options.reference_results, result))
-    job.record.outputs.append(Row(**out.row.to_dict()))
-
-
-_KEY = {"b": "b", "t": "t", "mag": "mag", "sum": "mag", "prod": "prod"}  # runs -> the strict pass's arrays
-_JOIN = 4 * 2048  # elements of a new piece joined to the last one's rest: more than one chunk of the metric pass
-
-
-def _host(name: str, t: torch.Tensor) -> np.ndarray:
-    """A piece as the passes read it: the bench in its own dtype, a device-dtype run as stored() gives it."""
-    return t.numpy() if name in ("b", "prod") or t.dtype in (torch.float32, torch.float64) else stored(t)[1]
-
-
-def _metric_standard(options: CheckOptions) -> str:
-    return "msprobe26" if options.standard == "msprobe26" else "msprobe"
-
-
-class _Pending:
-    """The pieces not yet taken by both passes, from the earlier one's position on."""
-
-    def __init__(self) -> None:
-        self.start = 0
-        self.parts: list[tuple[int, dict[str, np.ndarray]]] = []
-
-    def add(self, start: int, arrays: dict[str, np.ndarray]) -> None:
-        self.parts.append((start, arrays))
-
-    def feed(self, feed: Callable[[int, dict[str, np.ndarray]], int], done: Callable[[], int], start: int,
-             keys: tuple[str, ...], join: int) -> None:
-        """A pass fed the piece added at `start`: first the rest of the pieces before it joined to the next `join`
-        elements (the chunk or block they share: a copy of that much only), then the piece itself, as views."""
-        lo = done()
-        if lo < start:
-            feed(lo, self.window(lo, keys, start + join))
-            lo = done()
-        if lo >= start:
-            piece = self.parts[-1][1]
-            feed(lo, {k: piece[k][lo - start:] for k in keys})
-
-    def window(self, lo: int, keys: tuple[str, ...], hi: int | None = None) -> dict[str, np.ndarray]:
-        """The arrays `keys` from element `lo` to `hi` (or the end of the last piece): one piece's view, else the
-        pieces joined."""
-        out = {}
-        for key in keys:
-            pieces = [a[key][max(0, lo - s):None if hi is None else max(0, hi - s)] for s, a in self.parts
-                      if s + a[key].size > lo and (hi is None or s < hi)]
-            out[key] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-        return out
-
-    def drop(self, upto: int) -> None:
-        """Forget the elements before `upto`."""
-        self.parts = [(s, a) for s, a in self.parts if s + next(iter(a.values())).size > upto]
+def _cuttable(item: Any) -> bool:
+    """Whether an item's bench-side runs may be cut at all: not an NPU op's, a reference device's, random numbers'."""
+    name, options, specs = item.name, item.options, item.specs
+    return not (name.api_type == "NPU" or options.reference_device or name.api_name in specs.get("dropout_apis", [])
+                or in_list(specs, name.api_name, "random_apis"))
 
 
 def plan_runs(item: Any, bench_args: list[Any], bench_kwargs: dict[str, Any],
@@ -294,8 +121,7 @@ def plan_runs(item: Any, bench_args: list[Any], bench_kwargs: dict[str, Any],
     options, name, specs, plan, resolved = item.options, item.name, item.specs, item.plan, item.where.resolved
     args, kwargs, bench_device, contract = item.inputs.args, item.inputs.kwargs, item.where.bench, item.where.contract
     api = name.api_name
-    if name.api_type == "NPU" or options.reference_device or api in specs.get("dropout_apis", []) or \
-            in_list(specs, api, "random_apis"):
+    if not _cuttable(item):
         return None
     bench_chunking = chunks.plan(api, bench_args, bench_kwargs, out_shape)
     own = chunks.plan(api, args, kwargs, out_shape)
@@ -304,15 +130,11 @@ def plan_runs(item: Any, bench_args: list[Any], bench_kwargs: dict[str, Any],
     runs = [chunks.RunSpec("b", resolved.bench_fn, bench_chunking, bench_dtype, device=bench_device)]
     scalars = frozenset(specs["error_model"].get("contraction_scalars", ()))
 
-    def wide(t: torch.Tensor) -> torch.dtype:
-        return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
-
     role, label, sums = "torch", None, None
     if options.standard == "strict":
         if error_kind(api, specs) == "contraction":
-            runs.append(chunks.RunSpec("mag", resolved.bench_fn, own, wide, True, scalars, device=bench_device))
-            role, label = "magnitude", "magnitude: the API on |inputs| in fp32" + (
-                "" if bench_device == "cpu" else f" on {bench_device}")
+            runs.append(chunks.RunSpec("mag", resolved.bench_fn, own, _wide, True, scalars, device=bench_device))
+            role, label = "magnitude", _magnitude_label(bench_device)
         else:
             runs.append(chunks.RunSpec("t", resolved.bench_fn, own, lambda t: t.dtype, autocast=plan.autocast,
                                        device=bench_device))
@@ -320,11 +142,11 @@ def plan_runs(item: Any, bench_args: list[Any], bench_kwargs: dict[str, Any],
             sums = forward_sums(api, specs, kwargs)
             scale = None if sums is not None else terms_scale(options, contract, api, specs, args, False)
             if sums is not None:
-                runs.append(chunks.RunSpec("sum", resolved.bench_fn, own, wide, True, scalars, device=bench_device))
+                runs.append(chunks.RunSpec("sum", resolved.bench_fn, own, _wide, True, scalars, device=bench_device))
             elif scale is not None:  # a composite the contract bounds by its terms (runs/terms.py), elementwise
                 sums = "contract_terms"
                 runs.append(chunks.RunSpec("sum", terms_fn(api, scale, str(kwargs.get("approximate", "none"))), own,
-                                           wide, device=bench_device))
+                                           _wide, device=bench_device))
     bias = None
     rule = specs["error_model"].get("contraction_bias", {}).get(api)
     if role == "magnitude" and rule:
@@ -337,47 +159,182 @@ def plan_runs(item: Any, bench_args: list[Any], bench_kwargs: dict[str, Any],
     return Plan(runs, 0, 0, role, label, sums, bias)
 
 
-def pieces_for(item: Any) -> Plan | None:
-    """The memory stage of a re-run item's runs: None where its whole check fits its budget; else how it is checked
-    a block of rows at a time (the record says so), or NotCheckable with the reason."""
+def plan_gradients(item: Any, bench_dtype: Callable[[torch.Tensor], torch.dtype],
+                   notes: list[str]) -> list[Plan] | None:
+    """The runs of a backward item's gradients checked in pieces, one Plan per gradient in the order the device's
+    side lists them, or None where they cannot be: a contraction's input and weight gradients (`_products`), or
+    the row-local gradients of a pointwise op, softmax or norm (`_row_local`). The recorded gradient must be the
+    output's own dtype and shape."""
+    api, inputs = item.name.api_name, item.inputs
+    out_shape = first_output_shape(item.forward.get("output"))
+    cotangent = inputs.cotangents[0] if len(inputs.cotangents) == 1 else None
+    if not _cuttable(item) or out_shape is None or not isinstance(cotangent, torch.Tensor) or \
+            cotangent.numel() != math.prod(out_shape):
+        return None
+    grad = cotangent.reshape(out_shape)
+    wanted = [(position, t) for position, t in enumerate(tensors_of([inputs.args, inputs.kwargs]))
+              if id(t) in inputs.requires_grad and t.is_floating_point()]
+    if not wanted:
+        return None
+    if api in tiles.CONTRACTIONS:
+        return _products(item, bench_dtype, grad, wanted)
+    if api in chunks.ROWWISE or (api in chunks.POINTWISE and not api.endswith("_") and not api.startswith("__i")):
+        return _row_local(item, bench_dtype, grad, wanted, out_shape, notes)
+    return None
+
+
+def _products(item: Any, bench_dtype: Callable[[torch.Tensor], torch.dtype], grad: torch.Tensor,
+              wanted: list[tuple[int, torch.Tensor]]) -> list[Plan] | None:
+    """A contraction's input and weight gradients, each the product of two matrices (tiles.gradient_operands)
+    that the bench computes in tiles whole or not, cut as a matmul's output is; None for a bias's (a sum)."""
+    api, inputs, bench = item.name.api_name, item.inputs, item.where.bench
+    operands = tiles.operands(api, inputs.args, inputs.kwargs)
+    if operands is None or grad.dtype != operands[0].dtype:
+        return None
+    x, w = operands[0], operands[1]
+    which, strict = {id(x): 0, id(w): 1}, item.options.standard == "strict"
+    plans = []
+    for position, t in wanted:
+        if id(t) not in which:
+            return None
+        a, b = tiles.gradient_operands(api, which[id(t)], grad, x, w)
+        chunking = chunks.plan("matmul", [a, b], {}, (a.shape[0], b.shape[1]))
+        if chunking is None:
+            return None
+        runs = [chunks.RunSpec("b", tiles.matmul, chunking, bench_dtype, device=bench)]
+        if strict:
+            runs.append(chunks.RunSpec("mag", tiles.matmul, chunking, _wide, True, device=bench))
+        plans.append(Plan(runs, 0, 0, "magnitude" if strict else "torch", _magnitude_label(bench) if strict else None,
+                          None, position=position))
+    return plans
+
+
+def _row_local(item: Any, bench_dtype: Callable[[torch.Tensor], torch.dtype], grad: torch.Tensor,
+               wanted: list[tuple[int, torch.Tensor]], out_shape: tuple[int, ...],
+               notes: list[str]) -> list[Plan] | None:
+    """The gradients of the tensors a pointwise op, softmax or norm cuts with its rows: each row's gradient is the
+    backward of that row alone, so each run (the bench, and under strict torch's run in the device dtype) is the
+    call's backward on a block of rows. None where a gradient is a sum over rows (a broadcast operand's, a norm's
+    weight's) or the runs are ones the pieces do not make (a sum's magnitude run, a sampled torch run)."""
     from . import precision
 
-    name, options, specs, record = item.name, item.options, item.specs, item.record
-    plan, inputs = item.plan, item.inputs
-    api = name.api_name
+    api, inputs, options, specs, bench = item.name.api_name, item.inputs, item.options, item.specs, item.where.bench
+    if in_list(specs, api, "error_model", "sampled_torch_run") or error_kind(api, specs) == "contraction":
+        return None
+    bench_args, bench_kwargs = precision.bench_arguments(api, inputs, item.plan, options, specs, notes)
+    bench_chunking = chunks.plan(api, bench_args, bench_kwargs, out_shape)
+    own = chunks.plan(api, inputs.args, inputs.kwargs, out_shape)
+    if bench_chunking is None or own is None or any(id(t) not in own.split for _, t in wanted):
+        return None
+    positions, fn = frozenset(p for p, _ in wanted), item.where.resolved.bench_fn
+    plans = []
+    for position, _ in wanted:
+        gradient = chunks.Gradient(position, positions, grad)
+        runs = [chunks.RunSpec("b", fn, bench_chunking, bench_dtype, device=bench, gradient=gradient)]
+        if options.standard == "strict":
+            runs.append(chunks.RunSpec("t", fn, own, own_dtype, autocast=item.plan.autocast, device=bench,
+                                       gradient=gradient))
+        plans.append(Plan(runs, 0, 0, "torch", f"torch's kernel on {bench}, device dtype"
+                          if options.standard == "strict" else None, None, position=position))
+    return plans
+
+
+def _magnitude_label(bench_device: str) -> str:
+    return "magnitude: the API on |inputs| in fp32" + ("" if bench_device == "cpu" else f" on {bench_device}")
+
+
+def pieces_for(item: Any) -> list[Plan] | None:
+    """The memory stage of a re-run item's runs: None where its whole check fits its budget; else how each output
+    (a forward item's one, a backward item's gradients) is checked a block of rows at a time (the record says
+    so), or NotCheckable with the reason. By default an item that cannot be cut still runs whole where the host
+    has room for it."""
+    need = need_of(item)
+    if need is None:
+        return None
+    room, explicit = budget(item.options), item.options.max_memory is not None
+    limit = room if explicit or need <= min(room, FLOOR) else default_budget(item, room)
+    memory.estimated(need, limit)  # a worker killed while this item runs is named with it (session/inflight.py)
+    if need <= limit:
+        return None
+    try:
+        pieces = _cut(item, need, limit, "--msprobe-max-memory" if explicit else
+                      f"by default {HEADROOM}x the dump's largest call, {gib(item.dump.largest_call())}")
+    except NotCheckable as why:
+        if explicit:
+            raise
+        if need > room:
+            raise NotCheckable(f"{why}; nor does it fit whole in the {gib(room)} the host has free (less a margin, "
+                               "shared by the workers)") from None
+        item.record.notes.append(f"checked whole, within the {gib(room)} the host has free: {why}")
+        return None
+    record = item.record
+    record.pieces = {"rows": min(p.rows for p in pieces), "columns": min(p.columns for p in pieces),
+                     "blocks": sum(len(chunks.blocks(p.specs[0].chunking.rows, p.rows, p.specs[0].chunking.multiple))
+                                   for p in pieces), "budget": limit, "need": need}
+    record.notes.append(f"checked in pieces of {record.pieces['rows']} rows: the whole check needs about "
+                        f"{gib(need)}, over the memory budget of {gib(limit)}")
+    return pieces
+
+
+def default_budget(item: Any, room: int) -> int:
+    """The default budget: what keeps this process within HEADROOM times its dump's largest call's own tensors
+    (inputs, outputs, gradients in and out), given what it holds now (the inputs made) and the device's outputs
+    still to come (a backward item's: its forward output, its gradients and its inputs' clones); at least FLOOR,
+    at most `room` (what the host has free)."""
+    outputs = tensor_bytes(item.forward.get("output"))
+    if item.want_grad:
+        grads = item.backward_entry.get("output") if isinstance(item.backward_entry, dict) else None
+        outputs += tensor_bytes(grads) * 2
+    aim = int(HEADROOM * item.dump.largest_call()) - memory.resident_bytes() - outputs
+    return min(room, max(FLOOR, aim))
+
+
+def need_of(item: Any) -> int | None:
+    """Bytes the item's whole check holds beside the device side (`memory_need`), None where its first output's
+    shape or dtype is not recorded."""
+    from . import precision
+
+    options, specs, inputs, api = item.options, item.specs, item.inputs, item.name.api_name
     out_shape = first_output_shape(item.forward.get("output"))
     out_dtype = first_output_dtype(item.forward.get("output"))
     if out_shape is None or out_dtype is None:
         return None
-    bench_dtype = precision.bench_dtype(plan)
+    bench_dtype = precision.bench_dtype(item.plan)
     wide = bench_dtype(torch.empty(0, dtype=out_dtype))
     runs = [(inputs.args, inputs.kwargs, bench_dtype, False)]  # the bench's arguments: the inputs' sizes
     if options.standard == "strict":  # the third run: the magnitude run's |inputs| for a contraction, else torch's
         magnitude = error_kind(api, specs) == "contraction"
         runs.append((inputs.args, inputs.kwargs, _wide if magnitude else own_dtype, magnitude))
-    numel = math.prod(out_shape)
     # a backward item holds each side's graph and gradients too: 4x its forward's (a linear's, measured: 3.2x)
-    need = memory_need(runs, numel, wide.itemsize) * (4 if item.want_grad else 1)
-    limit = budget(options)
-    memory.estimated(need, limit)  # a worker killed while this item runs is named with it (session/inflight.py)
-    if need <= limit:
-        return None
+    return memory_need(runs, math.prod(out_shape), wide.itemsize) * (4 if item.want_grad else 1)
+
+
+def _cut(item: Any, need: int, limit: int, whose: str) -> list[Plan]:
+    """Each output's plan in pieces within `limit` (`whose` budget it is), or NotCheckable with the reason."""
+    from . import precision
+
+    api, record = item.name.api_name, item.record
     why = f"{api}: its check needs about {gib(need)} beside the device side, over the memory budget of " \
-          f"{gib(limit)} (--msprobe-max-memory)"
-    if item.want_grad:
-        raise NotCheckable(f"{why}; a backward item is not checked in pieces")
+          f"{gib(limit)} ({whose})"
+    bench_dtype = precision.bench_dtype(item.plan)
     notes: list[str] = []
-    bench_args, bench_kwargs = precision.bench_arguments(api, inputs, plan, options, specs, notes)
-    pieces = plan_runs(item, bench_args, bench_kwargs, bench_dtype, out_shape)
-    if pieces is None:
-        raise NotCheckable(f"{why}, and its output's rows are not independent: not checked in pieces")
-    pieces.rows, pieces.columns = piece_plan(pieces.specs, limit)
+    if item.want_grad:
+        pieces = plan_gradients(item, bench_dtype, notes)
+        if pieces is None:
+            raise NotCheckable(f"{why}, and its gradients are not cut in pieces (those are a linear's or matmul's "
+                               "input and weight gradients, and a pointwise op's, softmax's or norm's of the tensors "
+                               "cut with its rows, not a sum over rows)")
+    else:
+        bench_args, bench_kwargs = precision.bench_arguments(api, item.inputs, item.plan, item.options, item.specs,
+                                                             notes)
+        forward = plan_runs(item, bench_args, bench_kwargs, bench_dtype,
+                            first_output_shape(item.forward.get("output")))
+        if forward is None:
+            raise NotCheckable(f"{why}, and its output's rows are not independent: not checked in pieces")
+        pieces = [forward]
+    for piece in pieces:
+        piece.rows, piece.columns = piece_plan(piece.specs, limit, whose)
     record.notes += notes
-    record.pieces = {"rows": pieces.rows, "columns": pieces.columns,
-                        "blocks": len(chunks.blocks(pieces.specs[0].chunking.rows, pieces.rows)),
-                        "budget": limit, "need": need}
-    record.notes.append(f"checked in pieces of {pieces.rows} rows: the whole check needs about {gib(need)}, "
-                           f"over the memory budget of {gib(limit)}")
     return pieces
 
 
@@ -390,4 +347,4 @@ def _wide(t: torch.Tensor) -> torch.dtype:
     return t.dtype if t.dtype == torch.float64 or not t.is_floating_point() else torch.float32
 
 
-__all__ = ["Plan", "budget", "check", "own_dtype", "memory_need", "piece_plan", "pieces_for", "plan_runs"]
+__all__ = ["Plan", "budget", "own_dtype", "memory_need", "piece_plan", "pieces_for", "plan_runs"]

@@ -134,7 +134,7 @@ class Comparison:
     ms_format: bool = False
     overflow: bool = False
     validity: tuple[str, list[Any], dict[str, Any]] | None = None
-    pieces: Any = None  # chunked.Plan: the one float output is checked a block of rows at a time (kinds.InPieces)
+    pieces: Any = None  # piece_check.Plan: the one float output is checked a block of rows at a time (kinds.InPieces)
 
 
 def compare_floats(job: Comparison) -> None:

@@ -20,7 +20,7 @@ from ..records.record import DropoutRow, OverflowRow, Record, Row
 from ..runs import capture
 from ..runs.execution import NotCheckable
 from ..verdict import ms_results, standards
-from . import chunked, compare, conditioning, residuals
+from . import compare, conditioning, piece_check, residuals
 from .compare import Comparison
 from .recorded import Unsaved
 from .unique import judge_by_validity
@@ -190,13 +190,13 @@ class Overflow(Kind):
 
 class InPieces(Kind):
     """One float output whose whole check does not fit in memory: the bench's runs and the checks a block of rows
-    at a time (chunked.check), their row bit for bit the whole check's."""
+    at a time (piece_check.check), their row bit for bit the whole check's."""
 
     def applies(self, job: Comparison) -> bool:
         return job.pieces is not None
 
     def compare(self, job: Comparison) -> None:
-        chunked.check(job)
+        piece_check.check(job)
 
 
 KINDS = (FloatPairs, Dropout, MindSporeMetrics, NotSaved, Undefined, NotUnique, BackwardError, IllConditioned,

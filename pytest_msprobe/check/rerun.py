@@ -22,7 +22,7 @@ from ..runs.third_run import ReferenceRun, bench_product
 from ..settings import CheckOptions
 from ..specs.loader import in_list
 from . import chunked, execute, placement, precision
-from .calls import ApiFailure, finish_record, has_scalar_operand
+from .calls import ApiFailure, device_backward, finish_record, has_scalar_operand
 from .compare import start_metrics
 from .execute import Outputs, Sides
 from .kinds import Comparison, compare_outputs
@@ -100,15 +100,16 @@ class Whole(RunsStrategy):
 
 class Pieces(RunsStrategy):
     """The device's run, whole, on the inputs themselves where it cannot write them (`item.shared`; no bench side
-    is made), then the bench's runs and the checks a block of output rows at a time (kinds.InPieces)."""
+    is made), and for a backward item its backward; then the bench's runs and the checks of each output (a
+    forward item's one, a backward item's gradients) a block of rows at a time (kinds.InPieces)."""
 
-    def __init__(self, item: Item, pieces: chunked.Plan) -> None:
+    def __init__(self, item: Item, pieces: list[chunked.Plan]) -> None:
         self.item, self.pieces = item, pieces
         unmade = placement.BenchSide([], {}, chunked.own_dtype, item, False)  # never made: the pieces make their own
         placement.share(item, False)
         if item.shared is not None:  # the pieces read the inputs after the device's run: it writes into copies
             item.shared.give = False
-        device = placement.device_side(item.inputs, item.where, False, item.shared)
+        device = placement.device_side(item.inputs, item.where, item.want_grad, item.shared)
         self.runs = execute.Runs(item, Sides(device, unmade, False), None, None)
 
     @contextmanager
@@ -116,25 +117,38 @@ class Pieces(RunsStrategy):
         with self.runs.guarded():
             yield
 
-    def run(self) -> Any:
-        """The device's output: one float tensor, else NotCheckable."""
+    def run(self) -> list[torch.Tensor]:
+        """The device's outputs as the pieces compare them: its one float output, or its gradients, in the order of
+        the pieces; else NotCheckable."""
         item = self.item
         seed_random_apis(item.record.seed, item.where.device)
         leaves = self.runs.device_forward().leaves_d
+        if item.want_grad:
+            device_backward(item, leaves)
+            del leaves  # the forward output: only the gradients are compared
+            grads = [(pos, leaf.grad) for pos, leaf in self.runs.sides.device.grad_leaves if leaf.grad is not None]
+            if [pos for pos, _ in grads] != [p.position for p in self.pieces]:
+                raise NotCheckable(f"{item.name.full_name}: the device gave gradients of tensor arguments "
+                                   f"{[pos for pos, _ in grads]}, the pieces compare {[p.position for p in self.pieces]}")
+            return [grad for _, grad in grads]
         if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
             raise NotCheckable(f"{item.name.api_name}: the device returned {len(leaves)} outputs, not one float "
                                "tensor: not checked in pieces, and the whole check does not fit the memory budget")
-        return leaves[0]
+        return [leaves[0]]
 
-    def compare(self, outputs: Any) -> None:
-        item, pieces, record = self.item, self.pieces, self.item.record
+    def compare(self, outputs: list[torch.Tensor]) -> None:
+        item, record = self.item, self.item.record
         started = time.perf_counter()
-        compare_outputs(Comparison(record, f"{item.name.full_name}.forward.output", [], [outputs], None, pieces.role,
-                                   item.name.api_name, item.specs, item.options, autocast=item.plan.autocast,
-                                   scalar_operand=has_scalar_operand(item.inputs.args, item.inputs.kwargs),
-                                   contract=item.where.contract, pieces=pieces))
-        if pieces.label is not None:
-            record.reference = pieces.label
+        direction = "backward" if item.want_grad else "forward"
+        for pieces, output in zip(self.pieces, outputs):
+            compare_outputs(Comparison(record, f"{item.name.full_name}.{direction}.output", [], [output], None,
+                                       pieces.role, item.name.api_name, item.specs, item.options,
+                                       autocast=item.plan.autocast, gradients=item.want_grad,
+                                       scalar_operand=has_scalar_operand(item.inputs.args, item.inputs.kwargs),
+                                       contract=item.where.contract, pieces=pieces))
+        label = self.pieces[0].label
+        if label is not None:
+            record.reference = label
         record.timings["pieces_s"] = time.perf_counter() - started
 
 

@@ -172,6 +172,23 @@ def iter_leaves(value: Any, depth: int = 0) -> Iterator[Any]:
         yield value
 
 
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "bfloat16": 2, "float16": 2,
+             "half": 2, "int16": 2, "float32": 4, "float": 4, "int32": 4, "int": 4, "float64": 8, "double": 8,
+             "int64": 8, "long": 8, "complex64": 8, "complex128": 16}
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors recorded in an entry's value, from their shapes and dtypes (4 per element where the
+    dtype is not one known here: torch's and MindSpore's spellings are)."""
+    total = 0
+    for leaf in iter_leaves(value):
+        shape = leaf.get("shape") if isinstance(leaf, dict) else None
+        if isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape):
+            dtype = str(leaf.get("dtype", "")).rsplit(".", 1)[-1].lower()
+            total += math.prod(shape) * _ITEMSIZE.get(dtype, 4)
+    return total
+
+
 class _Framework:
     """msprobe 1.0.x dumps have no framework key: the first decisive name or type string tells."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import index as dumpindex
-from .index import Index, iter_leaves
+from .index import Index, iter_leaves, tensor_bytes
 
 __all__ = ["DIRECTIONS", "Dump", "DumpError", "EntryName", "forget_dumps", "is_module_entry", "iter_leaves",
            "load_dump", "parse_entry_name", "resolve_tensor_path"]
@@ -95,6 +95,7 @@ class Dump:
         self._names = [name for name in index.names if not is_module_entry(name)]
         self.ignored_modules = len(index.names) - len(self._names)
         self._recent: OrderedDict[str, Any] = OrderedDict()
+        self._largest: int | None = None
         self.held: dict[str, Any] = {}  # data_name -> a tensor given with the dump instead of its file (an
         # in-process call's, handed to the worker in memory); read before the file, see inputs/build.load_saved
 
@@ -170,6 +171,21 @@ class Dump:
     def _read(self, k: int) -> bytes:
         start, end = self._index.offsets[2 * k], self._index.offsets[2 * k + 1]
         return os.pread(self._file(), end - start, start)
+
+    def largest_call(self) -> int:
+        """Bytes of the tensors of the dump's largest call (its forward's inputs and outputs and its backward's
+        gradients, in and out), from their recorded shapes and dtypes; every entry is read once, on first use."""
+        if self._largest is None:
+            calls: dict[str, int] = {}
+            for name in self._names:
+                call = name.rsplit(".", 1)[0]
+                try:
+                    size = tensor_bytes(_entry_loads(self._read(self._position[name])))
+                except (ValueError, OSError):
+                    size = 0  # an entry that cannot be read fails its own item, with the reason
+                calls[call] = calls.get(call, 0) + size
+            self._largest = max(calls.values(), default=0)
+        return self._largest
 
     def counterpart(self, name: EntryName, direction: str) -> Any:
         return self.entry(f"{name.full_name}.{direction}")

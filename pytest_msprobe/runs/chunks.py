@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from .execution import Side, Target, make_side, map_structure, run_side
+from .execution import Side, Target, backward, make_side, map_structure, run_side, tensors_of
 from .tiles import CONTRACTIONS, ROWS, aligned, argument
 
 ROW_MULTIPLE = 64  # rows per block are a multiple of this, and no block is shorter (but a whole output)
@@ -50,6 +50,7 @@ class Chunking:
     columns: bool
     pieces: Callable[[int, int, int, int], tuple[list[Any], dict[str, Any]]]
     multiple: int = ROW_MULTIPLE
+    split: frozenset[int] = frozenset()  # ids of the tensors cut with the rows (a pointwise op's, a softmax's input)
 
 
 def _put(args: list[Any], kwargs: dict[str, Any], position: int, name: str, value: Any) -> None:
@@ -129,7 +130,7 @@ def _rowwise(api: str, args: list[Any], kwargs: dict[str, Any], x: torch.Tensor,
         _put(a, k, 0, "input", x.reshape(-1, width)[r0:r1])
         return a, k
 
-    return Chunking(api, rows, width, False, pieces)
+    return Chunking(api, rows, width, False, pieces, split=frozenset({id(x)}))
 
 
 def _pointwise(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tuple[int, ...], rows: int,
@@ -157,7 +158,7 @@ def _pointwise(api: str, args: list[Any], kwargs: dict[str, Any], out_shape: tup
 
         return [map_structure(cut, a) for a in args], {k: map_structure(cut, v) for k, v in kwargs.items()}
 
-    return Chunking(api, rows, width, False, pieces)
+    return Chunking(api, rows, width, False, pieces, split=frozenset(ids))
 
 
 def blocks(total: int, per_block: int, multiple: int = ROW_MULTIPLE) -> list[tuple[int, int]]:
@@ -171,10 +172,21 @@ def blocks(total: int, per_block: int, multiple: int = ROW_MULTIPLE) -> list[tup
 
 
 @dataclass(frozen=True)
+class Gradient:
+    """What a backward run in pieces gives: the gradient of tensor argument `position` (as make_side counts them),
+    every argument at `positions` taking one, from the output's gradient `cotangent` cut with the rows."""
+
+    position: int
+    positions: frozenset[int]
+    cotangent: torch.Tensor
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One of the runs computed in pieces: its name, function and the arguments it splits (`chunking`), the dtype
     each tensor is cast to, whether its inputs are taken as absolute values (the magnitude run; with the scalar
-    arguments named in `scalars`), its autocast dtype and the torch device it runs on."""
+    arguments named in `scalars`), its autocast dtype, the torch device it runs on and, for a backward item's run,
+    the gradient it gives (a row-local one: the call's backward on the piece)."""
 
     name: str
     fn: Any
@@ -184,6 +196,7 @@ class RunSpec:
     scalars: frozenset[str] = frozenset()
     autocast: torch.dtype | None = None
     device: str = "cpu"
+    gradient: Gradient | None = None
 
 
 def piece_bytes(spec: RunSpec, rows: int, columns: int) -> int:
@@ -203,7 +216,9 @@ def piece_bytes(spec: RunSpec, rows: int, columns: int) -> int:
 
     map_structure(count, [args, kwargs])
     packed = max(casts, default=0) if spec.chunking.api in CONTRACTIONS else 0
-    return sum(casts) + absolutes[0] + packed + rows * columns * output_itemsize(spec)
+    out = rows * columns * output_itemsize(spec)
+    # a backward run also holds the output's gradient, the graph's saved tensors and the gradients: 3x, measured
+    return (sum(casts) + absolutes[0] + packed + out) * (1 if spec.gradient is None else 3)
 
 
 def output_dtype(spec: RunSpec) -> torch.dtype:
@@ -227,12 +242,24 @@ def run_piece(spec: RunSpec, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor
         args = [map_structure(absolute, a) for a in args]
         kwargs = {k: abs(v) if k in spec.scalars and isinstance(v, (int, float)) else map_structure(absolute, v)
                   for k, v in kwargs.items()}
+    gradient = spec.gradient
+    positions = gradient.positions if gradient is not None else frozenset()
+    tensors = tensors_of([args, kwargs])
     side: Side = make_side(args, kwargs, target=Target(spec.device, spec.dtype_for, spec.device == "cpu"),
-                           requires_grad=set(), want_grad=False)
-    out = run_side(spec.fn, side, autocast=spec.autocast, device_type=spec.device.split(":")[0], grad=False)
+                           requires_grad={id(t) for i, t in enumerate(tensors) if i in positions},
+                           want_grad=gradient is not None)
+    out = run_side(spec.fn, side, autocast=spec.autocast, device_type=spec.device.split(":")[0],
+                   grad=gradient is not None)
     leaf = out[0] if isinstance(out, (list, tuple)) else out
     if not isinstance(leaf, torch.Tensor):
         raise TypeError(f"the {spec.name} run of {spec.chunking.api} returned {type(leaf).__name__}, not a tensor")
+    if gradient is not None:  # as the whole side's backward (execution.backward): the output's gradient in its dtype
+        backward([leaf], [(0, gradient.cotangent.reshape(-1, spec.chunking.width)[r0:r1])], spec.device)
+        grad = dict(side.grad_leaves)[gradient.position].grad
+        if grad is None:
+            raise TypeError(f"the {spec.name} run of {spec.chunking.api} gave no gradient of tensor argument "
+                            f"{gradient.position}")
+        leaf = grad
     return leaf.detach().reshape(r1 - r0, c1 - c0)
 
 

@@ -69,7 +69,8 @@ def addoption(parser: pytest.Parser) -> None:
                     help="memory an item's bench, third and magnitude runs and their checks may hold beside the "
                          "device output, e.g. 8GiB: a larger call whose rows are independent is checked a block of "
                          "rows at a time (the same statistics and verdict), another one is skipped with the "
-                         "reason; default: what the host has free, less a margin, shared by the workers")
+                         "reason; default: about 1.4x the dump's largest call (at least 1 GiB), within what the "
+                         "host has free, less a margin, shared by the workers (there an uncut item runs whole)")
     group.addoption("--msprobe-config", default=None, metavar="CONFIG_JSON",
                     help="msprobe's config.json: the white_list, black_list and error_data_path of its acc_check "
                          "(run_ut) section")
@@ -95,7 +96,7 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini("msprobe_out", "default for --msprobe-out", default="msprobe_results")
     parser.addini("msprobe_standard", "default for --msprobe-standard", default=STANDARDS[0])
     parser.addini("msprobe_contract", "default for --msprobe-contract", default=CONTRACTS[0])
-    parser.addini("msprobe_max_memory", "default for --msprobe-max-memory (empty: what the host has free)",
+    parser.addini("msprobe_max_memory", "default for --msprobe-max-memory (empty: the default budget)",
                   default="")
     parser.addini("msprobe_dtype_markers", "auto (when -m/-k is given), always or never: dtype markers on items",
                   default="auto")
