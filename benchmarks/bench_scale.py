@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_ENV = "BENCH_SCALE_OUT"  # the probe's folder: one JSON file per process
@@ -80,6 +81,7 @@ def _measured(phase: Callable[[Any], str], fn: Callable[..., Any]) -> Callable[.
     """`fn` with its wall, CPU and peak RSS added to the phase `phase(args)` names."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         name = phase(args)
+        _note_peak()
         _hwm_reset()
         wall, cpu = time.perf_counter(), time.process_time()
         try:
@@ -90,7 +92,17 @@ def _measured(phase: Callable[[Any], str], fn: Callable[..., Any]) -> Callable[.
             sums["cpu"] += time.process_time() - cpu
             sums["rss"] = max(sums["rss"], _hwm())
             sums["calls"] += 1
+            _note_peak()
     return wrapper
+
+
+_items: dict[str, float] = {}  # nodeid -> the item's peak RSS (MiB), its phases' peaks included
+_item_peak = [0.0]
+
+
+def _note_peak() -> None:
+    """The peak since the last reset, kept for the running item before a phase resets it."""
+    _item_peak[0] = max(_item_peak[0], _hwm())
 
 
 def _timed_phase(args: Any) -> str:
@@ -103,18 +115,31 @@ def pytest_configure(config: Any) -> None:
     if not os.environ.get(OUT_ENV) or getattr(pytest_configure, "done", False):
         return
     pytest_configure.done = True  # type: ignore[attr-defined]
-    from pytest_msprobe.check import calls, chunked, rerun
+    from pytest_msprobe.check import calls, piece_check, rerun
 
     calls.timed = _measured(_timed_phase, calls.timed)
     rerun.compare_outputs = _measured(lambda a: "compare", rerun.compare_outputs)  # type: ignore[attr-defined]
     rerun.prepared_inputs = _measured(lambda a: "inputs", rerun.prepared_inputs)  # type: ignore[attr-defined]
-    chunked.check = _measured(lambda a: "pieces", chunked.check)
+    piece_check.check = _measured(lambda a: "pieces", piece_check.check)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: Any) -> Any:
+    """Each item's peak RSS, from its call's start (the inputs it builds included)."""
+    _hwm_reset()
+    _item_peak[0] = 0.0
+    try:
+        return (yield)
+    finally:
+        _note_peak()
+        _items[item.nodeid.rsplit("::", 1)[-1]] = _item_peak[0]
 
 
 def pytest_unconfigure(config: Any) -> None:
     out = os.environ.get(OUT_ENV)
     if out and _phases:
-        Path(out, f"{os.getpid()}.json").write_text(json.dumps({"phases": _phases, "peak": _peak()}))
+        Path(out, f"{os.getpid()}.json").write_text(json.dumps({"phases": _phases, "peak": _peak(),
+                                                                "items": _items}))
 
 
 def _peak() -> float:
@@ -126,23 +151,15 @@ def _peak() -> float:
 # --------------------------------------------------------------------------- the driver
 
 
-def _own_bytes(dump: Path, only: list[str]) -> dict[str, int]:
-    """Per chosen item, the bytes of its recorded input tensors and its output (the call's own tensors)."""
+def _own_bytes(dump: Path) -> dict[str, int]:
+    """Per item, the bytes of its call's own tensors: a forward item's inputs and output, a backward item's those
+    and its gradients in and out (from the recorded shapes and dtypes, as the default budget counts them)."""
+    from pytest_msprobe.dump.index import tensor_bytes
+
     data = json.loads(dump.read_text())["data"]
-    sizes = {"torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4, "torch.float64": 8, "torch.int64": 8,
-             "torch.int32": 4, "torch.bool": 1, "torch.uint8": 1, "torch.int8": 1}
-
-    def walk(node: Any) -> int:
-        if isinstance(node, dict):
-            if isinstance(node.get("shape"), list) and "dtype" in node:
-                return math.prod(node["shape"]) * sizes.get(node["dtype"], 4)
-            return sum(walk(v) for v in node.values())
-        if isinstance(node, list):
-            return sum(walk(v) for v in node)
-        return 0
-
-    return {k: walk([v.get("input_args"), v.get("input_kwargs"), v.get("output")]) for k, v in data.items()
-            if k.endswith(".forward") and (not only or k in only)}
+    forward = {k.rsplit(".", 1)[0]: tensor_bytes(v) for k, v in data.items() if k.endswith(".forward")}
+    return {k: forward.get(k.rsplit(".", 1)[0], 0) + (tensor_bytes(v) if k.endswith(".backward") else 0)
+            for k, v in data.items()}
 
 
 def run(dump: Path, only: list[str], workers: int, extra: list[str], work: Path) -> dict[str, Any]:
@@ -160,31 +177,42 @@ def run(dump: Path, only: list[str], workers: int, extra: list[str], work: Path)
     if code not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} exited with {code}")
     phases: dict[str, dict[str, float]] = {}
+    items: dict[str, float] = {}
     for path in probe.glob("*.json"):
-        for name, sums in json.loads(path.read_text())["phases"].items():
+        measured = json.loads(path.read_text())
+        items.update(measured.get("items", {}))
+        for name, sums in measured["phases"].items():
             into = phases.setdefault(name, {"wall": 0.0, "cpu": 0.0, "rss": 0.0, "calls": 0})
             for key in ("wall", "cpu", "calls"):
                 into[key] += sums[key]
             into["rss"] = max(into["rss"], sums["rss"])
     (records,) = out.glob("msprobe_records_*.jsonl")
     recs = {f"{r['api']}.{r['direction']}": r for r in map(json.loads, records.read_text().splitlines())}
-    return {"wall": wall, "cpu": cpu, "rss": rss, "phases": phases, "records": recs}
+    # resetting VmHWM (each phase does) resets what the kernel reports as the process's peak too: the run's peak is
+    # the largest peak the probe saw
+    rss = max([rss, *items.values(), *(p["rss"] for p in phases.values())])
+    return {"wall": wall, "cpu": cpu, "rss": rss, "phases": phases, "records": recs, "items": items}
 
 
 def show(title: str, result: dict[str, Any], own: dict[str, int]) -> None:
-    print(f"\n{title}: wall {result['wall']:.1f} s, CPU {result['cpu']:.1f} s, peak RSS {result['rss'] / 1024:.2f} GiB")
+    largest = max(own.values(), default=0)
+    print(f"\n{title}: wall {result['wall']:.1f} s, CPU {result['cpu']:.1f} s, peak RSS {result['rss'] / 1024:.2f} GiB"
+          + (f" = {result['rss'] * 2**20 / largest:.2f}x the largest call's own tensors ({largest / 2**30:.2f} GiB)"
+             if largest else ""))
     for name in (*PHASES, "other"):
         p = result["phases"].get(name)
         if p:
             print(f"  {name:10s} wall {p['wall']:8.1f} s  CPU {p['cpu']:8.1f} s  peak RSS {p['rss'] / 1024:6.2f} GiB"
                   f"  ({int(p['calls'])} calls)")
-    for key, record in result["records"].items():
-        mine = own.get(key, 0)
+    worst = sorted(result["records"].items(), key=lambda kv: -result["items"].get(kv[0], 0.0))
+    for key, record in worst[:12]:  # the items with the highest peaks
+        mine, peak = own.get(key, 0), result["items"].get(key, 0.0)
         pieces = record.get("pieces")
-        how = f"in pieces of {pieces['rows']} rows x {pieces['columns']} columns ({pieces['blocks']} row blocks)" \
+        how = f"in pieces of {pieces['rows']} rows x {pieces['columns']} columns ({pieces['blocks']} blocks)" \
             if pieces else "whole"
-        print(f"  {key}: {record['status']} {how}; own tensors {mine / 2**30:.2f} GiB, peak RSS / own "
-              f"{result['rss'] * 2**20 / mine:.2f}x" if mine else f"  {key}: {record['status']} {how}")
+        wall = sum(v for k, v in record.get("timings", {}).items() if k.endswith("_s"))
+        print(f"  {key}: {record['status']} {how}; own tensors {mine / 2**30:.2f} GiB, item peak RSS "
+              f"{peak / 1024:.2f} GiB" + (f" = {peak * 2**20 / mine:.2f}x own" if mine else "") + f"; {wall:.1f} s")
         if record.get("message"):
             print(f"    {record['message'][:300]}")
 
@@ -205,7 +233,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["Functional.linear.14.forward"],
                         help="items to check (none: every item of the dump); default: the lm_head of the 7b dump")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    parser.add_argument("--max-memory", default="384MiB", help="--msprobe-max-memory of the runs")
+    parser.add_argument("--max-memory", default="default",
+                        help="--msprobe-max-memory of the runs (default: none given, the default budget)")
     parser.add_argument("--bench-devices", nargs="+", default=None,
                         help="default: cpu, and cuda where torch.cuda.is_available()")
     parser.add_argument("--same-as", type=Path, default=None,
@@ -220,21 +249,23 @@ def main() -> None:
 
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print(f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores; {args.dump}")
-    own = _own_bytes(args.dump, args.only)
+    own = {k: v for k, v in _own_bytes(args.dump).items() if not args.only or k in args.only}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.same_as is not None:
             base = ["-o", "msprobe_helper_thread=off", *args.pytest_args]
             whole = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", "1TiB"], work)
-            cut = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", args.max_memory], work)
-            small = _own_bytes(args.same_as, args.only)
+            forced = "384MiB" if args.max_memory == "default" else args.max_memory  # the small dump fits whole
+            cut = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", forced], work)
+            small = {k: v for k, v in _own_bytes(args.same_as).items() if not args.only or k in args.only}
             show(f"{args.same_as.parent.parent.parent.name}, whole", whole, small)
-            show(f"{args.same_as.parent.parent.parent.name}, --msprobe-max-memory {args.max_memory}", cut, small)
+            show(f"{args.same_as.parent.parent.parent.name}, --msprobe-max-memory {forced}", cut, small)
             differ = same_records(whole["records"], cut["records"])
             print(f"records whole vs in pieces: {'the same' if not differ else 'DIFFER: ' + ', '.join(differ)}")
         for device in devices:
             for workers in args.workers:
-                extra = ["--msprobe-max-memory", args.max_memory, "-o", f"msprobe_bench_device={device}", *args.pytest_args]
+                budget = [] if args.max_memory == "default" else ["--msprobe-max-memory", args.max_memory]
+                extra = [*budget, "-o", f"msprobe_bench_device={device}", *args.pytest_args]
                 show(f"-n {workers}, bench on {device}, --msprobe-max-memory {args.max_memory}",
                      run(args.dump, args.only, workers, extra, work), own)
 
