@@ -9,36 +9,19 @@ plugin in every process: it wraps each phase of an item (the inputs, the device 
 magnitude runs, the comparison, and, for an item checked in pieces, the pieces' runs and checks together) and takes
 its wall and CPU time (the process's, both threads) and its peak RSS (Linux's VmHWM, reset at the phase's start
 through /proc/self/clear_refs). Printed per setting: the run's wall, CPU and peak RSS (of the largest process), each
-phase's, and each item's outputs (their tensors' bytes: the call's inputs and its device output, "own tensors")
-against the peak: the ratio the memory budget holds.
+phase's, the items' statuses (a skip with its reason), and the items of highest peak against their "own tensors"
+(the call's inputs and device output and, for a backward item, its gradients in and out): the ratio the memory
+budget holds.
 
 `--same-as SMALL_DUMP_JSON` checks the chosen items of a smaller dump twice, whole and forced into pieces
 (`--max-memory`), and prints whether every record is the same (rows, statistics, verdicts; not the timings).
 
-Figures: 2026-11-28, a 2-core AMD EPYC (avx512_bf16: yes) shared with other work (so wall times vary), the
-dumps of `benchmarks/make_dumps.py --only 'llama_7b_*'` (4,096 tokens) and `... --small` (128 tokens); the item is
-the lm_head, `Functional.linear.14.forward`: input [1, 4096, 4096] and weight [128256, 4096], bf16, strict.
-
-    python -m benchmarks bench_scale DUMPS/llama_7b_bf16_statistics/step0/rank0/dump.json --workers 0 \
-        --max-memory 384MiB
-      -n 0, 384 MiB: in pieces of 64 rows x 1,984 columns (64 row blocks); own tensors (input, weight, device
-      output) 1.99 GiB; peak RSS 2.88 GiB = 1.45x; wall 180 s, CPU 173 s (inputs 2.6 s, device 10 s, pieces
-      165 s: the bench twice, for strict's scale floor, and the magnitude run, each a block at a time)
-    ... --workers 0 2 --max-memory 512MiB --same-as DUMPS/llama_7b-small_bf16_statistics/step0/rank0/dump.json
-      -n 0, 512 MiB: 64 rows x 8,000 columns; peak RSS 3.06 GiB = 1.54x; wall 435 s, CPU 275 s (a busier machine)
-      -n 2, 512 MiB: peak RSS 3.15 GiB (the worker) = 1.58x; wall 271 s, CPU 261 s
-      128 tokens (own tensors 1.01 GiB), whole: peak RSS 5.47 GiB = 5.41x, wall 30.2 s, CPU 18.9 s;
-      in pieces (512 MiB): 1.94 GiB = 1.93x, wall 30.4 s, CPU 14.3 s; records whole vs in pieces: the same
-
-The whole check of the 4,096-token lm_head needs about 11 GiB beside its own tensors (the bench's fp32 weight and
-output, the magnitude run's |weight| and output); at 2,048 tokens it peaked at 7.9 GiB for 1.5 GiB of own tensors.
-Peak RSS in pieces is the process (0.36 GiB: Python, torch), the call's own tensors, the passes' plans (0.2 GiB
-for 525M elements) and the budget's pieces. The bench on an accelerator (`--bench-devices cuda`) has no figures:
-this machine has none.
+Figures, with their date, machine and command: benchmarks/README.md ("bench_scale.py").
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -204,6 +187,11 @@ def show(title: str, result: dict[str, Any], own: dict[str, int]) -> None:
         if p:
             print(f"  {name:10s} wall {p['wall']:8.1f} s  CPU {p['cpu']:8.1f} s  peak RSS {p['rss'] / 1024:6.2f} GiB"
                   f"  ({int(p['calls'])} calls)")
+    statuses = collections.Counter(r["status"] for r in result["records"].values())
+    print("  items: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+    for key, record in result["records"].items():  # a skip says why: not cut and over what the host has free
+        if record["status"] not in ("pass", "warning"):
+            print(f"    {key}: {record['status']}: {record.get('message', '')[:240]}")
     worst = sorted(result["records"].items(), key=lambda kv: -result["items"].get(kv[0], 0.0))
     for key, record in worst[:12]:  # the items with the highest peaks
         mine, peak = own.get(key, 0), result["items"].get(key, 0.0)
