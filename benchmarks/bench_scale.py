@@ -134,15 +134,16 @@ def _peak() -> float:
 # --------------------------------------------------------------------------- the driver
 
 
-def _own_bytes(dump: Path) -> dict[str, int]:
-    """Per item, the bytes of its call's own tensors: a forward item's inputs and output, a backward item's those
-    and its gradients in and out (from the recorded shapes and dtypes, as the default budget counts them)."""
+def _own_bytes(dump: Path, only: list[str]) -> dict[str, int]:
+    """Per chosen item (every item without `only`), the bytes of its call's own tensors: a forward item's inputs
+    and output, a backward item's those and its gradients in and out (from the recorded shapes and dtypes, as the
+    default budget counts them)."""
     from pytest_msprobe.dump.index import tensor_bytes
 
     data = json.loads(dump.read_text())["data"]
     forward = {k.rsplit(".", 1)[0]: tensor_bytes(v) for k, v in data.items() if k.endswith(".forward")}
     return {k: forward.get(k.rsplit(".", 1)[0], 0) + (tensor_bytes(v) if k.endswith(".backward") else 0)
-            for k, v in data.items()}
+            for k, v in data.items() if not only or k in only}
 
 
 def run(dump: Path, only: list[str], workers: int, extra: list[str], work: Path) -> dict[str, Any]:
@@ -237,7 +238,7 @@ def main() -> None:
 
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print(f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores; {args.dump}")
-    own = {k: v for k, v in _own_bytes(args.dump).items() if not args.only or k in args.only}
+    own = _own_bytes(args.dump, args.only)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.same_as is not None:
@@ -245,7 +246,7 @@ def main() -> None:
             whole = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", "1TiB"], work)
             forced = "384MiB" if args.max_memory == "default" else args.max_memory  # the small dump fits whole
             cut = run(args.same_as, args.only, 0, [*base, "--msprobe-max-memory", forced], work)
-            small = {k: v for k, v in _own_bytes(args.same_as).items() if not args.only or k in args.only}
+            small = _own_bytes(args.same_as, args.only)
             show(f"{args.same_as.parent.parent.parent.name}, whole", whole, small)
             show(f"{args.same_as.parent.parent.parent.name}, --msprobe-max-memory {forced}", cut, small)
             differ = same_records(whole["records"], cut["records"])

@@ -178,7 +178,8 @@ def plan_gradients(item: Any, bench_dtype: Callable[[torch.Tensor], torch.dtype]
         return None
     if api in tiles.CONTRACTIONS:
         return _products(item, bench_dtype, grad, wanted)
-    if api in chunks.ROWWISE or (api in chunks.POINTWISE and not api.endswith("_") and not api.startswith("__i")):
+    # not a name ending in "_": an in-place op's (add_, __iadd__), and with it every operator's (__mul__)
+    if api in chunks.ROWWISE or (api in chunks.POINTWISE and not api.endswith("_")):
         return _row_local(item, bench_dtype, grad, wanted, out_shape, notes)
     return None
 

@@ -126,11 +126,12 @@ class Pieces(RunsStrategy):
         if item.want_grad:
             device_backward(item, leaves)
             del leaves  # the forward output: only the gradients are compared
-            grads = [(pos, leaf.grad) for pos, leaf in self.runs.sides.device.grad_leaves if leaf.grad is not None]
-            if [pos for pos, _ in grads] != [p.position for p in self.pieces]:
+            grads = {pos: leaf.grad for pos, leaf in self.runs.sides.device.grad_leaves if leaf.grad is not None}
+            compared = [p.position for p in self.pieces]
+            if list(grads) != compared:
                 raise NotCheckable(f"{item.name.full_name}: the device gave gradients of tensor arguments "
-                                   f"{[pos for pos, _ in grads]}, the pieces compare {[p.position for p in self.pieces]}")
-            return [grad for _, grad in grads]
+                                   f"{list(grads)}, the pieces compare {compared}")
+            return list(grads.values())
         if len(leaves) != 1 or not isinstance(leaves[0], torch.Tensor) or not leaves[0].is_floating_point():
             raise NotCheckable(f"{item.name.api_name}: the device returned {len(leaves)} outputs, not one float "
                                "tensor: not checked in pieces, and the whole check does not fit the memory budget")

@@ -43,7 +43,7 @@ def by_tiles(api: str, fn: Callable[..., Any], gradients: bool = True) -> Callab
     @functools.wraps(fn)
     def tiled(*args: Any, **kwargs: Any) -> Any:
         found = operands(api, args, kwargs) if gradients and torch.is_grad_enabled() else None
-        if found is not None and any(t is not None and t.requires_grad for t in found):
+        if found is not None and any(t.requires_grad for t in found):
             return _Tiled.apply(api, fn, *found)  # type: ignore[no-untyped-call]
         cut = _operands(api, args, kwargs)
         if cut is None:
